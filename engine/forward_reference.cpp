@@ -1,0 +1,164 @@
+// The f32 reference forward pass over a batch with an arbitrary attention mask. Written for
+// clarity; every op is batch invariant, so a token's logits do not depend on its batch.
+#include <tbb/parallel_for.h>
+
+#include <cmath>
+
+#include "bitsplit/model.h"
+
+namespace bitsplit {
+
+KvCache::KvCache(const ModelConfig& config, int64_t n_slots)
+    : n_layers_(config.n_layers), n_slots_(n_slots), kv_dim_(config.kv_dim()),
+      k_(size_t(config.n_layers * n_slots * config.kv_dim()), 0.0f),
+      v_(size_t(config.n_layers * n_slots * config.kv_dim()), 0.0f) {}
+
+KvCache KvCache::copy() const {
+  KvCache c;
+  c.n_layers_ = n_layers_;
+  c.n_slots_ = n_slots_;
+  c.kv_dim_ = kv_dim_;
+  c.k_ = k_;
+  c.v_ = v_;
+  return c;
+}
+
+Batch Batch::causal(std::span<const int32_t> tokens, int32_t start, bool all_logits) {
+  Batch b;
+  const int64_t n = int64_t(tokens.size());
+  b.tokens.assign(tokens.begin(), tokens.end());
+  b.kv_len = start + n;
+  b.mask.assign(size_t(n * b.kv_len), 0);
+  b.want_logits.assign(size_t(n), all_logits ? 1 : 0);
+  if (n > 0) b.want_logits.back() = 1;
+  for (int64_t i = 0; i < n; ++i) {
+    b.positions.push_back(int32_t(start + i));
+    b.slots.push_back(int32_t(start + i));
+    for (int64_t j = 0; j <= start + i; ++j) b.mask[size_t(i * b.kv_len + j)] = 1;
+  }
+  return b;
+}
+
+Status Batch::validate(const ModelConfig& config, const KvCache& cache) const {
+  const int64_t n = size();
+  if (n == 0) return Status::error("batch is empty");
+  if (int64_t(positions.size()) != n || int64_t(slots.size()) != n || int64_t(want_logits.size()) != n) {
+    return Status::error("batch: tokens, positions, slots and want_logits must have the same length");
+  }
+  if (kv_len <= 0 || kv_len > cache.n_slots()) {
+    return Status::error("batch: kv_len " + std::to_string(kv_len) + " is outside the cache (" +
+                         std::to_string(cache.n_slots()) + " slots)");
+  }
+  if (int64_t(mask.size()) != n * kv_len) return Status::error("batch: mask must hold tokens x kv_len entries");
+  for (int64_t i = 0; i < n; ++i) {
+    if (tokens[size_t(i)] < 0 || tokens[size_t(i)] >= config.n_vocab) {
+      return Status::error("token id " + std::to_string(tokens[size_t(i)]) + " is outside the vocabulary (0.." +
+                           std::to_string(config.n_vocab - 1) + ")");
+    }
+    if (positions[size_t(i)] < 0) return Status::error("batch: negative position");
+    if (slots[size_t(i)] < 0 || slots[size_t(i)] >= kv_len) {
+      return Status::error("batch: slot " + std::to_string(slots[size_t(i)]) + " is outside [0, kv_len)");
+    }
+    bool any = false;
+    for (int64_t j = 0; j < kv_len && !any; ++j) any = mask[size_t(i * kv_len + j)] != 0;
+    if (!any) return Status::error("batch: token " + std::to_string(i) + " may attend to nothing");
+  }
+  return Status::ok();
+}
+
+namespace {
+
+// Rows of activations: [rows x width] row-major.
+struct Activations {
+  int64_t rows, width;
+  std::vector<float> data;
+  Activations(int64_t r, int64_t w) : rows(r), width(w), data(size_t(r * w)) {}
+  float* row(int64_t r) { return data.data() + r * width; }
+};
+
+void attention(const ModelConfig& c, const KvCache& cache, int64_t layer, const Batch& batch,
+               const Activations& q, Activations& out) {
+  const int64_t group = c.n_heads / c.n_kv_heads;
+  const float scale = 1.0f / std::sqrt(float(c.head_dim));
+  tbb::parallel_for(int64_t{0}, batch.size() * c.n_heads, [&](int64_t task) {
+    const int64_t i = task / c.n_heads, h = task % c.n_heads, kvh = h / group;
+    const float* qh = q.data.data() + i * q.width + h * c.head_dim;
+    const uint8_t* mask = batch.mask.data() + i * batch.kv_len;
+    std::vector<float> scores(size_t(batch.kv_len), -INFINITY);
+    for (int64_t j = 0; j < batch.kv_len; ++j) {
+      if (mask[j]) scores[size_t(j)] = cpu::dot_f32(qh, cache.k(layer, j) + kvh * c.head_dim, c.head_dim) * scale;
+    }
+    cpu::softmax_f32(scores.data(), batch.kv_len);
+    float* o = out.data.data() + i * out.width + h * c.head_dim;
+    std::fill(o, o + c.head_dim, 0.0f);
+    for (int64_t j = 0; j < batch.kv_len; ++j) {
+      if (!mask[j]) continue;
+      const float p = scores[size_t(j)];
+      const float* vj = cache.v(layer, j) + kvh * c.head_dim;
+      for (int64_t d = 0; d < c.head_dim; ++d) o[d] += p * vj[d];
+    }
+  });
+}
+
+void linear(const Activations& x, const std::vector<float>& w, const std::vector<float>& bias, Activations& y) {
+  cpu::matmul_f32(x.data, x.rows, x.width, w, y.width, bias, y.data);
+}
+
+}  // namespace
+
+Result<std::vector<float>> forward_reference(const Model& model, KvCache& cache, const Batch& batch) {
+  const ModelConfig& c = model.config();
+  BITSPLIT_RETURN_IF_ERROR(batch.validate(c, cache));
+  const int64_t n = batch.size();
+  Activations x(n, c.n_embd), h(n, c.n_embd), q(n, c.q_dim()), k(n, c.kv_dim()), v(n, c.kv_dim());
+  Activations attn(n, c.q_dim()), proj(n, c.n_embd), gate(n, c.n_ff), up(n, c.n_ff);
+  for (int64_t i = 0; i < n; ++i) {
+    const float* e = model.token_embd().data() + int64_t(batch.tokens[size_t(i)]) * c.n_embd;
+    std::copy(e, e + c.n_embd, x.row(i));
+  }
+  const std::vector<float> no_bias;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& w = model.layer(l);
+    for (int64_t i = 0; i < n; ++i) cpu::rms_norm_f32(x.row(i), w.attn_norm.data(), c.n_embd, c.rms_eps, h.row(i));
+    linear(h, w.wq, w.bq, q);
+    linear(h, w.wk, w.bk, k);
+    linear(h, w.wv, w.bv, v);
+    for (int64_t i = 0; i < n; ++i) {
+      const float pos = float(batch.positions[size_t(i)]);
+      for (int64_t hd = 0; hd < c.n_heads; ++hd) {
+        float* qh = q.row(i) + hd * c.head_dim;
+        if (c.has_qk_norm) cpu::rms_norm_f32(qh, w.q_norm.data(), c.head_dim, c.rms_eps, qh);
+        cpu::rope_f32(qh, c.n_rot, c.rope_order, pos, c.rope_base, c.rope_freq_scale, model.rope_freq_factors());
+      }
+      for (int64_t hd = 0; hd < c.n_kv_heads; ++hd) {
+        float* kh = k.row(i) + hd * c.head_dim;
+        if (c.has_qk_norm) cpu::rms_norm_f32(kh, w.k_norm.data(), c.head_dim, c.rms_eps, kh);
+        cpu::rope_f32(kh, c.n_rot, c.rope_order, pos, c.rope_base, c.rope_freq_scale, model.rope_freq_factors());
+      }
+      std::copy(k.row(i), k.row(i) + c.kv_dim(), cache.k(l, batch.slots[size_t(i)]));
+      std::copy(v.row(i), v.row(i) + c.kv_dim(), cache.v(l, batch.slots[size_t(i)]));
+    }
+    attention(c, cache, l, batch, q, attn);
+    linear(attn, w.wo, no_bias, proj);
+    for (size_t e = 0; e < x.data.size(); ++e) x.data[e] += proj.data[e];
+
+    for (int64_t i = 0; i < n; ++i) cpu::rms_norm_f32(x.row(i), w.ffn_norm.data(), c.n_embd, c.rms_eps, h.row(i));
+    linear(h, w.w_gate, no_bias, gate);
+    linear(h, w.w_up, no_bias, up);
+    for (size_t e = 0; e < gate.data.size(); ++e) gate.data[e] = cpu::silu(gate.data[e]) * up.data[e];
+    linear(gate, w.w_down, no_bias, proj);
+    for (size_t e = 0; e < x.data.size(); ++e) x.data[e] += proj.data[e];
+  }
+
+  int64_t n_out = 0;
+  for (uint8_t want : batch.want_logits) n_out += want ? 1 : 0;
+  Activations last(n_out, c.n_embd);
+  for (int64_t i = 0, r = 0; i < n; ++i) {
+    if (batch.want_logits[size_t(i)]) cpu::rms_norm_f32(x.row(i), model.output_norm().data(), c.n_embd, c.rms_eps, last.row(r++));
+  }
+  Activations logits(n_out, c.n_vocab);
+  if (n_out > 0) linear(last, model.output(), no_bias, logits);
+  return std::move(logits.data);
+}
+
+}  // namespace bitsplit

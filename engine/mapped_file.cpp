@@ -1,0 +1,69 @@
+// Read-only storage for model files: an RAII memory map, or an owned buffer for tests.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "bitsplit/gguf.h"
+
+namespace bitsplit::gguf {
+namespace {
+
+class MappedFile final : public Storage {
+ public:
+  MappedFile(void* addr, size_t size) : addr_(addr), size_(size) {}
+  ~MappedFile() override {
+    if (addr_ != nullptr) munmap(addr_, size_);
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  std::span<const uint8_t> bytes() const override {
+    return {static_cast<const uint8_t*>(addr_), size_};
+  }
+
+ private:
+  void* addr_;
+  size_t size_;
+};
+
+class BufferStorage final : public Storage {
+ public:
+  explicit BufferStorage(std::vector<uint8_t> bytes) : bytes_(std::move(bytes)) {}
+  std::span<const uint8_t> bytes() const override { return bytes_; }
+
+ private:
+  std::vector<uint8_t> bytes_;
+};
+
+// Closes a file descriptor on every path out of map_file.
+struct FdGuard {
+  int fd;
+  ~FdGuard() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+}  // namespace
+
+Result<std::shared_ptr<Storage>> map_file(const std::string& path) {
+  FdGuard fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (fd.fd < 0) return Status::error(path + ": cannot open: " + std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd.fd, &st) != 0) return Status::error(path + ": cannot stat: " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) return Status::error(path + ": is a directory, not a model file");
+  if (!S_ISREG(st.st_mode)) return Status::error(path + ": is not a regular file");
+  const size_t size = size_t(st.st_size);
+  if (size == 0) return std::shared_ptr<Storage>(std::make_shared<BufferStorage>(std::vector<uint8_t>{}));
+  void* addr = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.fd, 0);
+  if (addr == MAP_FAILED) return Status::error(path + ": cannot map into memory: " + std::strerror(errno));
+  return std::shared_ptr<Storage>(std::make_shared<MappedFile>(addr, size));
+}
+
+std::shared_ptr<Storage> storage_from_bytes(std::vector<uint8_t> bytes) {
+  return std::make_shared<BufferStorage>(std::move(bytes));
+}
+
+}  // namespace bitsplit::gguf

@@ -1,0 +1,187 @@
+// Tokenizer base: vocabulary from GGUF metadata, special-token splitting, BOS/EOS, decoding,
+// and the UTF-8 stream decoder.
+#include <algorithm>
+
+#include "bitsplit/tokenizer.h"
+#include "tokenizer_spm.h"
+
+namespace bitsplit {
+namespace {
+
+Result<Vocabulary> read_vocabulary(const gguf::Metadata& m) {
+  Vocabulary v;
+  BITSPLIT_ASSIGN_OR_RETURN(v.model, m.get_string("tokenizer.ggml.model"));
+  if (v.model == "llama") {
+    v.family = TokenizerFamily::kSentencePiece;
+  } else if (v.model == "gpt2") {
+    return Status::error("byte-level BPE tokenizers (tokenizer.ggml.model = gpt2) are not supported yet; "
+                         "supported: llama (SentencePiece)");
+  } else {
+    return Status::error("tokenizer.ggml.model = '" + v.model + "' is not supported (supported: llama)");
+  }
+  BITSPLIT_ASSIGN_OR_RETURN(v.tokens, m.get_string_array("tokenizer.ggml.tokens"));
+  const size_t n = v.tokens.size();
+  if (n == 0) return Status::error("tokenizer.ggml.tokens is empty");
+  if (n > size_t(INT32_MAX)) return Status::error("tokenizer.ggml.tokens has too many entries");
+  if (m.contains("tokenizer.ggml.scores")) {
+    BITSPLIT_ASSIGN_OR_RETURN(v.scores, m.get_float_array("tokenizer.ggml.scores"));
+    if (v.scores.size() != n) {
+      return Status::error("tokenizer.ggml.scores has " + std::to_string(v.scores.size()) + " entries for " +
+                           std::to_string(n) + " tokens");
+    }
+  } else {
+    v.scores.assign(n, 0.0f);
+  }
+  v.types.assign(n, TokenType::kNormal);
+  if (m.contains("tokenizer.ggml.token_type")) {
+    BITSPLIT_ASSIGN_OR_RETURN(auto types, m.get_int_array("tokenizer.ggml.token_type"));
+    if (types.size() != n) {
+      return Status::error("tokenizer.ggml.token_type has " + std::to_string(types.size()) + " entries for " +
+                           std::to_string(n) + " tokens");
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if (types[i] < 0 || types[i] > 6) {
+        return Status::error("tokenizer.ggml.token_type[" + std::to_string(i) + "] = " + std::to_string(types[i]) +
+                             " is not a known token type");
+      }
+      v.types[i] = TokenType(types[i]);
+    }
+  }
+  v.token_to_id.reserve(n);
+  for (size_t i = 0; i < n; ++i) v.token_to_id.emplace(v.tokens[i], int32_t(i));  // first wins on duplicates
+
+  auto id_key = [&](const char* key, int32_t fallback, int32_t* out) -> Status {
+    BITSPLIT_ASSIGN_OR_RETURN(int64_t id, m.get_int_or(key, fallback));
+    if (id == int64_t{UINT32_MAX}) id = -1;  // converters write "no such token" as uint32 -1
+    if (id != -1 && (id < 0 || id >= int64_t(n))) {
+      return Status::error(std::string(key) + " = " + std::to_string(id) + " is outside the vocabulary of " +
+                           std::to_string(n) + " tokens");
+    }
+    *out = int32_t(id);
+    return Status::ok();
+  };
+  BITSPLIT_RETURN_IF_ERROR(id_key("tokenizer.ggml.bos_token_id", 1, &v.bos));
+  BITSPLIT_RETURN_IF_ERROR(id_key("tokenizer.ggml.eos_token_id", 2, &v.eos));
+  BITSPLIT_RETURN_IF_ERROR(id_key("tokenizer.ggml.unknown_token_id", 0, &v.unk));
+  BITSPLIT_RETURN_IF_ERROR(id_key("tokenizer.ggml.padding_token_id", -1, &v.pad));
+  BITSPLIT_ASSIGN_OR_RETURN(v.add_bos, m.get_bool_or("tokenizer.ggml.add_bos_token", true));
+  BITSPLIT_ASSIGN_OR_RETURN(v.add_eos, m.get_bool_or("tokenizer.ggml.add_eos_token", false));
+  BITSPLIT_ASSIGN_OR_RETURN(v.add_space_prefix, m.get_bool_or("tokenizer.ggml.add_space_prefix", true));
+  return v;
+}
+
+struct Fragment {
+  bool is_token;
+  int32_t token;
+  std::string_view text;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Tokenizer>> Tokenizer::from_metadata(const gguf::Metadata& metadata) {
+  auto vocab = read_vocabulary(metadata);
+  if (!vocab) return vocab.status().with_context("tokenizer");
+  return std::unique_ptr<Tokenizer>(std::make_unique<SpmTokenizer>(std::move(*vocab)));
+}
+
+Tokenizer::Tokenizer(Vocabulary vocab) : vocab_(std::move(vocab)) {
+  for (int32_t id = 0; id < vocab_.size(); ++id) {
+    const TokenType t = vocab_.types[size_t(id)];
+    if ((t == TokenType::kControl || t == TokenType::kUnknown || t == TokenType::kUserDefined) &&
+        !vocab_.tokens[size_t(id)].empty()) {
+      special_tokens_.push_back(id);
+    }
+  }
+  std::stable_sort(special_tokens_.begin(), special_tokens_.end(), [&](int32_t a, int32_t b) {
+    return vocab_.tokens[size_t(a)].size() > vocab_.tokens[size_t(b)].size();
+  });
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, EncodeOptions options) const {
+  // Split the text around special tokens, longest first. Control and unknown tokens are only
+  // recognised with parse_special; user-defined tokens always are (as in llama.cpp).
+  std::vector<Fragment> fragments{{false, -1, text}};
+  for (int32_t id : special_tokens_) {
+    const TokenType type = vocab_.types[size_t(id)];
+    if (!options.parse_special && type != TokenType::kUserDefined) continue;
+    const std::string& special = vocab_.tokens[size_t(id)];
+    std::vector<Fragment> next;
+    next.reserve(fragments.size());
+    for (const Fragment& f : fragments) {
+      if (f.is_token) {
+        next.push_back(f);
+        continue;
+      }
+      std::string_view rest = f.text;
+      for (size_t at; (at = rest.find(special)) != std::string_view::npos;) {
+        if (at > 0) next.push_back({false, -1, rest.substr(0, at)});
+        next.push_back({true, id, {}});
+        rest.remove_prefix(at + special.size());
+      }
+      if (!rest.empty()) next.push_back({false, -1, rest});
+    }
+    fragments = std::move(next);
+  }
+
+  std::vector<int32_t> out;
+  if (options.add_special && vocab_.add_bos && vocab_.bos >= 0) out.push_back(vocab_.bos);
+  bool after_special = true;
+  for (const Fragment& f : fragments) {
+    if (f.is_token) {
+      out.push_back(f.token);
+      after_special = true;
+    } else {
+      encode_fragment(f.text, after_special, out);
+      after_special = false;
+    }
+  }
+  if (options.add_special && vocab_.add_eos && vocab_.eos >= 0) out.push_back(vocab_.eos);
+  return out;
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids, bool render_special) const {
+  std::string text;
+  bool first_text = true;
+  for (int32_t id : ids) {
+    std::string piece = token_to_piece(id, render_special);
+    if (first_text && !piece.empty()) {
+      if (vocab_.add_space_prefix && piece[0] == ' ') piece.erase(0, 1);
+      first_text = false;
+    }
+    text += piece;
+  }
+  return text;
+}
+
+std::string Tokenizer::describe() const {
+  auto name = [&](int32_t id) { return id < 0 ? std::string("none") : std::to_string(id) + " '" + vocab_.tokens[size_t(id)] + "'"; };
+  return vocab_.model + " (SentencePiece), " + std::to_string(vocab_.size()) + " tokens, bos " + name(vocab_.bos) +
+         ", eos " + name(vocab_.eos) + ", unk " + name(vocab_.unk) + (vocab_.add_bos ? ", adds BOS" : "") +
+         (vocab_.add_eos ? ", adds EOS" : "");
+}
+
+std::string Utf8StreamDecoder::push(std::string_view bytes) {
+  pending_.append(bytes);
+  // Find where the last (possibly incomplete) character starts.
+  size_t keep = 0;
+  const size_t n = pending_.size();
+  for (size_t back = 1; back <= std::min<size_t>(4, n); ++back) {
+    const auto c = static_cast<unsigned char>(pending_[n - back]);
+    if ((c & 0xc0) == 0x80) continue;  // continuation byte: keep looking for the lead
+    size_t need = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
+    if (c >= 0xf8) need = 1;  // not a lead byte: pass through
+    if (need > back) keep = back;
+    break;
+  }
+  std::string out = pending_.substr(0, n - keep);
+  pending_.erase(0, n - keep);
+  return out;
+}
+
+std::string Utf8StreamDecoder::flush() {
+  std::string out;
+  out.swap(pending_);
+  return out;
+}
+
+}  // namespace bitsplit

@@ -1,0 +1,39 @@
+// WeightSource implementations: GGUF files (memory-mapped).
+#include <filesystem>
+
+#include "bitsplit/weights.h"
+
+namespace bitsplit {
+namespace {
+
+class GgufWeights final : public WeightSource {
+ public:
+  explicit GgufWeights(gguf::File file) : file_(std::move(file)) {}
+  const std::string& path() const override { return file_.name(); }
+  const gguf::Metadata& metadata() const override { return file_.metadata(); }
+  const std::vector<gguf::TensorInfo>& tensors() const override { return file_.tensors(); }
+  const gguf::TensorInfo* find_tensor(std::string_view name) const override { return file_.find_tensor(name); }
+  Result<std::vector<float>> load_f32(const gguf::TensorInfo& t) const override { return file_.read_f32(t); }
+  std::string describe() const override {
+    return "GGUF v" + std::to_string(file_.version()) + ", " + std::to_string(file_.tensors().size()) +
+           " tensors, " + std::to_string(file_.metadata().entries().size()) + " metadata keys, alignment " +
+           std::to_string(file_.alignment());
+  }
+
+ private:
+  gguf::File file_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<WeightSource>> open_weights(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return Status::error(path + ": is a directory; safetensors folders are not supported yet, "
+                         "pass a .gguf file");
+  }
+  BITSPLIT_ASSIGN_OR_RETURN(gguf::File file, gguf::File::open(path));
+  return std::unique_ptr<WeightSource>(std::make_unique<GgufWeights>(std::move(file)));
+}
+
+}  // namespace bitsplit

@@ -1,0 +1,50 @@
+// Internal CUDA helpers: error-to-Status conversion and an RAII device buffer.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "bitsplit/status.h"
+
+namespace bitsplit::gpu {
+
+inline Status cuda_status(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return Status::ok();
+  return Status::error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  ~DeviceBuffer() { reset(); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  Status allocate(size_t count) {
+    reset();
+    if (count == 0) return Status::ok();
+    cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&ptr_), count * sizeof(T));
+    if (e != cudaSuccess) {
+      ptr_ = nullptr;
+      return Status::error("cannot allocate " + std::to_string(count * sizeof(T)) + " bytes of GPU memory: " +
+                           cudaGetErrorString(e));
+    }
+    count_ = count;
+    return Status::ok();
+  }
+  void reset() {
+    if (ptr_) cudaFree(ptr_);
+    ptr_ = nullptr;
+    count_ = 0;
+  }
+  T* get() const { return ptr_; }
+  size_t size() const { return count_; }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t count_ = 0;
+};
+
+}  // namespace bitsplit::gpu

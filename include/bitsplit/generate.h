@@ -1,0 +1,41 @@
+// Autoregressive generation with the reference model: prompt prefill, then one token at a
+// time through the sampler, reporting each token as it is produced.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "bitsplit/model.h"
+#include "bitsplit/sampling.h"
+
+namespace bitsplit {
+
+struct GenerateOptions {
+  int32_t n_predict = 64;
+  int32_t eos_token = -1;       // generation stops after this token (-1: never)
+  int32_t prefill_chunk = 256;  // prompt tokens per forward pass
+};
+
+struct GenerationStats {
+  int64_t prompt_tokens = 0;
+  double prompt_seconds = 0.0;
+  int64_t generated_tokens = 0;
+  double generate_seconds = 0.0;
+  bool stopped_at_eos = false;
+  double prompt_tokens_per_second() const { return prompt_seconds > 0 ? prompt_tokens / prompt_seconds : 0.0; }
+  double generate_tokens_per_second() const { return generate_seconds > 0 ? generated_tokens / generate_seconds : 0.0; }
+};
+
+// Called with each generated token; return false to stop.
+using TokenCallback = std::function<bool(int32_t token)>;
+
+// Generates up to n_predict tokens after `prompt` (which must be non-empty). Errors if the
+// prompt plus n_predict exceed the model's context length. If `prompt_logits` is given, it
+// receives the logits at the last prompt position.
+Result<GenerationStats> generate(const Model& model, std::span<const int32_t> prompt, const GenerateOptions& options,
+                                 Sampler& sampler, const TokenCallback& on_token,
+                                 std::vector<float>* prompt_logits = nullptr);
+
+}  // namespace bitsplit

@@ -1,0 +1,113 @@
+// Llama-family model: configuration from GGUF metadata, f32 weights, KV cache with explicit
+// slots, token batches with arbitrary attention masks, and the f32 reference forward pass
+// that every faster path is tested against.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "bitsplit/cpu.h"
+#include "bitsplit/status.h"
+#include "bitsplit/weights.h"
+
+namespace bitsplit {
+
+enum class Architecture { kLlama, kQwen2, kQwen3 };
+inline constexpr const char* kSupportedArchitectures = "llama, qwen2, qwen3";
+
+struct ModelConfig {
+  Architecture arch = Architecture::kLlama;
+  std::string arch_name;
+  int64_t n_layers = 0;
+  int64_t n_embd = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t n_ff = 0;
+  int64_t n_vocab = 0;
+  int64_t n_ctx_train = 0;
+  int64_t n_rot = 0;  // RoPE dimensions per head (== head_dim for every supported model)
+  float rope_base = 10000.0f;
+  float rope_freq_scale = 1.0f;  // linear RoPE scaling: positions are multiplied by this
+  cpu::RopeOrder rope_order = cpu::RopeOrder::kNormal;
+  float rms_eps = 1e-5f;
+  bool tied_output = false;   // no output.weight: logits use token_embd.weight
+  bool has_qkv_bias = false;  // qwen2
+  bool has_qk_norm = false;   // qwen3
+
+  int64_t q_dim() const { return n_heads * head_dim; }
+  int64_t kv_dim() const { return n_kv_heads * head_dim; }
+};
+
+// Reads and validates the configuration; errors name the key and the supported values.
+Result<ModelConfig> read_model_config(const WeightSource& source);
+
+struct LayerWeights {
+  std::vector<float> attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm;
+  std::vector<float> ffn_norm, w_gate, w_up, w_down;
+};
+
+// A model with every weight held in f32 (dequantised on load).
+class Model {
+ public:
+  static Result<Model> load(const WeightSource& source);
+  const ModelConfig& config() const { return config_; }
+  const std::vector<float>& token_embd() const { return token_embd_; }
+  const std::vector<float>& output_norm() const { return output_norm_; }
+  // The output head (token_embd when tied), [n_vocab x n_embd].
+  const std::vector<float>& output() const { return config_.tied_output ? token_embd_ : output_; }
+  const std::vector<float>& rope_freq_factors() const { return rope_freqs_; }
+  const LayerWeights& layer(int64_t i) const { return layers_[size_t(i)]; }
+
+ private:
+  ModelConfig config_;
+  std::vector<float> token_embd_, output_norm_, output_, rope_freqs_;
+  std::vector<LayerWeights> layers_;
+};
+
+// K and V of every layer for n_slots cache slots. Keys are stored after RoPE.
+class KvCache {
+ public:
+  KvCache(const ModelConfig& config, int64_t n_slots);
+  KvCache(KvCache&&) = default;
+  KvCache& operator=(KvCache&&) = default;
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+  KvCache copy() const;
+
+  int64_t n_slots() const { return n_slots_; }
+  int64_t kv_dim() const { return kv_dim_; }
+  float* k(int64_t layer, int64_t slot) { return &k_[size_t((layer * n_slots_ + slot) * kv_dim_)]; }
+  float* v(int64_t layer, int64_t slot) { return &v_[size_t((layer * n_slots_ + slot) * kv_dim_)]; }
+  const float* k(int64_t layer, int64_t slot) const { return &k_[size_t((layer * n_slots_ + slot) * kv_dim_)]; }
+  const float* v(int64_t layer, int64_t slot) const { return &v_[size_t((layer * n_slots_ + slot) * kv_dim_)]; }
+
+ private:
+  KvCache() = default;
+  int64_t n_layers_ = 0, n_slots_ = 0, kv_dim_ = 0;
+  std::vector<float> k_, v_;
+};
+
+// Tokens evaluated together. Token i is written to cache slot slots[i] at RoPE position
+// positions[i] and attends to cache slots j < kv_len where mask[i * kv_len + j] != 0 (its own
+// slot included). All K/V of the batch are written before any attention reads the cache.
+struct Batch {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> positions;
+  std::vector<int32_t> slots;
+  int64_t kv_len = 0;
+  std::vector<uint8_t> mask;
+  std::vector<uint8_t> want_logits;  // per token; logits are returned for these rows, in order
+
+  // Plain causal batch: token i at position and slot start + i, seeing slots [0, start + i].
+  static Batch causal(std::span<const int32_t> tokens, int32_t start, bool all_logits = false);
+  int64_t size() const { return int64_t(tokens.size()); }
+  Status validate(const ModelConfig& config, const KvCache& cache) const;
+};
+
+// Runs the batch through the f32 reference model; returns [n_wanted x n_vocab] logits.
+Result<std::vector<float>> forward_reference(const Model& model, KvCache& cache, const Batch& batch);
+
+}  // namespace bitsplit

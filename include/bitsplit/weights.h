@@ -1,0 +1,32 @@
+// Where weights come from: a model file behind one interface, so that a safetensors folder
+// (config.json + *.safetensors + tokenizer.json) can be added without changing callers.
+// Metadata and tensor names always follow the GGUF/llama.cpp conventions; other formats
+// translate into them.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bitsplit/gguf.h"
+#include "bitsplit/status.h"
+
+namespace bitsplit {
+
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  virtual const std::string& path() const = 0;
+  virtual const gguf::Metadata& metadata() const = 0;
+  virtual const std::vector<gguf::TensorInfo>& tensors() const = 0;
+  virtual const gguf::TensorInfo* find_tensor(std::string_view name) const = 0;
+  // The tensor converted to f32 (row-major, dims[0] fastest), or an error naming it.
+  virtual Result<std::vector<float>> load_f32(const gguf::TensorInfo& tensor) const = 0;
+  // A short description of the container ("GGUF v3, 48 tensors").
+  virtual std::string describe() const = 0;
+};
+
+// Opens a model: today a GGUF file; errors name the path and what is wrong.
+Result<std::unique_ptr<WeightSource>> open_weights(const std::string& path);
+
+}  // namespace bitsplit

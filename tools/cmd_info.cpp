@@ -1,0 +1,103 @@
+// `bitsplit info`: what a model file holds: container, architecture, shapes, tensors, tokenizer.
+#include <cstdio>
+#include <map>
+#include <memory>
+
+#include "bitsplit/gpu.h"
+#include "bitsplit/model.h"
+#include "bitsplit/tokenizer.h"
+#include "commands.h"
+
+namespace bitsplit::cli {
+namespace {
+
+struct InfoOptions {
+  std::string model;
+  bool tensors = false;
+};
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024.0 && u < 4) {
+    b /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
+  return buf;
+}
+
+int info(const InfoOptions& o) {
+  auto source = open_weights(o.model);
+  if (!source) return report_error(source.status().message());
+  const WeightSource& w = **source;
+  std::printf("file:          %s\n", w.path().c_str());
+  std::printf("container:     %s\n", w.describe().c_str());
+  if (auto name = w.metadata().get_string("general.name")) std::printf("name:          %s\n", name->c_str());
+
+  auto config = read_model_config(w);
+  if (config) {
+    const ModelConfig& c = *config;
+    std::printf("architecture:  %s\n", c.arch_name.c_str());
+    std::printf("layers:        %lld\n", (long long)c.n_layers);
+    std::printf("embedding:     %lld\n", (long long)c.n_embd);
+    std::printf("heads:         %lld query, %lld key/value (head size %lld)\n", (long long)c.n_heads,
+                (long long)c.n_kv_heads, (long long)c.head_dim);
+    std::printf("ffn:           %lld (SwiGLU)\n", (long long)c.n_ff);
+    std::printf("vocabulary:    %lld\n", (long long)c.n_vocab);
+    std::printf("context:       %lld\n", (long long)c.n_ctx_train);
+    std::printf("rope:          %s order, %lld dims, base %g, scale %g\n",
+                c.rope_order == cpu::RopeOrder::kNormal ? "normal" : "neox", (long long)c.n_rot, c.rope_base,
+                c.rope_freq_scale);
+    std::printf("rms epsilon:   %g\n", c.rms_eps);
+    std::printf("output head:   %s\n", c.tied_output ? "tied to token_embd" : "separate (output.weight)");
+  } else {
+    std::printf("architecture:  (cannot run: %s)\n", config.status().message().c_str());
+  }
+
+  std::map<std::string, std::pair<int64_t, uint64_t>> by_type;  // type -> (elements, bytes)
+  uint64_t total_bytes = 0;
+  int64_t total_elements = 0;
+  for (const auto& t : w.tensors()) {
+    auto& e = by_type[gguf::tensor_type_name(t.type)];
+    e.first += t.n_elements();
+    e.second += t.nbytes;
+    total_elements += t.n_elements();
+    total_bytes += t.nbytes;
+  }
+  std::printf("parameters:    %lld (%s)\n", (long long)total_elements, human_bytes(double(total_bytes)).c_str());
+  for (const auto& [type, e] : by_type) {
+    std::printf("  %-8s     %lld weights, %s\n", type.c_str(), (long long)e.first, human_bytes(double(e.second)).c_str());
+  }
+  if (o.tensors) {
+    std::printf("tensors:\n");
+    for (const auto& t : w.tensors()) {
+      std::printf("  %-32s %-6s %-20s %s\n", t.name.c_str(), gguf::tensor_type_name(t.type).c_str(),
+                  t.shape_string().c_str(), human_bytes(double(t.nbytes)).c_str());
+    }
+  }
+  auto tokenizer = Tokenizer::from_metadata(w.metadata());
+  std::printf("tokenizer:     %s\n",
+              tokenizer ? (*tokenizer)->describe().c_str() : ("(" + tokenizer.status().message() + ")").c_str());
+  const int gpus = gpu::device_count();
+  std::string cuda = "not compiled in";
+  if (gpu::compiled_with_cuda()) {
+    auto device = gpus > 0 ? gpu::describe_device(0) : Result<std::string>(Status::error("no device"));
+    cuda = device ? "compiled in, device 0: " + *device : "compiled in, no device found";
+  }
+  std::printf("cuda:          %s\n", cuda.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void add_info_command(CLI::App& app, int* exit_code) {
+  auto o = std::make_shared<InfoOptions>();
+  CLI::App* cmd = app.add_subcommand("info", "Describe a model file: architecture, shapes, tensor types, tokenizer");
+  cmd->add_option("model", o->model, "Model file (.gguf)")->required()->check(CLI::ExistingPath);
+  cmd->add_flag("--tensors", o->tensors, "List every tensor with its type, shape and size");
+  cmd->callback([o, exit_code] { *exit_code = info(*o); });
+}
+
+}  // namespace bitsplit::cli

@@ -1,0 +1,114 @@
+// `bitsplit run`: load a model, tokenize the prompt, stream generated text, report speed.
+#include <tbb/global_control.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <random>
+#include <sstream>
+
+#include "bitsplit/generate.h"
+#include "bitsplit/tokenizer.h"
+#include "commands.h"
+
+namespace bitsplit::cli {
+namespace {
+
+struct RunOptions {
+  std::string model;
+  std::string prompt;
+  std::string prompt_file;
+  int32_t n_predict = 128;
+  SamplingParams sampling;
+  std::optional<uint64_t> seed;
+  int threads = 0;
+  bool parse_special = false;
+  bool no_bos = false;
+  bool ignore_eos = false;
+};
+
+int run(const RunOptions& o) {
+  if (!o.prompt_file.empty()) {
+    // handled below; both given is rejected by CLI11 (excludes)
+  }
+  std::string prompt = o.prompt;
+  if (!o.prompt_file.empty()) {
+    std::ifstream in(o.prompt_file, std::ios::binary);
+    if (!in) return report_error("cannot read prompt file " + o.prompt_file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    prompt = ss.str();
+  }
+  SamplingParams sampling = o.sampling;
+  sampling.seed = o.seed ? *o.seed : std::random_device{}();
+  if (Status s = sampling.validate(); !s) return report_error(s.message());
+  std::optional<tbb::global_control> threads;
+  if (o.threads > 0) threads.emplace(tbb::global_control::max_allowed_parallelism, size_t(o.threads));
+
+  auto source = open_weights(o.model);
+  if (!source) return report_error(source.status().message());
+  auto tokenizer = Tokenizer::from_metadata((*source)->metadata());
+  if (!tokenizer) return report_error(o.model + ": " + tokenizer.status().message());
+  auto model = Model::load(**source);
+  if (!model) return report_error(model.status().message());
+
+  EncodeOptions enc;
+  enc.add_special = !o.no_bos;
+  enc.parse_special = o.parse_special;
+  const std::vector<int32_t> prompt_ids = (*tokenizer)->encode(prompt, enc);
+  if (prompt_ids.empty()) return report_error("the prompt is empty and the model adds no BOS token; pass -p TEXT");
+
+  GenerateOptions gen;
+  gen.n_predict = o.n_predict;
+  gen.eos_token = o.ignore_eos ? -1 : (*tokenizer)->vocab().eos;
+  Sampler sampler(sampling);
+  Utf8StreamDecoder stream;
+  std::fputs(prompt.c_str(), stdout);
+  std::fflush(stdout);
+  auto on_token = [&](int32_t token) {
+    if (token == gen.eos_token) return true;
+    const std::string text = stream.push((*tokenizer)->token_to_piece(token));
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  };
+  auto stats = generate(*model, prompt_ids, gen, sampler, on_token);
+  const std::string tail = stream.flush();
+  std::fwrite(tail.data(), 1, tail.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  if (!stats) return report_error(stats.status().message());
+  std::fprintf(stderr, "\nprompt: %lld tokens in %.3f s (%.1f tokens/s)\n", (long long)stats->prompt_tokens,
+               stats->prompt_seconds, stats->prompt_tokens_per_second());
+  std::fprintf(stderr, "generation: %lld tokens in %.3f s (%.1f tokens/s)%s\n", (long long)stats->generated_tokens,
+               stats->generate_seconds, stats->generate_tokens_per_second(),
+               stats->stopped_at_eos ? ", stopped at end-of-sequence" : "");
+  if (!sampling.greedy()) std::fprintf(stderr, "seed: %llu\n", (unsigned long long)sampling.seed);
+  return 0;
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app, int* exit_code) {
+  auto o = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt (streams to stdout, speed to stderr)");
+  cmd->add_option("-m,--model", o->model, "Model file (.gguf)")->required()->check(CLI::ExistingPath);
+  auto* prompt = cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
+  cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file")->check(CLI::ExistingFile)->excludes(prompt);
+  cmd->add_option("-n,--n-predict", o->n_predict, "Number of tokens to generate")->capture_default_str()->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--temp", o->sampling.temperature, "Sampling temperature; 0 = greedy")->capture_default_str()->check(CLI::Range(0.0f, 100.0f));
+  cmd->add_option("--top-k", o->sampling.top_k, "Keep the k most likely tokens; 0 = off")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-p", o->sampling.top_p, "Nucleus sampling threshold; 1 = off")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
+  cmd->add_option("--min-p", o->sampling.min_p, "Drop tokens below min-p x the top probability; 0 = off")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
+  cmd->add_option("--repeat-penalty", o->sampling.repeat_penalty, "Penalty for recently seen tokens; 1 = off")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--repeat-last-n", o->sampling.repeat_last_n, "How many recent tokens the penalty looks at")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("-s,--seed", o->seed, "Random seed (default: random, printed at the end)");
+  cmd->add_option("-t,--threads", o->threads, "Worker threads (default: all cores)")->check(CLI::Range(1, 4096));
+  cmd->add_flag("--parse-special", o->parse_special, "Turn special-token text such as <s> in the prompt into those tokens");
+  cmd->add_flag("--no-bos", o->no_bos, "Do not add the beginning-of-sequence token");
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating after the end-of-sequence token");
+  cmd->callback([o, exit_code] { *exit_code = run(*o); });
+}
+
+}  // namespace bitsplit::cli

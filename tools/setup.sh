@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs every system package bitsplit needs to build, test and (optionally) make fixtures.
+# Idempotent: safe to run again; installs by package name only, downloads nothing else.
+set -euo pipefail
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+BUILD_PKGS=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libtbb-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers libhwloc-dev
+  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libpcre2-dev
+)
+# Only for tools/fixtures (training the test models) and reference checks; not for the C++ build.
+FIXTURE_PKGS=(
+  python3 python3-numpy python3-torch python3-sentencepiece python3-pip
+  bible-kjv bible-kjv-text dict-devil
+)
+
+want=("${BUILD_PKGS[@]}")
+if [ "${1:-}" = "--fixtures" ]; then want+=("${FIXTURE_PKGS[@]}"); fi
+
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if [ "${1:-}" = "--fixtures" ]; then
+  # The gguf writer is only on PyPI; /usr/bin/python3 is the interpreter that sees python3-torch.
+  /usr/bin/python3 -c "import gguf" 2>/dev/null || \
+    /usr/bin/python3 -m pip install --quiet --break-system-packages "gguf>=0.10"
+fi
+echo "setup: all packages present" >&2
