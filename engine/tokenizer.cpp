@@ -100,7 +100,9 @@ Tokenizer::Tokenizer(Vocabulary vocab) : vocab_(std::move(vocab)) {
 std::vector<int32_t> Tokenizer::encode(std::string_view text, EncodeOptions options) const {
   // Split the text around special tokens, longest first. Control and unknown tokens are only
   // recognised with parse_special; user-defined tokens always are (as in llama.cpp).
-  std::vector<Fragment> fragments{{false, -1, text}};
+  // Empty text has no fragment at all (so SentencePiece adds no leading space to it).
+  std::vector<Fragment> fragments;
+  if (!text.empty()) fragments.push_back({false, -1, text});
   for (int32_t id : special_tokens_) {
     const TokenType type = vocab_.types[size_t(id)];
     if (!options.parse_special && type != TokenType::kUserDefined) continue;
