@@ -63,7 +63,9 @@ TEST_P(VocabConformance, EncodesEveryCaseLikeLlamaCpp) {
     EXPECT_EQ(ids, c.ids) << "input: '" << c.text << "'";
     failures += ids != c.ids;
     // Decoding gives the text back (SentencePiece loses nothing here but the added space).
-    if (ids == c.ids) EXPECT_EQ((*tok)->decode(ids), c.text) << "input: '" << c.text << "'";
+    if (ids == c.ids) {
+      EXPECT_EQ((*tok)->decode(ids), c.text) << "input: '" << c.text << "'";
+    }
   }
   RecordProperty("failures", failures);
 }

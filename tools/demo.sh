@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds bitsplit and runs it on the bundled default model: prints
+# the generated text (stdout) and the prompt and generation speed (stderr).
+# Extra arguments are passed to `bitsplit run` (e.g. -n 200 --temp 0.7).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/setup.sh
+cmake -S . -B build -G Ninja >/dev/null
+cmake --build build -j "$(nproc)" --target bitsplit
+
+model=""
+for candidate in tests/models/bible-base.gguf ../shared/models/stories260K.gguf; do
+  if [ -f "$candidate" ]; then model=$candidate; break; fi
+done
+if [ -z "$model" ]; then
+  echo "demo: no bundled model found (tests/models/bible-base.gguf or ../shared/models/stories260K.gguf)" >&2
+  exit 1
+fi
+case "$model" in
+  *stories260K*) prompt="Once upon a time" ;;
+  *) prompt="In the beginning" ;;
+esac
+echo "demo: ./build/bitsplit run -m $model -p \"$prompt\" -n 128 --temp 0 $*" >&2
+exec ./build/bitsplit run -m "$model" -p "$prompt" -n 128 --temp 0 "$@"

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds bitsplit (CUDA kernels compiled when nvcc exists) and runs the
+# whole test suite; then rebuilds the input-parsing tests under AddressSanitizer + UBSan and
+# runs them again. This is the README's test command and what CI runs (.ci/run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/setup.sh
+jobs=$(nproc)
+
+echo "== release build =="
+cmake -S . -B build -G Ninja
+cmake --build build -j "$jobs"
+(cd build && ctest --output-on-failure -j "$jobs")
+
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer build (GGUF, tokenizer, model tests) =="
+cmake -S . -B build-asan -G Ninja -DBITSPLIT_SANITIZE=ON -DBITSPLIT_CUDA=OFF -DBITSPLIT_BUILD_BENCH=OFF \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build build-asan -j "$jobs" --target gguf_tests tokenizer_tests model_tests
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --output-on-failure -j "$jobs" -L sanitize)
