@@ -106,7 +106,8 @@ void linear(const Activations& x, const std::vector<float>& w, const std::vector
 
 }  // namespace
 
-Result<std::vector<float>> forward_reference(const Model& model, KvCache& cache, const Batch& batch) {
+Result<std::vector<float>> forward_reference(const Model& model, KvCache& cache, const Batch& batch,
+                                             const ActivationObserver* observer) {
   const ModelConfig& c = model.config();
   BITSPLIT_RETURN_IF_ERROR(batch.validate(c, cache));
   const int64_t n = batch.size();
@@ -117,9 +118,15 @@ Result<std::vector<float>> forward_reference(const Model& model, KvCache& cache,
     std::copy(e, e + c.n_embd, x.row(i));
   }
   const std::vector<float> no_bias;
+  auto observe = [&](int64_t layer, const char* weight, const Activations& a) {
+    if (observer) (*observer)("blk." + std::to_string(layer) + "." + weight + ".weight", a.data.data(), a.rows, a.width);
+  };
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = model.layer(l);
     for (int64_t i = 0; i < n; ++i) cpu::rms_norm_f32(x.row(i), w.attn_norm.data(), c.n_embd, c.rms_eps, h.row(i));
+    observe(l, "attn_q", h);
+    observe(l, "attn_k", h);
+    observe(l, "attn_v", h);
     linear(h, w.wq, w.bq, q);
     linear(h, w.wk, w.bk, k);
     linear(h, w.wv, w.bv, v);
@@ -139,13 +146,17 @@ Result<std::vector<float>> forward_reference(const Model& model, KvCache& cache,
       std::copy(v.row(i), v.row(i) + c.kv_dim(), cache.v(l, batch.slots[size_t(i)]));
     }
     attention(c, cache, l, batch, q, attn);
+    observe(l, "attn_output", attn);
     linear(attn, w.wo, no_bias, proj);
     for (size_t e = 0; e < x.data.size(); ++e) x.data[e] += proj.data[e];
 
     for (int64_t i = 0; i < n; ++i) cpu::rms_norm_f32(x.row(i), w.ffn_norm.data(), c.n_embd, c.rms_eps, h.row(i));
+    observe(l, "ffn_gate", h);
+    observe(l, "ffn_up", h);
     linear(h, w.w_gate, no_bias, gate);
     linear(h, w.w_up, no_bias, up);
     for (size_t e = 0; e < gate.data.size(); ++e) gate.data[e] = cpu::silu(gate.data[e]) * up.data[e];
+    observe(l, "ffn_down", gate);
     linear(gate, w.w_down, no_bias, proj);
     for (size_t e = 0; e < x.data.size(); ++e) x.data[e] += proj.data[e];
   }
@@ -157,6 +168,7 @@ Result<std::vector<float>> forward_reference(const Model& model, KvCache& cache,
     if (batch.want_logits[size_t(i)]) cpu::rms_norm_f32(x.row(i), model.output_norm().data(), c.n_embd, c.rms_eps, last.row(r++));
   }
   Activations logits(n_out, c.n_vocab);
+  if (observer && n_out > 0) (*observer)("output.weight", last.data.data(), last.rows, last.width);
   if (n_out > 0) linear(last, model.output(), no_bias, logits);
   return std::move(logits.data);
 }

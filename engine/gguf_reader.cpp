@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <openssl/evp.h>
+
 #include "bitsplit/gguf.h"
 #include "bitsplit/quant.h"
 
@@ -274,19 +276,67 @@ Result<std::vector<float>> File::read_f32(const TensorInfo& t) const {
         out[i] = t.type == TensorType::F16 ? quant::fp16_to_fp32(h) : quant::bf16_to_fp32(h);
       }
       break;
-    case TensorType::Q8_0: {
-      // Mapped data need not be 2-byte aligned, so blocks are copied out before decoding.
-      const size_t n_blocks = n / quant::BlockQ8_0::kWeights;
-      std::vector<quant::BlockQ8_0> blocks(n_blocks);
-      std::memcpy(blocks.data(), src.data(), n_blocks * sizeof(quant::BlockQ8_0));
-      quant::dequantize_q8_0_ref(blocks, out);
+    case TensorType::I8:  // bit-split code planes
+      for (size_t i = 0; i < n; ++i) out[i] = float(int8_t(src[i]));
+      break;
+    case TensorType::Q4_0:
+    case TensorType::Q4_1:
+    case TensorType::Q5_0:
+    case TensorType::Q5_1:
+    case TensorType::Q8_0:
+    case TensorType::Q2_K:
+    case TensorType::Q3_K:
+    case TensorType::Q4_K:
+    case TensorType::Q5_K:
+    case TensorType::Q6_K: {
+      // Block formats: decoded from the mapped bytes, which need not be aligned.
+      const Status s = quant::dequantize_ggml_row(uint32_t(t.type), src, out);
+      if (!s.is_ok()) return s.with_context(name_ + ": tensor '" + t.name + "'");
       break;
     }
     default:
       return Status::error(name_ + ": tensor '" + t.name + "' has type " + tensor_type_name(t.type) +
-                           ", which cannot be loaded (supported: F32, F16, BF16, Q8_0)");
+                           ", which cannot be loaded (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, "
+                           "Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, I8)");
   }
   return out;
+}
+
+}  // namespace bitsplit::gguf
+
+namespace bitsplit::gguf {
+
+bool File::can_read_f32(TensorType type) {
+  return type == TensorType::F32 || type == TensorType::F16 || type == TensorType::BF16 || type == TensorType::I8 ||
+         quant::ggml_dequantize_supported(uint32_t(type));
+}
+
+void File::release(const TensorInfo& t) const { storage_->release(data_offset_ + t.offset, t.nbytes); }
+
+Result<std::string> File::content_sha256() const {
+  const auto bytes = storage_->bytes();
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
+    return Status::error(name_ + ": cannot initialise SHA-256");
+  }
+  // In chunks, releasing each afterwards, so hashing a large model does not pin it in memory.
+  constexpr size_t kChunk = size_t(64) << 20;
+  for (size_t at = 0; at < bytes.size(); at += kChunk) {
+    const size_t n = std::min(kChunk, bytes.size() - at);
+    EVP_DigestUpdate(ctx.get(), bytes.data() + at, n);
+    storage_->release(at, n);
+  }
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_DigestFinal_ex(ctx.get(), digest, &length);
+  static const char* kHex = "0123456789abcdef";
+  std::string hex;
+  for (unsigned i = 0; i < length; ++i) {
+    const unsigned char c = digest[i];
+    hex += kHex[c >> 4];
+    hex += kHex[c & 15];
+  }
+  return hex;
 }
 
 }  // namespace bitsplit::gguf

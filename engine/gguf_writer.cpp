@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
 
 #include "bitsplit/gguf.h"
@@ -58,26 +59,49 @@ void put_value(ByteSink& sink, const Value& v) {
 
 Status Writer::add_tensor(std::string name, TensorType type, std::vector<int64_t> dims,
                           std::vector<uint8_t> bytes) {
+  BITSPLIT_RETURN_IF_ERROR(add_tensor_info(name, type, dims));
+  if (tensors_.back().info.nbytes != bytes.size()) {
+    const uint64_t expected = tensors_.back().info.nbytes;
+    tensors_.pop_back();
+    return Status::error("tensor '" + name + "': " + std::to_string(bytes.size()) + " bytes given, " +
+                         std::to_string(expected) + " expected for its type and shape");
+  }
+  tensors_.back().bytes = std::move(bytes);
+  return Status::ok();
+}
+
+Status Writer::add_tensor_info(std::string name, TensorType type, std::vector<int64_t> dims) {
   for (const auto& p : tensors_) {
     if (p.info.name == name) return Status::error("tensor '" + name + "' added twice");
   }
   auto nbytes = tensor_nbytes(uint32_t(type), dims);
   if (!nbytes) return nbytes.status().with_context("tensor '" + name + "'");
-  if (*nbytes != bytes.size()) {
-    return Status::error("tensor '" + name + "': " + std::to_string(bytes.size()) + " bytes given, " +
-                         std::to_string(*nbytes) + " expected for its type and shape");
-  }
   Pending p;
   p.info.name = std::move(name);
   p.info.type = type;
   p.info.dims = std::move(dims);
   p.info.nbytes = *nbytes;
-  p.bytes = std::move(bytes);
   tensors_.push_back(std::move(p));
   return Status::ok();
 }
 
+const std::vector<TensorInfo> Writer::tensor_infos() const {
+  std::vector<TensorInfo> out;
+  for (const auto& p : tensors_) out.push_back(p.info);
+  return out;
+}
+
 std::vector<uint8_t> Writer::to_bytes() const {
+  std::vector<uint8_t> out = header_bytes();
+  ByteSink sink(out);
+  for (const auto& p : tensors_) {
+    out.insert(out.end(), p.bytes.begin(), p.bytes.end());
+    sink.pad_to(alignment_);
+  }
+  return out;
+}
+
+std::vector<uint8_t> Writer::header_bytes() const {
   std::vector<uint8_t> out;
   ByteSink sink(out);
   Metadata meta = metadata_;
@@ -98,37 +122,96 @@ std::vector<uint8_t> Writer::to_bytes() const {
     for (int64_t d : p.info.dims) sink.put<uint64_t>(uint64_t(d));
     sink.put<uint32_t>(uint32_t(p.info.type));
     sink.put<uint64_t>(offset);
-    offset += p.bytes.size();
+    offset += p.info.nbytes;
     offset += (alignment_ - offset % alignment_) % alignment_;
   }
   sink.pad_to(alignment_);
-  for (const auto& p : tensors_) {
-    out.insert(out.end(), p.bytes.begin(), p.bytes.end());
-    sink.pad_to(alignment_);
-  }
   return out;
 }
 
 Status Writer::write_file(const std::string& path) const {
-  const std::vector<uint8_t> bytes = to_bytes();
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) return Status::error(path + ": cannot create " + tmp + ": " + std::strerror(errno));
-  const size_t written = std::fwrite(bytes.data(), 1, bytes.size(), f);
-  const int write_errno = errno;
-  const bool closed = std::fclose(f) == 0;
-  if (written != bytes.size() || !closed) {
-    std::remove(tmp.c_str());
-    return Status::error(path + ": writing failed after " + std::to_string(written) + " of " +
-                         std::to_string(bytes.size()) + " bytes: " + std::strerror(write_errno));
+  return write_file_streaming(path, [&](size_t i, const TensorInfo&) -> Result<std::vector<uint8_t>> {
+    return tensors_[i].bytes;
+  });
+}
+
+namespace {
+
+// A temporary output file that is removed unless commit() renamed it into place.
+class TempFile {
+ public:
+  explicit TempFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {}
+  ~TempFile() {
+    if (f_) std::fclose(f_);
+    if (!committed_) std::remove(tmp_.c_str());
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    return Status::error(path + ": cannot rename " + tmp + ": " + ec.message());
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  Status open() {
+    f_ = std::fopen(tmp_.c_str(), "wb");
+    if (!f_) return Status::error(path_ + ": cannot create " + tmp_ + ": " + std::strerror(errno));
+    return Status::ok();
   }
-  return Status::ok();
+  Status write(const uint8_t* data, size_t n) {
+    if (n == 0) return Status::ok();
+    if (std::fwrite(data, 1, n, f_) != n) return failed();
+    written_ += n;
+    return Status::ok();
+  }
+  uint64_t written() const { return written_; }
+  Status commit() {
+    const bool flushed = std::fflush(f_) == 0;
+    const int flush_errno = errno;
+    const bool closed = std::fclose(f_) == 0;
+    f_ = nullptr;
+    if (!flushed || !closed) {
+      errno = flush_errno;
+      return failed();
+    }
+    std::error_code ec;
+    std::filesystem::rename(tmp_, path_, ec);
+    if (ec) return Status::error(path_ + ": cannot rename " + tmp_ + ": " + ec.message());
+    committed_ = true;
+    return Status::ok();
+  }
+
+ private:
+  Status failed() const {
+    const int e = errno;
+    return Status::error(path_ + ": writing failed after " + std::to_string(written_) + " bytes: " +
+                         std::strerror(e) + (e == ENOSPC ? " (the disk is full)" : ""));
+  }
+  std::string path_, tmp_;
+  std::FILE* f_ = nullptr;
+  uint64_t written_ = 0;
+  bool committed_ = false;
+};
+
+}  // namespace
+
+Status Writer::write_file_streaming(const std::string& path, const TensorProducer& produce) const {
+  TempFile out(path);
+  BITSPLIT_RETURN_IF_ERROR(out.open());
+  const std::vector<uint8_t> header = header_bytes();
+  BITSPLIT_RETURN_IF_ERROR(out.write(header.data(), header.size()));
+  static const uint8_t kZeros[256] = {};
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const TensorInfo& info = tensors_[i].info;
+    auto bytes = produce(i, info);
+    if (!bytes) return bytes.status();
+    if (bytes->size() != info.nbytes) {
+      return Status::error("tensor '" + info.name + "': produced " + std::to_string(bytes->size()) + " bytes, " +
+                           std::to_string(info.nbytes) + " expected");
+    }
+    BITSPLIT_RETURN_IF_ERROR(out.write(bytes->data(), bytes->size()));
+    const uint64_t pad = (alignment_ - out.written() % alignment_) % alignment_;
+    for (uint64_t left = pad; left > 0;) {
+      const size_t n = size_t(std::min<uint64_t>(left, sizeof(kZeros)));
+      BITSPLIT_RETURN_IF_ERROR(out.write(kZeros, n));
+      left -= n;
+    }
+  }
+  return out.commit();
 }
 
 }  // namespace bitsplit::gguf

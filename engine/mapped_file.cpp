@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -22,6 +23,14 @@ class MappedFile final : public Storage {
   MappedFile& operator=(const MappedFile&) = delete;
   std::span<const uint8_t> bytes() const override {
     return {static_cast<const uint8_t*>(addr_), size_};
+  }
+  void release(uint64_t offset, uint64_t size) const override {
+    // Whole pages inside the range only; a read-only private mapping re-reads from the file
+    // if they are touched again.
+    const uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
+    const uint64_t begin = (offset + page - 1) / page * page;
+    const uint64_t end = std::min<uint64_t>(offset + size, size_) / page * page;
+    if (end > begin) madvise(static_cast<uint8_t*>(addr_) + begin, end - begin, MADV_DONTNEED);
   }
 
  private:

@@ -1,5 +1,6 @@
 // Llama-family configuration from GGUF metadata and loading of the f32 weights, with every
 // tensor's presence and shape checked against the configuration.
+#include "bitsplit/convert.h"
 #include "bitsplit/model.h"
 
 namespace bitsplit {
@@ -113,7 +114,7 @@ Result<ModelConfig> read_model_config(const WeightSource& source) {
                              ", expected [" + std::to_string(c.n_embd) + ", n_vocab]"));
   }
   c.n_vocab = embd->dims[1];
-  c.tied_output = source.find_tensor("output.weight") == nullptr;
+  c.tied_output = source.find_tensor("output.weight") == nullptr && source.find_tensor("output.draft_codes") == nullptr;
   return c;
 }
 
@@ -121,10 +122,20 @@ namespace {
 
 class TensorLoader {
  public:
-  explicit TensorLoader(const WeightSource& source) : source_(source) {}
+  TensorLoader(const WeightSource& source, std::optional<SplitFormat> split, bool draft_only)
+      : source_(source), split_(split), draft_only_(draft_only) {}
 
   Status load(const std::string& name, std::vector<int64_t> dims, std::vector<float>* out, bool optional = false) {
     const gguf::TensorInfo* t = source_.find_tensor(name);
+    const std::string suffix = ".weight";
+    if (!t && split_ && dims.size() == 2 && name.ends_with(suffix)) {
+      // A converted file: rebuild the projection from its planes (D + R, or D alone).
+      const std::string base = name.substr(0, name.size() - suffix.size());
+      if (source_.find_tensor(split_tensor_names(base).draft_codes)) {
+        BITSPLIT_ASSIGN_OR_RETURN(*out, load_split_f32(source_, base, dims[0], dims[1], *split_, !draft_only_));
+        return Status::ok();
+      }
+    }
     if (!t) {
       if (optional) return Status::ok();
       return Status::error(source_.path() + ": tensor '" + name + "' is missing");
@@ -141,15 +152,22 @@ class TensorLoader {
 
  private:
   const WeightSource& source_;
+  std::optional<SplitFormat> split_;
+  bool draft_only_;
 };
 
 }  // namespace
 
-Result<Model> Model::load(const WeightSource& source) {
+Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& options) {
   Model model;
   BITSPLIT_ASSIGN_OR_RETURN(model.config_, read_model_config(source));
   const ModelConfig& c = model.config_;
-  TensorLoader t(source);
+  auto split = read_split_format(source.metadata());
+  if (!split) return split.status().with_context(source.path());
+  if (options.draft_only && !split->has_value()) {
+    return Status::error(source.path() + ": is not a bit-split model, so it has no draft plane; run `bitsplit convert` first");
+  }
+  TensorLoader t(source, *split, options.draft_only);
   BITSPLIT_RETURN_IF_ERROR(t.load("token_embd.weight", {c.n_embd, c.n_vocab}, &model.token_embd_));
   BITSPLIT_RETURN_IF_ERROR(t.load("output_norm.weight", {c.n_embd}, &model.output_norm_));
   if (!c.tied_output) BITSPLIT_RETURN_IF_ERROR(t.load("output.weight", {c.n_embd, c.n_vocab}, &model.output_));
@@ -178,6 +196,36 @@ Result<Model> Model::load(const WeightSource& source) {
     BITSPLIT_RETURN_IF_ERROR(t.load(b + "ffn_down.weight", {c.n_ff, c.n_embd}, &l.w_down));
   }
   return model;
+}
+
+}  // namespace bitsplit
+
+namespace bitsplit {
+
+Model Model::transformed(const WeightTransform& projection, const WeightTransform& embedding) const {
+  Model m;
+  m.config_ = config_;
+  const ModelConfig& c = config_;
+  m.token_embd_ = embedding("token_embd.weight", token_embd_, c.n_vocab, c.n_embd);
+  m.output_ = projection("output.weight", output(), c.n_vocab, c.n_embd);
+  m.config_.tied_output = false;
+  m.output_norm_ = output_norm_;
+  m.rope_freqs_ = rope_freqs_;
+  m.layers_.resize(layers_.size());
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const LayerWeights& src = layers_[i];
+    LayerWeights& dst = m.layers_[i];
+    dst = src;  // norms and biases as they are
+    const std::string b = "blk." + std::to_string(i) + ".";
+    dst.wq = projection(b + "attn_q.weight", src.wq, c.q_dim(), c.n_embd);
+    dst.wk = projection(b + "attn_k.weight", src.wk, c.kv_dim(), c.n_embd);
+    dst.wv = projection(b + "attn_v.weight", src.wv, c.kv_dim(), c.n_embd);
+    dst.wo = projection(b + "attn_output.weight", src.wo, c.n_embd, c.q_dim());
+    dst.w_gate = projection(b + "ffn_gate.weight", src.w_gate, c.n_ff, c.n_embd);
+    dst.w_up = projection(b + "ffn_up.weight", src.w_up, c.n_ff, c.n_embd);
+    dst.w_down = projection(b + "ffn_down.weight", src.w_down, c.n_embd, c.n_ff);
+  }
+  return m;
 }
 
 }  // namespace bitsplit

@@ -1,23 +1,36 @@
-// Tokenizer base: vocabulary from GGUF metadata, special-token splitting, BOS/EOS, decoding,
-// and the UTF-8 stream decoder.
+// Tokenizer base: vocabulary from GGUF metadata (SentencePiece or byte-level BPE), special-token
+// splitting, BOS/EOS, decoding, and the UTF-8 stream decoder.
 #include <algorithm>
 
 #include "bitsplit/tokenizer.h"
+#include "tokenizer_bpe.h"
+#include "tokenizer_pretok.h"
 #include "tokenizer_spm.h"
 
 namespace bitsplit {
 namespace {
 
-Result<Vocabulary> read_vocabulary(const gguf::Metadata& m) {
+// llama.cpp's defaults differ by family: SentencePiece vocabularies have fixed ids for
+// <unk>/<s>/</s> and add BOS; byte-level BPE ones name their special tokens and add no BOS unless
+// the key (or, for Llama 3, the pre-tokenizer) says so.
+Result<Vocabulary> read_vocabulary(const gguf::Metadata& m, PreTokenizerSpec* spec) {
   Vocabulary v;
   BITSPLIT_ASSIGN_OR_RETURN(v.model, m.get_string("tokenizer.ggml.model"));
   if (v.model == "llama") {
     v.family = TokenizerFamily::kSentencePiece;
   } else if (v.model == "gpt2") {
-    return Status::error("byte-level BPE tokenizers (tokenizer.ggml.model = gpt2) are not supported yet; "
-                         "supported: llama (SentencePiece)");
+    v.family = TokenizerFamily::kBytePairEncoding;
+  } else if (v.model == "bert") {
+    return Status::error("tokenizer.ggml.model = 'bert' (WordPiece) is not supported (supported: llama, gpt2)");
   } else {
-    return Status::error("tokenizer.ggml.model = '" + v.model + "' is not supported (supported: llama)");
+    return Status::error("tokenizer.ggml.model = '" + v.model + "' is not supported (supported: llama, gpt2)");
+  }
+  const bool bpe = v.family == TokenizerFamily::kBytePairEncoding;
+  if (bpe) {
+    BITSPLIT_ASSIGN_OR_RETURN(v.pre, m.get_string_or("tokenizer.ggml.pre", "default"));
+    auto found = pretokenizer_spec(v.pre);
+    if (!found) return found.status().with_context("tokenizer.ggml.pre");
+    *spec = std::move(*found);
   }
   BITSPLIT_ASSIGN_OR_RETURN(v.tokens, m.get_string_array("tokenizer.ggml.tokens"));
   const size_t n = v.tokens.size();
@@ -50,7 +63,25 @@ Result<Vocabulary> read_vocabulary(const gguf::Metadata& m) {
   v.token_to_id.reserve(n);
   for (size_t i = 0; i < n; ++i) v.token_to_id.emplace(v.tokens[i], int32_t(i));  // first wins on duplicates
 
+  if (bpe) {
+    if (!m.contains("tokenizer.ggml.merges")) {
+      return Status::error("tokenizer.ggml.merges is missing (a byte-level BPE vocabulary needs its merge list)");
+    }
+    BITSPLIT_ASSIGN_OR_RETURN(auto merges, m.get_string_array("tokenizer.ggml.merges"));
+    v.merges.reserve(merges.size());
+    for (size_t i = 0; i < merges.size(); ++i) {
+      // "left right"; the split is at the first space after the first byte, as in llama.cpp.
+      const size_t space = merges[i].find(' ', 1);
+      if (space == std::string::npos) {
+        return Status::error("tokenizer.ggml.merges[" + std::to_string(i) + "] = '" + merges[i] +
+                             "' is not two tokens separated by a space");
+      }
+      v.merges.emplace_back(merges[i].substr(0, space), merges[i].substr(space + 1));
+    }
+  }
+
   auto id_key = [&](const char* key, int32_t fallback, int32_t* out) -> Status {
+    if (fallback >= int64_t(n)) fallback = -1;  // a default outside a tiny vocabulary means none
     BITSPLIT_ASSIGN_OR_RETURN(int64_t id, m.get_int_or(key, fallback));
     if (id == int64_t{UINT32_MAX}) id = -1;  // converters write "no such token" as uint32 -1
     if (id != -1 && (id < 0 || id >= int64_t(n))) {
@@ -60,13 +91,19 @@ Result<Vocabulary> read_vocabulary(const gguf::Metadata& m) {
     *out = int32_t(id);
     return Status::ok();
   };
-  BITSPLIT_RETURN_IF_ERROR(id_key("tokenizer.ggml.bos_token_id", 1, &v.bos));
-  BITSPLIT_RETURN_IF_ERROR(id_key("tokenizer.ggml.eos_token_id", 2, &v.eos));
-  BITSPLIT_RETURN_IF_ERROR(id_key("tokenizer.ggml.unknown_token_id", 0, &v.unk));
+  BITSPLIT_RETURN_IF_ERROR(id_key("tokenizer.ggml.bos_token_id", bpe ? -1 : 1, &v.bos));
+  BITSPLIT_RETURN_IF_ERROR(id_key("tokenizer.ggml.eos_token_id", bpe ? -1 : 2, &v.eos));
+  BITSPLIT_RETURN_IF_ERROR(id_key("tokenizer.ggml.unknown_token_id", bpe ? -1 : 0, &v.unk));
   BITSPLIT_RETURN_IF_ERROR(id_key("tokenizer.ggml.padding_token_id", -1, &v.pad));
-  BITSPLIT_ASSIGN_OR_RETURN(v.add_bos, m.get_bool_or("tokenizer.ggml.add_bos_token", true));
+  BITSPLIT_ASSIGN_OR_RETURN(v.add_bos, m.get_bool_or("tokenizer.ggml.add_bos_token", bpe ? spec->add_bos : true));
   BITSPLIT_ASSIGN_OR_RETURN(v.add_eos, m.get_bool_or("tokenizer.ggml.add_eos_token", false));
-  BITSPLIT_ASSIGN_OR_RETURN(v.add_space_prefix, m.get_bool_or("tokenizer.ggml.add_space_prefix", true));
+  BITSPLIT_ASSIGN_OR_RETURN(v.add_space_prefix, m.get_bool_or("tokenizer.ggml.add_space_prefix", !bpe));
+  if (v.add_bos && v.bos < 0) {
+    return Status::error("tokenizer.ggml.add_bos_token is true but tokenizer.ggml.bos_token_id is not set");
+  }
+  if (v.add_eos && v.eos < 0) {
+    return Status::error("tokenizer.ggml.add_eos_token is true but tokenizer.ggml.eos_token_id is not set");
+  }
   return v;
 }
 
@@ -79,9 +116,19 @@ struct Fragment {
 }  // namespace
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::from_metadata(const gguf::Metadata& metadata) {
-  auto vocab = read_vocabulary(metadata);
+  PreTokenizerSpec spec;
+  auto vocab = read_vocabulary(metadata, &spec);
   if (!vocab) return vocab.status().with_context("tokenizer");
-  return std::unique_ptr<Tokenizer>(std::make_unique<SpmTokenizer>(std::move(*vocab)));
+  if (vocab->family == TokenizerFamily::kSentencePiece) {
+    return std::unique_ptr<Tokenizer>(std::make_unique<SpmTokenizer>(std::move(*vocab)));
+  }
+  BpeOptions options;
+  options.patterns = std::move(spec.patterns);
+  options.pre_name = vocab->pre;
+  options.ignore_merges = spec.ignore_merges;
+  auto t = BpeTokenizer::create(std::move(*vocab), std::move(options));
+  if (!t) return t.status().with_context("tokenizer");
+  return t;
 }
 
 Tokenizer::Tokenizer(Vocabulary vocab) : vocab_(std::move(vocab)) {
@@ -103,10 +150,31 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, EncodeOptions opti
   // Empty text has no fragment at all (so SentencePiece adds no leading space to it).
   std::vector<Fragment> fragments;
   if (!text.empty()) fragments.push_back({false, -1, text});
+  // Vocabularies can have thousands of user-defined tokens (deepseek: 2400), each searched for
+  // in the whole text; a table of the byte pairs the text contains skips most of them in O(1).
+  std::vector<uint64_t> pairs_present;
+  auto may_occur = [&](const std::string& special) {
+    if (pairs_present.empty()) {
+      pairs_present.assign(65536 / 64 + 256 / 64, 0);
+      for (size_t i = 0; i < text.size(); ++i) {
+        const unsigned lead = static_cast<unsigned char>(text[i]);
+        pairs_present[1024 + lead / 64] |= uint64_t{1} << (lead % 64);
+        if (i + 1 < text.size()) {
+          const unsigned pair = lead << 8 | static_cast<unsigned char>(text[i + 1]);
+          pairs_present[pair / 64] |= uint64_t{1} << (pair % 64);
+        }
+      }
+    }
+    const unsigned lead = static_cast<unsigned char>(special[0]);
+    if (special.size() == 1) return (pairs_present[1024 + lead / 64] >> (lead % 64) & 1) != 0;
+    const unsigned pair = lead << 8 | static_cast<unsigned char>(special[1]);
+    return (pairs_present[pair / 64] >> (pair % 64) & 1) != 0;
+  };
   for (int32_t id : special_tokens_) {
     const TokenType type = vocab_.types[size_t(id)];
     if (!options.parse_special && type != TokenType::kUserDefined) continue;
     const std::string& special = vocab_.tokens[size_t(id)];
+    if (fragments.empty() || special.size() > text.size() || !may_occur(special)) continue;
     std::vector<Fragment> next;
     next.reserve(fragments.size());
     for (const Fragment& f : fragments) {
@@ -157,7 +225,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool render_special)
 
 std::string Tokenizer::describe() const {
   auto name = [&](int32_t id) { return id < 0 ? std::string("none") : std::to_string(id) + " '" + vocab_.tokens[size_t(id)] + "'"; };
-  return vocab_.model + " (SentencePiece), " + std::to_string(vocab_.size()) + " tokens, bos " + name(vocab_.bos) +
+  return vocab_.model + " (" + describe_family() + "), " + std::to_string(vocab_.size()) + " tokens, bos " + name(vocab_.bos) +
          ", eos " + name(vocab_.eos) + ", unk " + name(vocab_.unk) + (vocab_.add_bos ? ", adds BOS" : "") +
          (vocab_.add_eos ? ", adds EOS" : "");
 }

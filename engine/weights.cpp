@@ -14,6 +14,8 @@ class GgufWeights final : public WeightSource {
   const std::vector<gguf::TensorInfo>& tensors() const override { return file_.tensors(); }
   const gguf::TensorInfo* find_tensor(std::string_view name) const override { return file_.find_tensor(name); }
   Result<std::vector<float>> load_f32(const gguf::TensorInfo& t) const override { return file_.read_f32(t); }
+  void release(const gguf::TensorInfo& t) const override { file_.release(t); }
+  Result<std::string> content_sha256() const override { return file_.content_sha256(); }
   std::string describe() const override {
     return "GGUF v" + std::to_string(file_.version()) + ", " + std::to_string(file_.tensors().size()) +
            " tensors, " + std::to_string(file_.metadata().entries().size()) + " metadata keys, alignment " +

@@ -119,12 +119,12 @@ TEST(GgufRoundTrip, DecodesF16Bf16AndQ8_0) {
 
 TEST(GgufRoundTrip, UnsupportedTensorTypeIsNamedOnLoad) {
   Writer w;
-  ASSERT_TRUE(w.add_tensor("blk.0.ffn_up.weight", TensorType::Q4_K, {256, 2}, std::vector<uint8_t>(2 * 144, 0)).is_ok());
+  ASSERT_TRUE(w.add_tensor("blk.0.ffn_up.weight", TensorType::IQ2_XXS, {256, 2}, std::vector<uint8_t>(2 * 66, 0)).is_ok());
   auto f = File::parse(storage_from_bytes(w.to_bytes()), "q4k.gguf");
   ASSERT_TRUE(f.is_ok()) << f.status().message();
   auto r = f->read_f32(f->tensors()[0]);
   ASSERT_FALSE(r.is_ok());
-  EXPECT_NE(r.status().message().find("'blk.0.ffn_up.weight' has type Q4_K"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("'blk.0.ffn_up.weight' has type IQ2_XXS"), std::string::npos) << r.status().message();
 }
 
 TEST(GgufRoundTrip, WriterRejectsWrongSizes) {

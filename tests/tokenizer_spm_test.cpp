@@ -147,8 +147,8 @@ TEST(SpmTokenizer, BadMetadataIsReported) {
   auto missing = Tokenizer::from_metadata(m);
   ASSERT_FALSE(missing.is_ok());
   EXPECT_NE(missing.status().message().find("tokenizer.ggml.model"), std::string::npos);
-  m.set("tokenizer.ggml.model", Value::string("gpt2"));
-  EXPECT_NE(Tokenizer::from_metadata(m).status().message().find("not supported yet"), std::string::npos);
+  m.set("tokenizer.ggml.model", Value::string("bert"));
+  EXPECT_NE(Tokenizer::from_metadata(m).status().message().find("WordPiece) is not supported"), std::string::npos);
   m.set("tokenizer.ggml.model", Value::string("llama"));
   m.set("tokenizer.ggml.tokens", Value::string_array({"a", "b"}));
   m.set("tokenizer.ggml.scores", Value::f32_array({1.0f}));

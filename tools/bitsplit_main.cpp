@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   bitsplit::cli::add_run_command(app, &exit_code);
   bitsplit::cli::add_info_command(app, &exit_code);
+  bitsplit::cli::add_convert_command(app, &exit_code);
+  bitsplit::cli::add_eval_command(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -10,7 +10,7 @@ BUILD_PKGS=(
   build-essential cmake ninja-build ccache pkg-config git
   libtbb-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers libhwloc-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
-  nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libpcre2-dev
+  nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libpcre2-dev libssl-dev
 )
 # Only for tools/fixtures (training the test models) and reference checks; not for the C++ build.
 FIXTURE_PKGS=(

@@ -12,9 +12,9 @@ cmake -S . -B build -G Ninja
 cmake --build build -j "$jobs"
 (cd build && ctest --output-on-failure -j "$jobs")
 
-echo "== AddressSanitizer + UndefinedBehaviorSanitizer build (GGUF, tokenizer, model tests) =="
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer build (the tests that parse untrusted input) =="
 cmake -S . -B build-asan -G Ninja -DBITSPLIT_SANITIZE=ON -DBITSPLIT_CUDA=OFF -DBITSPLIT_BUILD_BENCH=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo
-cmake --build build-asan -j "$jobs" --target gguf_tests tokenizer_tests model_tests
+cmake --build build-asan -j "$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --output-on-failure -j "$jobs" -L sanitize)
+  ctest --output-on-failure -j "$jobs" --no-tests=error)

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -112,6 +113,8 @@ class Storage {
  public:
   virtual ~Storage() = default;
   virtual std::span<const uint8_t> bytes() const = 0;
+  // Drops the pages of [offset, offset + size) from memory (mapped files only).
+  virtual void release(uint64_t offset, uint64_t size) const { (void)offset; (void)size; }
 };
 Result<std::shared_ptr<Storage>> map_file(const std::string& path);
 std::shared_ptr<Storage> storage_from_bytes(std::vector<uint8_t> bytes);
@@ -134,8 +137,15 @@ class File {
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find_tensor(std::string_view name) const;
   std::span<const uint8_t> tensor_bytes(const TensorInfo& t) const;
-  // Converts F32, F16, BF16 and Q8_0 tensors to f32; any other type is an error naming it.
+  // Converts F32, F16, BF16, I8 and the ggml block types quant/ decodes (Q4_0 ... Q6_K) to
+  // f32; any other type is an error naming it and the tensor.
   Result<std::vector<float>> read_f32(const TensorInfo& t) const;
+  // True when read_f32 can convert tensors of this type.
+  static bool can_read_f32(TensorType type);
+  // Advises the OS that a tensor's mapped pages are no longer needed.
+  void release(const TensorInfo& t) const;
+  // Hex SHA-256 of the whole file.
+  Result<std::string> content_sha256() const;
 
  private:
   File() = default;
@@ -158,11 +168,20 @@ class Writer {
   // dims in ggml order; bytes.size() must match the type and dims.
   Status add_tensor(std::string name, TensorType type, std::vector<int64_t> dims,
                     std::vector<uint8_t> bytes);
+  // Declares a tensor whose bytes are produced later by write_file_streaming.
+  Status add_tensor_info(std::string name, TensorType type, std::vector<int64_t> dims);
   std::vector<uint8_t> to_bytes() const;
   // Writes to path + ".tmp" and renames at the end, so no half-written file is left behind.
   Status write_file(const std::string& path) const;
+  // Like write_file, but asks `produce(i)` for the bytes of tensor i (in order) while
+  // writing, so only one tensor's data is in memory at a time. A failed produce or write
+  // removes the temporary file and returns the error.
+  using TensorProducer = std::function<Result<std::vector<uint8_t>>(size_t index, const TensorInfo& info)>;
+  Status write_file_streaming(const std::string& path, const TensorProducer& produce) const;
+  const std::vector<TensorInfo> tensor_infos() const;
 
  private:
+  std::vector<uint8_t> header_bytes() const;
   struct Pending {
     TensorInfo info;
     std::vector<uint8_t> bytes;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -49,10 +50,24 @@ struct LayerWeights {
   std::vector<float> ffn_norm, w_gate, w_up, w_down;
 };
 
-// A model with every weight held in f32 (dequantised on load).
+struct ModelLoadOptions {
+  // For bit-split files: load the draft model D instead of the target D + R.
+  bool draft_only = false;
+};
+
+// Applied to one weight matrix [rows x cols] (row-major), returning its replacement.
+using WeightTransform =
+    std::function<std::vector<float>(const std::string& name, const std::vector<float>& w, int64_t rows, int64_t cols)>;
+
+// A model with every weight held in f32 (dequantised on load; bit-split files are
+// reconstructed from their planes).
 class Model {
  public:
-  static Result<Model> load(const WeightSource& source);
+  static Result<Model> load(const WeightSource& source, const ModelLoadOptions& options = {});
+  // A copy whose projections (attention, FFN, output head) pass through `projection` and
+  // whose token embedding passes through `embedding`. The copy always has its own output
+  // head, even when this model ties it to the embedding.
+  Model transformed(const WeightTransform& projection, const WeightTransform& embedding) const;
   const ModelConfig& config() const { return config_; }
   const std::vector<float>& token_embd() const { return token_embd_; }
   const std::vector<float>& output_norm() const { return output_norm_; }
@@ -107,7 +122,12 @@ struct Batch {
   Status validate(const ModelConfig& config, const KvCache& cache) const;
 };
 
+// Sees the input rows of every projection (for importance statistics): weight name such
+// as "blk.0.attn_q.weight", the activations [rows x cols].
+using ActivationObserver = std::function<void(const std::string& weight, const float* x, int64_t rows, int64_t cols)>;
+
 // Runs the batch through the f32 reference model; returns [n_wanted x n_vocab] logits.
-Result<std::vector<float>> forward_reference(const Model& model, KvCache& cache, const Batch& batch);
+Result<std::vector<float>> forward_reference(const Model& model, KvCache& cache, const Batch& batch,
+                                             const ActivationObserver* observer = nullptr);
 
 }  // namespace bitsplit

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <span>
 
+#include "bitsplit/status.h"
+
 namespace bitsplit::quant {
 
 // IEEE binary16 <-> binary32, round-to-nearest-even, with subnormals, inf and NaN.
@@ -36,5 +38,224 @@ static_assert(sizeof(BlockQ8_0) == 34, "Q8_0 block must be 34 bytes");
 // d = amax / 127, q = round(x / d) (round half away from zero).
 void quantize_q8_0_ref(std::span<const float> x, std::span<BlockQ8_0> out);
 void dequantize_q8_0_ref(std::span<const BlockQ8_0> in, std::span<float> out);
+
+// ---- ggml source formats (dequantised as convert sources) ----
+// llama.cpp's block formats as they appear in GGUF files people download. bitsplit only
+// decodes them (to f32, then re-encodes into its own formats), so only the dequantisers
+// exist here. Bit-exact with gguf-py's `gguf.quants.dequantize` (tests/data/ggml_quant).
+// Every field is a byte array or a little-endian fp16, so the natural layout has no padding.
+// "Element e" is the weight's index inside the block; docs/FORMAT.md repeats the layouts.
+
+// Q4_0: w = d * (q - 8), q in 0..15.
+// [0..1] d fp16 | [2..17] qs[16]: element e < 16 is qs[e] & 15, e >= 16 is qs[e - 16] >> 4.
+struct BlockQ4_0 {
+  static constexpr int kWeights = 32;
+  uint16_t d;
+  uint8_t qs[16];
+};
+static_assert(sizeof(BlockQ4_0) == 18, "Q4_0 block must be 18 bytes");
+
+// Q4_1: w = d * q + m, q in 0..15.
+// [0..1] d fp16 | [2..3] m fp16 | [4..19] qs[16] (nibbles as in Q4_0).
+struct BlockQ4_1 {
+  static constexpr int kWeights = 32;
+  uint16_t d;
+  uint16_t m;
+  uint8_t qs[16];
+};
+static_assert(sizeof(BlockQ4_1) == 20, "Q4_1 block must be 20 bytes");
+
+// Q5_0: w = d * (q - 16), q in 0..31: low 4 bits as Q4_0, bit 4 of element e is bit e of
+// the little-endian u32 qh (kept as bytes so the struct stays 2-byte aligned and unpadded).
+// [0..1] d fp16 | [2..5] qh[4] | [6..21] qs[16].
+struct BlockQ5_0 {
+  static constexpr int kWeights = 32;
+  uint16_t d;
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+static_assert(sizeof(BlockQ5_0) == 22, "Q5_0 block must be 22 bytes");
+
+// Q5_1: w = d * q + m, q in 0..31 (bits as Q5_0).
+// [0..1] d fp16 | [2..3] m fp16 | [4..7] qh[4] | [8..23] qs[16].
+struct BlockQ5_1 {
+  static constexpr int kWeights = 32;
+  uint16_t d;
+  uint16_t m;
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+static_assert(sizeof(BlockQ5_1) == 24, "Q5_1 block must be 24 bytes");
+
+// The k-quants: 256 weights per super-block, split into sub-blocks of 16 or 32 weights
+// whose integer scales are themselves scaled by fp16 super-block factors.
+inline constexpr int kGgmlSuperBlock = 256;
+
+// Q2_K: 16 sub-blocks of 16. w = (d * (scales[s] & 15)) * q - (dmin * (scales[s] >> 4)),
+// s = e / 16, q in 0..3 = (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3.
+// [0..15] scales[16] | [16..79] qs[64] | [80..81] d fp16 | [82..83] dmin fp16.
+struct BlockQ2_K {
+  static constexpr int kWeights = kGgmlSuperBlock;
+  uint8_t scales[16];
+  uint8_t qs[64];
+  uint16_t d;
+  uint16_t dmin;
+};
+static_assert(sizeof(BlockQ2_K) == 84, "Q2_K block must be 84 bytes");
+
+// Q3_K: 16 sub-blocks of 16. w = (d * (sc[s] - 32)) * (lo - (hi ? 0 : 4)), s = e / 16,
+// lo = (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3, hi = bit e / 32 of
+// hmask[e % 32]. The 6-bit sc[s]: low 4 bits are scales[s] & 15 for s < 8 and
+// scales[s - 8] >> 4 for s >= 8; high 2 bits are (scales[8 + s % 4] >> (2 * (s / 4))) & 3.
+// [0..31] hmask[32] | [32..95] qs[64] | [96..107] scales[12] | [108..109] d fp16.
+struct BlockQ3_K {
+  static constexpr int kWeights = kGgmlSuperBlock;
+  uint8_t hmask[32];
+  uint8_t qs[64];
+  uint8_t scales[12];
+  uint16_t d;
+};
+static_assert(sizeof(BlockQ3_K) == 110, "Q3_K block must be 110 bytes");
+
+// Q4_K: 8 sub-blocks of 32. w = (d * sc[s]) * q - (dmin * mn[s]), s = e / 32,
+// q = (qs[32 * (e / 64) + e % 32] >> (4 * ((e % 64) / 32))) & 15. The 6-bit sc/mn pairs
+// are packed in scales[12] (shared with Q5_K): for s < 4, sc = scales[s] & 63 and
+// mn = scales[s + 4] & 63; for s >= 4, sc = (scales[s + 4] & 15) | ((scales[s - 4] >> 6) << 4)
+// and mn = (scales[s + 4] >> 4) | ((scales[s] >> 6) << 4).
+// [0..1] d fp16 | [2..3] dmin fp16 | [4..15] scales[12] | [16..143] qs[128].
+struct BlockQ4_K {
+  static constexpr int kWeights = kGgmlSuperBlock;
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qs[128];
+};
+static_assert(sizeof(BlockQ4_K) == 144, "Q4_K block must be 144 bytes");
+
+// Q5_K: Q4_K plus a fifth bit: q |= (bit e / 32 of qh[e % 32]) << 4, q in 0..31.
+// [0..1] d fp16 | [2..3] dmin fp16 | [4..15] scales[12] | [16..47] qh[32] | [48..175] qs[128].
+struct BlockQ5_K {
+  static constexpr int kWeights = kGgmlSuperBlock;
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qh[32];
+  uint8_t qs[128];
+};
+static_assert(sizeof(BlockQ5_K) == 176, "Q5_K block must be 176 bytes");
+
+// Q6_K: 16 sub-blocks of 16 with int8 scales. w = (d * scales[s]) * (q - 32), s = e / 16,
+// q = lo | (hi << 4) with c = e / 128, lo = (ql[64 * c + e % 64] >> (4 * ((e % 128) / 64))) & 15,
+// hi = (qh[32 * c + e % 32] >> (2 * ((e % 128) / 32))) & 3.
+// [0..127] ql[128] | [128..191] qh[64] | [192..207] scales[16] (int8) | [208..209] d fp16.
+struct BlockQ6_K {
+  static constexpr int kWeights = kGgmlSuperBlock;
+  uint8_t ql[128];
+  uint8_t qh[64];
+  int8_t scales[16];
+  uint16_t d;
+};
+static_assert(sizeof(BlockQ6_K) == 210, "Q6_K block must be 210 bytes");
+
+// Each decodes in.size() blocks into out (out.size() == in.size() * kWeights). Every product
+// above is exact in f32 (an fp16 scale has <= 11 significant bits, a sub-scale <= 7, a code
+// <= 5), so only the final "- ml" / "+ m" rounds: the result does not depend on grouping or
+// fused multiply-add, and matches gguf-py (numpy) and ggml bit for bit.
+void dequantize_q4_0_ref(std::span<const BlockQ4_0> in, std::span<float> out);
+void dequantize_q4_1_ref(std::span<const BlockQ4_1> in, std::span<float> out);
+void dequantize_q5_0_ref(std::span<const BlockQ5_0> in, std::span<float> out);
+void dequantize_q5_1_ref(std::span<const BlockQ5_1> in, std::span<float> out);
+void dequantize_q2_k_ref(std::span<const BlockQ2_K> in, std::span<float> out);
+void dequantize_q3_k_ref(std::span<const BlockQ3_K> in, std::span<float> out);
+void dequantize_q4_k_ref(std::span<const BlockQ4_K> in, std::span<float> out);
+void dequantize_q5_k_ref(std::span<const BlockQ5_K> in, std::span<float> out);
+void dequantize_q6_k_ref(std::span<const BlockQ6_K> in, std::span<float> out);
+
+// ggml type ids (as stored in GGUF tensor infos) of the block formats above; quant/ does
+// not depend on gguf.h, so the few it decodes are named here.
+namespace ggml_type {
+inline constexpr uint32_t kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8;
+inline constexpr uint32_t kQ2_K = 10, kQ3_K = 11, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14;
+}  // namespace ggml_type
+
+// True for the ggml type ids dequantize_ggml_row decodes (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K).
+bool ggml_dequantize_supported(uint32_t ggml_type);
+// Decodes whole blocks of `ggml_type` from raw file bytes into out. `bytes` may have any
+// alignment (a tensor inside an mmap); it must hold exactly out.size() / block weights
+// blocks. Errors: unsupported type, out.size() not a multiple of the block, size mismatch.
+Status dequantize_ggml_row(uint32_t ggml_type, std::span<const uint8_t> bytes, std::span<float> out);
+// ---- end of ggml source formats ----
+
+
+// ---- bit-split planes (docs/FORMAT.md, "Bit-split planes") ----
+//
+// A weight row of `in` values is cut into groups of `group` consecutive weights (the last
+// group zero-padded). Each group has
+//   draft plane D:    b-bit unsigned codes q (b = 2 by default; 3 and 4 also fit), an fp16
+//                     scale s and an fp16 offset m:  d_i = m + s * q_i
+//   residual plane R: codes of r_i = w_i - d_i, symmetric, with an fp16 scale t:
+//                     r_i ~ t * (u_i - 2^(B-1)), B = 8 or 6 bits.
+// Codes of B bits are stored as bit planes of 4, 2 and 1 bits (8 = [8], 6 = [4][2],
+// 4 = [4], 3 = [2][1], 2 = [2]), lowest bits first. In a plane of k bits a group takes
+// group*k/8 bytes; byte j holds the weights j + t*(group*k/8), t = 0 .. 8/k-1, at bit t*k,
+// so one shift and one mask unpack a vector of consecutive weights.
+
+inline constexpr int kMaxGroup = 256;
+
+// Weights per row after padding the last group.
+inline int64_t padded_width(int64_t in, int group) { return (in + group - 1) / group * group; }
+inline int64_t groups_per_row(int64_t in, int group) { return (in + group - 1) / group; }
+// Code bytes per row for B-bit codes (B in {2, 3, 4, 6, 8}).
+inline int64_t code_row_bytes(int64_t in, int group, int bits) { return padded_width(in, group) * bits / 8; }
+bool valid_code_bits(int bits);
+
+// Packs/unpacks the B-bit codes of one group (values < 2^B) into group*B/8 bytes.
+void pack_group_codes(const uint8_t* codes, int group, int bits, uint8_t* out);
+void unpack_group_codes(const uint8_t* packed, int group, int bits, uint8_t* codes);
+
+// How the draft plane's scale and offset are chosen per group.
+enum class DraftFit {
+  kMinMax,     // plain: offset = min, scale = (max - min) / (2^b - 1)
+  kOptimized,  // searched clipping + weighted least-squares refinement (the default)
+};
+
+struct SplitParams {
+  int group = 64;
+  int draft_bits = 2;
+  int residual_bits = 8;  // 8 or 6; 0 = draft plane only
+  DraftFit fit = DraftFit::kOptimized;
+  int search_steps = 6;   // clipping candidates per side (search_steps^2 fits per group)
+  int refine_iters = 3;   // least-squares refit / reassign rounds for the best candidate
+};
+
+// One row's planes: codes are packed as above, scales/offsets are fp16 bit patterns with
+// one entry per group.
+struct DraftRow {
+  uint8_t* codes;
+  uint16_t* scales;
+  uint16_t* offsets;
+};
+struct ResidualRow {
+  uint8_t* codes;
+  uint16_t* scales;
+};
+
+// Quantises one row into D (and R when residual_bits != 0). `importance` (per input column,
+// may be null) weights the squared error. When residual_bits is 6 the draft fit minimises
+// the error of D+R (so the residual stays small enough for 6 bits); otherwise it minimises
+// the error of D alone (the draft's quality; 8-bit residuals have ample range).
+void split_row_ref(const float* w, const float* importance, int64_t in, const SplitParams& p, DraftRow d,
+                   ResidualRow r);
+// d_i for the row (padding dropped).
+void dequantize_draft_row_ref(const uint8_t* codes, const uint16_t* scales, const uint16_t* offsets, int64_t in,
+                              int group, int bits, float* out);
+// r_i for the row (padding dropped).
+void dequantize_residual_row_ref(const uint8_t* codes, const uint16_t* scales, int64_t in, int group, int bits,
+                                 float* out);
+
+// Baseline: plain asymmetric min/max quantisation at `bits` with fp16 scale and offset
+// per group, returned dequantised (what "plain 2-bit / 4-bit" means in bitsplit eval).
+void minmax_roundtrip_row_ref(const float* w, int64_t in, int group, int bits, float* out);
 
 }  // namespace bitsplit::quant

@@ -1,6 +1,6 @@
-// Tokenizers from GGUF metadata (llama.cpp conventions). A shared base handles special-token
-// splitting, BOS/EOS and decoding; each family (SentencePiece today, byte-level BPE next)
-// implements encoding of plain-text fragments.
+// Tokenizers from GGUF metadata (llama.cpp conventions) or a Hugging Face tokenizer.json. A
+// shared base handles special-token splitting, BOS/EOS and decoding; each family (SentencePiece,
+// BPE by merge rank) implements encoding of plain-text fragments.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "bitsplit/gguf.h"
@@ -21,7 +22,7 @@ enum class TokenType : int32_t {
   kUndefined = 0, kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6,
 };
 
-enum class TokenizerFamily { kSentencePiece };
+enum class TokenizerFamily { kSentencePiece, kBytePairEncoding };
 
 struct StringHash {
   using is_transparent = void;
@@ -31,11 +32,13 @@ using TokenMap = std::unordered_map<std::string, int32_t, StringHash, std::equal
 
 struct Vocabulary {
   TokenizerFamily family = TokenizerFamily::kSentencePiece;
-  std::string model;  // tokenizer.ggml.model
+  std::string model;  // tokenizer.ggml.model ("tokenizer.json" when read from one)
+  std::string pre;    // tokenizer.ggml.pre: the BPE pre-tokenizer
   std::vector<std::string> tokens;
   std::vector<float> scores;
   std::vector<TokenType> types;
   TokenMap token_to_id;
+  std::vector<std::pair<std::string, std::string>> merges;  // BPE: rank = index
   int32_t bos = -1, eos = -1, unk = -1, pad = -1;
   bool add_bos = false, add_eos = false, add_space_prefix = true;
 
@@ -55,6 +58,9 @@ class Tokenizer {
  public:
   // Builds the tokenizer the metadata describes; errors name the key or the unsupported model.
   static Result<std::unique_ptr<Tokenizer>> from_metadata(const gguf::Metadata& metadata);
+  // Reads a Hugging Face tokenizer.json (model BPE: byte-level, or SentencePiece-style with byte
+  // fallback). A tokenizer_config.json beside it, when present, names BOS/EOS and whether to add them.
+  static Result<std::unique_ptr<Tokenizer>> from_hf_json(const std::string& path);
   virtual ~Tokenizer() = default;
 
   const Vocabulary& vocab() const { return vocab_; }
@@ -70,6 +76,8 @@ class Tokenizer {
   // Encodes plain text with no special tokens in it. `after_special` is true at the start of
   // the text and right after a special token (where SentencePiece adds its leading space).
   virtual void encode_fragment(std::string_view text, bool after_special, std::vector<int32_t>& out) const = 0;
+  // The algorithm, for describe(): "SentencePiece", "byte-level BPE, pre-tokenizer gpt-2, ...".
+  virtual std::string describe_family() const { return "SentencePiece"; }
 
   Vocabulary vocab_;
   std::vector<int32_t> special_tokens_;  // control, unknown and user-defined, longest text first

@@ -24,6 +24,10 @@ class WeightSource {
   virtual Result<std::vector<float>> load_f32(const gguf::TensorInfo& tensor) const = 0;
   // A short description of the container ("GGUF v3, 48 tensors").
   virtual std::string describe() const = 0;
+  // Lets the OS drop a tensor's pages once it has been consumed (streaming conversion).
+  virtual void release(const gguf::TensorInfo& tensor) const { (void)tensor; }
+  // Hex SHA-256 of the model file's bytes (identifies a base model).
+  virtual Result<std::string> content_sha256() const { return Status::error("no file content to hash"); }
 };
 
 // Opens a model: today a GGUF file; errors name the path and what is wrong.

@@ -1,0 +1,235 @@
+// `bitsplit convert`: streams a source model tensor by tensor into a bit-split GGUF —
+// projections become D + R planes, token embeddings Q8_0 (the residual tier at 8 bits),
+// everything else f32.
+#include <sys/resource.h>
+#include <tbb/parallel_for.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "bitsplit/convert.h"
+#include "bitsplit/model.h"
+
+namespace bitsplit {
+namespace {
+
+using gguf::TensorType;
+
+enum class OutKind { kF32, kQ8_0, kDraftCodes, kDraftScales, kDraftOffsets, kResidCodes, kResidScales };
+
+struct OutTensor {
+  OutKind kind;
+  const gguf::TensorInfo* source;  // the tensor whose data this comes from
+  std::string base;                // split projections: "blk.0.attn_q" or "output"
+  int64_t in = 0, out = 0;
+};
+
+struct SplitPlanes {
+  std::string base;
+  std::vector<uint8_t> draft_codes, draft_scales, draft_offsets, resid_codes, resid_scales;
+};
+
+std::vector<uint8_t> f32_bytes(const std::vector<float>& v) {
+  std::vector<uint8_t> b(v.size() * 4);
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+Result<SplitPlanes> split_tensor(const WeightSource& source, const OutTensor& t, const ConvertOptions& options) {
+  const quant::SplitParams& p = options.split;
+  BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> w, source.load_f32(*t.source));
+  source.release(*t.source);
+  const float* importance = nullptr;
+  if (options.imatrix) {
+    auto it = options.imatrix->find(t.base + ".weight");
+    if (it == options.imatrix->end()) {
+      return Status::error("importance matrix has no entry for '" + t.base + ".weight' (was it made for another model?)");
+    }
+    if (int64_t(it->second.size()) != t.in) {
+      return Status::error("importance matrix entry '" + t.base + ".weight' has " + std::to_string(it->second.size()) +
+                           " columns, the weight has " + std::to_string(t.in));
+    }
+    importance = it->second.data();
+  }
+  const int64_t groups = quant::groups_per_row(t.in, p.group);
+  const int64_t d_bytes = quant::code_row_bytes(t.in, p.group, p.draft_bits);
+  const int64_t r_bytes = quant::code_row_bytes(t.in, p.group, p.residual_bits);
+  SplitPlanes planes;
+  planes.base = t.base;
+  planes.draft_codes.resize(size_t(d_bytes * t.out));
+  planes.resid_codes.resize(size_t(r_bytes * t.out));
+  std::vector<uint16_t> ds(size_t(groups * t.out)), dof(ds.size()), rs(ds.size());
+  // Rows are independent, so the result does not depend on how they are scheduled.
+  tbb::parallel_for(int64_t{0}, t.out, [&](int64_t o) {
+    quant::split_row_ref(w.data() + o * t.in, importance, t.in, p,
+                         {planes.draft_codes.data() + o * d_bytes, ds.data() + o * groups, dof.data() + o * groups},
+                         {planes.resid_codes.data() + o * r_bytes, rs.data() + o * groups});
+  });
+  auto half_bytes = [](const std::vector<uint16_t>& h) {
+    std::vector<uint8_t> b(h.size() * 2);
+    std::memcpy(b.data(), h.data(), b.size());
+    return b;
+  };
+  planes.draft_scales = half_bytes(ds);
+  planes.draft_offsets = half_bytes(dof);
+  planes.resid_scales = half_bytes(rs);
+  return planes;
+}
+
+Result<std::vector<uint8_t>> q8_0_tensor(const WeightSource& source, const gguf::TensorInfo& t) {
+  BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> w, source.load_f32(t));
+  source.release(t);
+  std::vector<quant::BlockQ8_0> blocks(w.size() / quant::BlockQ8_0::kWeights);
+  const int64_t row_blocks = t.dims[0] / quant::BlockQ8_0::kWeights;
+  tbb::parallel_for(int64_t{0}, int64_t(blocks.size()) / row_blocks, [&](int64_t r) {
+    quant::quantize_q8_0_ref(std::span<const float>(w).subspan(size_t(r * t.dims[0]), size_t(t.dims[0])),
+                             std::span(blocks).subspan(size_t(r * row_blocks), size_t(row_blocks)));
+  });
+  std::vector<uint8_t> bytes(blocks.size() * sizeof(quant::BlockQ8_0));
+  std::memcpy(bytes.data(), blocks.data(), bytes.size());
+  return bytes;
+}
+
+std::string params_description(const ConvertOptions& o) {
+  const quant::SplitParams& p = o.split;
+  return std::string("fit=") + (p.fit == quant::DraftFit::kOptimized ? "optimized" : "minmax") +
+         " search_steps=" + std::to_string(p.search_steps) + " refine_iters=" + std::to_string(p.refine_iters) +
+         " draft_objective=" + (p.residual_bits == 6 ? "draft+residual" : "draft") +
+         " imatrix=" + (o.imatrix ? o.imatrix_path : "none");
+}
+
+}  // namespace
+
+Status convert_model(const WeightSource& source, const std::string& out_path, const ConvertOptions& options,
+                     const std::function<void(const ConvertProgress&)>& on_progress, ConvertReport* report) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const quant::SplitParams& p = options.split;
+  if (p.group != 32 && p.group != 64 && p.group != 128) return Status::error("--group must be 32, 64 or 128");
+  if (p.residual_bits != 6 && p.residual_bits != 8) return Status::error("--residual must be 6 or 8");
+  if (p.draft_bits != 2 && p.draft_bits != 3 && p.draft_bits != 4) return Status::error("--draft-bits must be 2, 3 or 4");
+  auto existing = read_split_format(source.metadata());
+  if (!existing) return existing.status().with_context(source.path());
+  if (existing->has_value()) return Status::error(source.path() + ": is already a bit-split model; convert the original");
+  BITSPLIT_ASSIGN_OR_RETURN(ModelConfig config, read_model_config(source));
+  ConvertReport local;
+  ConvertReport& rep = report ? *report : local;
+  rep = {};
+
+  // Plan every output tensor before writing anything, so a bad tensor fails early.
+  std::vector<OutTensor> plan;
+  gguf::Writer writer;
+  const gguf::TensorInfo* embd = nullptr;
+  auto add_split = [&](const gguf::TensorInfo& t, const std::string& base) -> Status {
+    if (t.dims.size() != 2) return Status::error("tensor '" + t.name + "' should be 2-D to be split");
+    const int64_t in = t.dims[0], out = t.dims[1];
+    const auto names = split_tensor_names(base);
+    const int64_t groups = quant::groups_per_row(in, p.group);
+    const struct {
+      const std::string& name;
+      OutKind kind;
+      TensorType type;
+      int64_t row;
+    } parts[] = {{names.draft_codes, OutKind::kDraftCodes, TensorType::I8, quant::code_row_bytes(in, p.group, p.draft_bits)},
+                 {names.draft_scales, OutKind::kDraftScales, TensorType::F16, groups},
+                 {names.draft_offsets, OutKind::kDraftOffsets, TensorType::F16, groups},
+                 {names.resid_codes, OutKind::kResidCodes, TensorType::I8, quant::code_row_bytes(in, p.group, p.residual_bits)},
+                 {names.resid_scales, OutKind::kResidScales, TensorType::F16, groups}};
+    for (const auto& part : parts) {
+      BITSPLIT_RETURN_IF_ERROR(writer.add_tensor_info(part.name, part.type, {part.row, out}));
+      plan.push_back({part.kind, &t, base, in, out});
+    }
+    rep.split_weights += in * out;
+    rep.source_types[gguf::tensor_type_name(t.type)] += in * out;
+    rep.largest_tensor_f32_bytes = std::max<uint64_t>(rep.largest_tensor_f32_bytes, uint64_t(in * out) * 4);
+    return Status::ok();
+  };
+  for (const auto& t : source.tensors()) {
+    if (!gguf::File::can_read_f32(t.type)) {
+      return Status::error(source.path() + ": tensor '" + t.name + "' has type " + gguf::tensor_type_name(t.type) +
+                           ", which cannot be converted");
+    }
+    rep.source_bytes += t.nbytes;
+    if (is_split_projection(t.name)) {
+      BITSPLIT_RETURN_IF_ERROR(add_split(t, t.name.substr(0, t.name.size() - std::string(".weight").size())));
+    } else if (t.name == "token_embd.weight" && t.dims[0] % quant::BlockQ8_0::kWeights == 0) {
+      embd = &t;
+      BITSPLIT_RETURN_IF_ERROR(writer.add_tensor_info(t.name, TensorType::Q8_0, t.dims));
+      plan.push_back({OutKind::kQ8_0, &t, "", 0, 0});
+    } else {
+      if (t.name == "token_embd.weight") embd = &t;
+      BITSPLIT_RETURN_IF_ERROR(writer.add_tensor_info(t.name, TensorType::F32, t.dims));
+      plan.push_back({OutKind::kF32, &t, "", 0, 0});
+    }
+  }
+  // A tied output head gets its own split planes (the embedding itself stays 8-bit).
+  if (config.tied_output) BITSPLIT_RETURN_IF_ERROR(add_split(*embd, "output"));
+
+  BITSPLIT_ASSIGN_OR_RETURN(rep.source_sha256, source.content_sha256());
+  for (const auto& [key, value] : source.metadata().entries()) {
+    if (key != "general.alignment") writer.metadata().set(key, value);
+  }
+  using gguf::Value;
+  writer.metadata().set("bitsplit.format_version", Value::u32(kSplitFormatVersion));
+  writer.metadata().set("bitsplit.group_size", Value::u32(uint32_t(p.group)));
+  writer.metadata().set("bitsplit.draft_bits", Value::u32(uint32_t(p.draft_bits)));
+  writer.metadata().set("bitsplit.residual_bits", Value::u32(uint32_t(p.residual_bits)));
+  writer.metadata().set("bitsplit.quantizer", Value::string(params_description(options)));
+  writer.metadata().set("bitsplit.source_sha256", Value::string(rep.source_sha256));
+  std::string types;
+  for (const auto& [type, n] : rep.source_types) types += (types.empty() ? "" : ",") + type;
+  writer.metadata().set("bitsplit.source_types", Value::string(types));
+
+  ConvertProgress progress;
+  progress.tensors_total = source.tensors().size() + (config.tied_output ? 1 : 0);
+  progress.bytes_total = rep.source_bytes;
+  SplitPlanes cache;
+  const gguf::TensorInfo* last_source = nullptr;
+  auto advance = [&](const OutTensor& t) {
+    if (t.source == last_source && t.kind != OutKind::kDraftCodes) return;
+    if (last_source) {
+      ++progress.tensors_done;
+      progress.bytes_done += last_source->nbytes;
+    }
+    last_source = t.source;
+    progress.current = t.base.empty() ? t.source->name : t.base + " (split)";
+    if (on_progress) on_progress(progress);
+  };
+  Status st = writer.write_file_streaming(out_path, [&](size_t i, const gguf::TensorInfo&) -> Result<std::vector<uint8_t>> {
+    const OutTensor& t = plan[i];
+    advance(t);
+    switch (t.kind) {
+      case OutKind::kF32: {
+        BITSPLIT_ASSIGN_OR_RETURN(auto w, source.load_f32(*t.source));
+        source.release(*t.source);
+        return f32_bytes(w);
+      }
+      case OutKind::kQ8_0:
+        return q8_0_tensor(source, *t.source);
+      case OutKind::kDraftCodes: {
+        BITSPLIT_ASSIGN_OR_RETURN(cache, split_tensor(source, t, options));
+        return std::move(cache.draft_codes);
+      }
+      case OutKind::kDraftScales: return std::move(cache.draft_scales);
+      case OutKind::kDraftOffsets: return std::move(cache.draft_offsets);
+      case OutKind::kResidCodes: return std::move(cache.resid_codes);
+      case OutKind::kResidScales: return std::move(cache.resid_scales);
+    }
+    return Status::error("internal: unknown output kind");
+  });
+  if (!st) return st;
+  if (last_source) {
+    ++progress.tensors_done;
+    progress.bytes_done += last_source->nbytes;
+  }
+  progress.current.clear();
+  if (on_progress) on_progress(progress);
+
+  for (const auto& info : writer.tensor_infos()) rep.output_bytes += info.nbytes;
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  rep.peak_rss_bytes = uint64_t(usage.ru_maxrss) * 1024;
+  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return Status::ok();
+}
+
+}  // namespace bitsplit

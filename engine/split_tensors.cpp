@@ -1,0 +1,135 @@
+// Naming, metadata and loading of bit-split planes in converted files, and the importance
+// matrix file format.
+#include <cstring>
+#include <regex>
+
+#include "bitsplit/convert.h"
+
+namespace bitsplit {
+
+Result<std::optional<SplitFormat>> read_split_format(const gguf::Metadata& m) {
+  if (!m.contains("bitsplit.format_version")) return std::optional<SplitFormat>();
+  BITSPLIT_ASSIGN_OR_RETURN(int64_t version, m.get_int("bitsplit.format_version"));
+  if (version != kSplitFormatVersion) {
+    return Status::error("bitsplit.format_version " + std::to_string(version) + " is not supported (this build reads " +
+                         std::to_string(kSplitFormatVersion) + "); convert the model again");
+  }
+  SplitFormat f;
+  BITSPLIT_ASSIGN_OR_RETURN(int64_t group, m.get_int("bitsplit.group_size"));
+  BITSPLIT_ASSIGN_OR_RETURN(int64_t draft, m.get_int("bitsplit.draft_bits"));
+  BITSPLIT_ASSIGN_OR_RETURN(int64_t residual, m.get_int("bitsplit.residual_bits"));
+  if (group != 32 && group != 64 && group != 128) return Status::error("bitsplit.group_size must be 32, 64 or 128");
+  if (draft != 2 && draft != 3 && draft != 4) return Status::error("bitsplit.draft_bits must be 2, 3 or 4");
+  if (residual != 6 && residual != 8) return Status::error("bitsplit.residual_bits must be 6 or 8");
+  f.group = int(group);
+  f.draft_bits = int(draft);
+  f.residual_bits = int(residual);
+  return std::optional<SplitFormat>(f);
+}
+
+SplitTensorNames split_tensor_names(const std::string& base) {
+  return {base + ".draft_codes", base + ".draft_scales", base + ".draft_offsets", base + ".resid_codes",
+          base + ".resid_scales"};
+}
+
+bool is_split_projection(const std::string& name) {
+  static const std::regex kProjection(
+      R"(blk\.[0-9]+\.(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)\.weight|output\.weight)");
+  return std::regex_match(name, kProjection);
+}
+
+namespace {
+
+// Checks a plane tensor's presence, type and shape.
+Status check_plane(const WeightSource& source, const std::string& name, gguf::TensorType type, int64_t row_elems,
+                   int64_t rows) {
+  const gguf::TensorInfo* t = source.find_tensor(name);
+  if (!t) return Status::error(source.path() + ": tensor '" + name + "' is missing");
+  if (t->type != type || t->dims != std::vector<int64_t>{row_elems, rows}) {
+    return Status::error(source.path() + ": tensor '" + name + "' is " + gguf::tensor_type_name(t->type) + " " +
+                         t->shape_string() + ", expected " + gguf::tensor_type_name(type) + " [" +
+                         std::to_string(row_elems) + ", " + std::to_string(rows) + "]");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<std::vector<float>> load_split_f32(const WeightSource& source, const std::string& base, int64_t in,
+                                          int64_t out, const SplitFormat& f, bool with_residual) {
+  const auto names = split_tensor_names(base);
+  const int64_t groups = quant::groups_per_row(in, f.group);
+  const int64_t d_bytes = quant::code_row_bytes(in, f.group, f.draft_bits);
+  const int64_t r_bytes = quant::code_row_bytes(in, f.group, f.residual_bits);
+  using gguf::TensorType;
+  // The reference path reads planes through load_f32 (I8 codes and F16 scales convert to
+  // f32 and back exactly); the fast kernels will map the bytes directly.
+  auto fetch = [&](const std::string& name, TensorType type, int64_t row_elems) -> Result<std::vector<float>> {
+    BITSPLIT_RETURN_IF_ERROR(check_plane(source, name, type, row_elems, out));
+    return source.load_f32(*source.find_tensor(name));
+  };
+  BITSPLIT_ASSIGN_OR_RETURN(auto dc, fetch(names.draft_codes, TensorType::I8, d_bytes));
+  BITSPLIT_ASSIGN_OR_RETURN(auto ds, fetch(names.draft_scales, TensorType::F16, groups));
+  BITSPLIT_ASSIGN_OR_RETURN(auto dof, fetch(names.draft_offsets, TensorType::F16, groups));
+  std::vector<float> rc, rs;
+  if (with_residual) {
+    BITSPLIT_ASSIGN_OR_RETURN(rc, fetch(names.resid_codes, TensorType::I8, r_bytes));
+    BITSPLIT_ASSIGN_OR_RETURN(rs, fetch(names.resid_scales, TensorType::F16, groups));
+  }
+  auto to_bytes = [](const std::vector<float>& v) {
+    std::vector<uint8_t> b(v.size());
+    for (size_t i = 0; i < v.size(); ++i) b[i] = uint8_t(int8_t(v[i]));
+    return b;
+  };
+  auto to_half = [](const std::vector<float>& v) {
+    std::vector<uint16_t> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = quant::fp32_to_fp16(v[i]);
+    return h;
+  };
+  const auto dcb = to_bytes(dc), rcb = to_bytes(rc);
+  const auto dsh = to_half(ds), doh = to_half(dof), rsh = to_half(rs);
+  std::vector<float> w(static_cast<size_t>(in * out)), r(static_cast<size_t>(in));
+  for (int64_t o = 0; o < out; ++o) {
+    float* row = w.data() + o * in;
+    quant::dequantize_draft_row_ref(dcb.data() + o * d_bytes, dsh.data() + o * groups, doh.data() + o * groups, in,
+                                    f.group, f.draft_bits, row);
+    if (!with_residual) continue;
+    quant::dequantize_residual_row_ref(rcb.data() + o * r_bytes, rsh.data() + o * groups, in, f.group,
+                                       f.residual_bits, r.data());
+    for (int64_t i = 0; i < in; ++i) row[i] += r[size_t(i)];
+  }
+  return w;
+}
+
+Result<ImportanceMatrix> read_imatrix(const std::string& path) {
+  BITSPLIT_ASSIGN_OR_RETURN(gguf::File file, gguf::File::open(path));
+  auto kind = file.metadata().get_string_or("general.type", "");
+  if (!kind || *kind != "bitsplit.imatrix") {
+    return Status::error(path + ": not a bitsplit importance matrix (general.type is not 'bitsplit.imatrix'); "
+                         "make one with `bitsplit imatrix`");
+  }
+  ImportanceMatrix m;
+  for (const auto& t : file.tensors()) {
+    if (t.dims.size() != 1 || t.type != gguf::TensorType::F32) {
+      return Status::error(path + ": tensor '" + t.name + "' must be a 1-D F32 vector");
+    }
+    BITSPLIT_ASSIGN_OR_RETURN(m[t.name], file.read_f32(t));
+  }
+  return m;
+}
+
+Status write_imatrix(const ImportanceMatrix& imatrix, int64_t n_tokens, const std::string& source_text,
+                     const std::string& path) {
+  gguf::Writer w;
+  w.metadata().set("general.type", gguf::Value::string("bitsplit.imatrix"));
+  w.metadata().set("imatrix.tokens", gguf::Value::u64(uint64_t(n_tokens)));
+  w.metadata().set("imatrix.text", gguf::Value::string(source_text));
+  for (const auto& [name, v] : imatrix) {
+    std::vector<uint8_t> bytes(v.size() * 4);
+    std::memcpy(bytes.data(), v.data(), bytes.size());
+    BITSPLIT_RETURN_IF_ERROR(w.add_tensor(name, gguf::TensorType::F32, {int64_t(v.size())}, std::move(bytes)));
+  }
+  return w.write_file(path);
+}
+
+}  // namespace bitsplit

@@ -1,0 +1,136 @@
+// `bitsplit convert` and `bitsplit imatrix`: make a bit-split model, and the importance
+// statistics that can steer it.
+#include <tbb/global_control.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+
+#include "bitsplit/quality.h"
+#include "bitsplit/tokenizer.h"
+#include "commands.h"
+#include "progress.h"
+
+namespace bitsplit::cli {
+namespace {
+
+struct ConvertArgs {
+  std::string in, out, imatrix;
+  int group = 64, residual = 8, draft_bits = 2, threads = 0;
+  std::string fit = "optimized";
+};
+
+int convert(const ConvertArgs& a) {
+  std::optional<tbb::global_control> threads;
+  if (a.threads > 0) threads.emplace(tbb::global_control::max_allowed_parallelism, size_t(a.threads));
+  auto source = open_weights(a.in);
+  if (!source) return report_error(source.status().message());
+  ConvertOptions options;
+  options.split.group = a.group;
+  options.split.residual_bits = a.residual;
+  options.split.draft_bits = a.draft_bits;
+  options.split.fit = a.fit == "minmax" ? quant::DraftFit::kMinMax : quant::DraftFit::kOptimized;
+  ImportanceMatrix imatrix;
+  if (!a.imatrix.empty()) {
+    auto m = read_imatrix(a.imatrix);
+    if (!m) return report_error(m.status().message());
+    imatrix = std::move(*m);
+    options.imatrix = &imatrix;
+    options.imatrix_path = a.imatrix;
+  }
+  ProgressBar bar("convert");
+  ConvertReport report;
+  const Status st = convert_model(**source, a.out, options, [&](const ConvertProgress& p) {
+    bar.update(double(p.tensors_done), double(p.tensors_total), double(p.bytes_done), p.current);
+  }, &report);
+  if (!st) return report_error(st.message());
+  std::string types;
+  for (const auto& [type, n] : report.source_types) types += (types.empty() ? "" : ", ") + type;
+  std::fprintf(stderr, "wrote %s: %.2f MiB from %.2f MiB in %.1f s (group %d, %d-bit draft, %d-bit residual)\n",
+               a.out.c_str(), double(report.output_bytes) / (1 << 20), double(report.source_bytes) / (1 << 20),
+               report.seconds, a.group, a.draft_bits, a.residual);
+  std::fprintf(stderr, "split projections: %lld weights, source types: %s\n", (long long)report.split_weights,
+               types.c_str());
+  if (types.find("F32") == std::string::npos && types.find("F16") == std::string::npos &&
+      types.find("BF16") == std::string::npos) {
+    std::fprintf(stderr, "note: the source weights are quantised (%s); D + R reproduces the dequantised source "
+                 "weights, and `bitsplit eval` compares against those\n", types.c_str());
+  }
+  std::fprintf(stderr, "peak memory (RSS): %.1f MiB; largest tensor in f32: %.1f MiB\n",
+               double(report.peak_rss_bytes) / (1 << 20), double(report.largest_tensor_f32_bytes) / (1 << 20));
+  std::fprintf(stderr, "source sha256: %s\n", report.source_sha256.c_str());
+  return 0;
+}
+
+std::string read_text(const std::string& path, Status* st) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    *st = Status::error("cannot read text file " + path);
+    return {};
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct ImatrixArgs {
+  std::string model, text, out;
+  int ctx = 128;
+  int threads = 0;
+};
+
+int imatrix(const ImatrixArgs& a) {
+  std::optional<tbb::global_control> threads;
+  if (a.threads > 0) threads.emplace(tbb::global_control::max_allowed_parallelism, size_t(a.threads));
+  auto source = open_weights(a.model);
+  if (!source) return report_error(source.status().message());
+  auto tok = Tokenizer::from_metadata((*source)->metadata());
+  if (!tok) return report_error(a.model + ": " + tok.status().message());
+  auto model = Model::load(**source);
+  if (!model) return report_error(model.status().message());
+  Status st = Status::ok();
+  const std::string text = read_text(a.text, &st);
+  if (!st) return report_error(st.message());
+  const auto tokens = (*tok)->encode(text, {.add_special = false});
+  ProgressBar bar("imatrix");
+  int64_t n_tokens = 0;
+  auto m = collect_imatrix(*model, tokens, a.ctx, (*tok)->vocab().bos,
+                           [&](int64_t done, int64_t total) { bar.update(double(done), double(total)); }, &n_tokens);
+  if (!m) return report_error(m.status().message());
+  st = write_imatrix(*m, n_tokens, a.text, a.out);
+  if (!st) return report_error(st.message());
+  std::fprintf(stderr, "wrote %s: %zu weights, %lld tokens\n", a.out.c_str(), m->size(), (long long)n_tokens);
+  return 0;
+}
+
+}  // namespace
+
+void add_convert_command(CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<ConvertArgs>();
+  CLI::App* cmd = app.add_subcommand("convert", "Split a model into a 2-bit draft plane and a 6/8-bit residual plane");
+  cmd->add_option("input", a->in, "Source model (.gguf: F32/F16/BF16 or Q4_0..Q8_0, Q2_K..Q6_K)")
+      ->required()->check(CLI::ExistingFile);
+  cmd->add_option("output", a->out, "Output .gguf (written under a temporary name, renamed when complete)")->required();
+  cmd->add_option("--group", a->group, "Weights per group along the input dimension")
+      ->capture_default_str()->check(CLI::IsMember({32, 64, 128}));
+  cmd->add_option("--residual", a->residual, "Residual plane bits")->capture_default_str()->check(CLI::IsMember({6, 8}));
+  cmd->add_option("--draft-bits", a->draft_bits, "Draft plane bits")->capture_default_str()->check(CLI::IsMember({2, 3, 4}));
+  cmd->add_option("--fit", a->fit, "Draft scale/offset fit")->capture_default_str()
+      ->check(CLI::IsMember({"optimized", "minmax"}));
+  cmd->add_option("--imatrix", a->imatrix, "Importance matrix from `bitsplit imatrix`")->check(CLI::ExistingFile);
+  cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(CLI::Range(1, 4096));
+  cmd->callback([a, exit_code] { *exit_code = convert(*a); });
+
+  auto b = std::make_shared<ImatrixArgs>();
+  CLI::App* im = app.add_subcommand("imatrix", "Collect per-column importance (mean squared activation) over a text");
+  im->add_option("model", b->model, "Model (.gguf)")->required()->check(CLI::ExistingFile);
+  im->add_option("--text", b->text, "Text file")->required()->check(CLI::ExistingFile);
+  im->add_option("-o,--output", b->out, "Output file (.gguf)")->required();
+  im->add_option("--ctx", b->ctx, "Tokens per window")->capture_default_str()->check(CLI::Range(2, 1 << 20));
+  im->add_option("-t,--threads", b->threads, "Worker threads (default: all cores)")->check(CLI::Range(1, 4096));
+  im->callback([b, exit_code] { *exit_code = imatrix(*b); });
+}
+
+}  // namespace bitsplit::cli

@@ -1,0 +1,128 @@
+// `bitsplit eval`: perplexity, KL divergence and top-1 agreement of every quantisation
+// scheme against the f32 model, as a table or JSON.
+#include <tbb/global_control.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+
+#include "bitsplit/quality.h"
+#include "bitsplit/tokenizer.h"
+#include "commands.h"
+#include "progress.h"
+
+namespace bitsplit::cli {
+namespace {
+
+struct EvalArgs {
+  std::string model, text, imatrix;
+  int ctx = 128, group = 64, threads = 0;
+  int64_t max_tokens = 0;
+  bool json = false;
+  std::vector<std::string> schemes;
+};
+
+int eval(const EvalArgs& a) {
+  std::optional<tbb::global_control> threads;
+  if (a.threads > 0) threads.emplace(tbb::global_control::max_allowed_parallelism, size_t(a.threads));
+  auto source = open_weights(a.model);
+  if (!source) return report_error(source.status().message());
+  auto split = read_split_format((*source)->metadata());
+  if (split && split->has_value()) {
+    return report_error(a.model + " is a converted (bit-split) model; eval takes the original model and quantises it "
+                        "in every scheme itself");
+  }
+  auto tok = Tokenizer::from_metadata((*source)->metadata());
+  if (!tok) return report_error(a.model + ": " + tok.status().message());
+  auto model = Model::load(**source);
+  if (!model) return report_error(model.status().message());
+  std::ifstream in(a.text, std::ios::binary);
+  if (!in) return report_error("cannot read text file " + a.text);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const auto tokens = (*tok)->encode(ss.str(), {.add_special = false});
+
+  ImportanceMatrix imatrix;
+  EvalOptions o;
+  o.ctx = a.ctx;
+  o.group = a.group;
+  o.max_tokens = a.max_tokens;
+  o.bos = (*tok)->vocab().bos;
+  o.schemes = a.schemes;
+  if (!a.imatrix.empty()) {
+    auto m = read_imatrix(a.imatrix);
+    if (!m) return report_error(m.status().message());
+    imatrix = std::move(*m);
+    o.imatrix = &imatrix;
+  }
+  std::string source_types;
+  for (const auto& t : (*source)->tensors()) {
+    if (is_split_projection(t.name) && source_types.find(gguf::tensor_type_name(t.type)) == std::string::npos)
+      source_types += (source_types.empty() ? "" : ",") + gguf::tensor_type_name(t.type);
+  }
+  ProgressBar bar("eval");
+  auto report = evaluate_quality(*model, tokens, o, [&](int64_t d, int64_t t) { bar.update(double(d), double(t)); });
+  if (!report) return report_error(report.status().message());
+  const bool quantised_source = source_types.find("F32") == std::string::npos &&
+                                source_types.find("F16") == std::string::npos && source_types.find("BF16") == std::string::npos;
+  if (a.json) {
+    nlohmann::json j;
+    j["model"] = a.model;
+    j["text"] = a.text;
+    j["ctx"] = a.ctx;
+    j["group"] = a.group;
+    j["imatrix"] = a.imatrix.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.imatrix);
+    j["source_types"] = source_types;
+    j["reference"] = quantised_source ? "dequantised source weights" : "f32 source weights";
+    j["tokens"] = report->tokens;
+    j["windows"] = report->windows;
+    j["f32_perplexity"] = report->f32_perplexity;
+    for (const auto& r : report->rows) {
+      j["schemes"].push_back({{"scheme", r.scheme}, {"vram_bits_per_weight", r.vram_bits_per_weight},
+                              {"ram_bits_per_weight", r.ram_bits_per_weight}, {"perplexity", r.perplexity},
+                              {"kl_mean", r.kl_mean}, {"kl_p99", r.kl_p99}, {"top1_agreement", r.top1_agreement}});
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("model %s, text %s: %lld predictions in %lld windows of <= %d tokens, group %d%s\n", a.model.c_str(),
+              a.text.c_str(), (long long)report->tokens, (long long)report->windows, a.ctx, a.group,
+              a.imatrix.empty() ? "" : (", imatrix " + a.imatrix).c_str());
+  if (quantised_source) {
+    std::printf("note: source projections are %s; the reference is the dequantised source\n", source_types.c_str());
+  }
+  std::printf("reference perplexity (f32): %.4f\n\n", report->f32_perplexity);
+  std::printf("| scheme    | VRAM bits/w | RAM bits/w | perplexity | KL mean   | KL p99    | top-1 agree |\n");
+  std::printf("|-----------|-------------|------------|------------|-----------|-----------|-------------|\n");
+  for (const auto& r : report->rows) {
+    std::printf("| %-9s | %11.3f | %10.3f | %10.4f | %9.6f | %9.6f | %10.2f%% |\n", r.scheme.c_str(),
+                r.vram_bits_per_weight, r.ram_bits_per_weight, r.perplexity, r.kl_mean, r.kl_p99,
+                100 * r.top1_agreement);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_eval_command(CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<EvalArgs>();
+  CLI::App* cmd = app.add_subcommand("eval", "Compare quantisation schemes with the f32 model on a text");
+  cmd->add_option("model", a->model, "Original model (.gguf)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--text", a->text, "Text file to evaluate on")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--ctx", a->ctx, "Tokens per window (the first is BOS)")->capture_default_str()->check(CLI::Range(2, 1 << 20));
+  cmd->add_option("--group", a->group, "Group size of the bit-split and min/max schemes")
+      ->capture_default_str()->check(CLI::IsMember({32, 64, 128}));
+  cmd->add_option("--max-tokens", a->max_tokens, "Stop after this many predictions (0 = whole text)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--imatrix", a->imatrix, "Importance matrix for the bit-split schemes")->check(CLI::ExistingFile);
+  cmd->add_option("--scheme", a->schemes, "Only these schemes (repeatable): draft(R8), draft(R6), D+R6, D+R8, Q8_0, "
+                                          "minmax2, minmax4");
+  cmd->add_flag("--json", a->json, "Print JSON instead of a table");
+  cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(CLI::Range(1, 4096));
+  cmd->callback([a, exit_code] { *exit_code = eval(*a); });
+}
+
+}  // namespace bitsplit::cli
