@@ -1,0 +1,205 @@
+// bitsplit convert: file layout and metadata, determinism, loading D + R back, and errors.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "bitsplit/convert.h"
+#include "bitsplit/model.h"
+#include "gguf_testing.h"
+#include "test_paths.h"
+
+namespace bitsplit {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ConvertTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("bitsplit_convert_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  std::string write_tiny(const testing::TinyModelSpec& spec, const std::string& name = "src.gguf") {
+    const std::string p = path(name);
+    EXPECT_TRUE(testing::make_tiny_model(spec).write_file(p).is_ok());
+    return p;
+  }
+
+  static std::vector<uint8_t> read_bytes(const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), {}};
+  }
+
+  fs::path dir_;
+};
+
+Result<std::vector<float>> logits_of(const WeightSource& source, const ModelLoadOptions& options = {}) {
+  BITSPLIT_ASSIGN_OR_RETURN(Model m, Model::load(source, options));
+  KvCache cache(m.config(), 5);
+  return forward_reference(m, cache, Batch::causal(std::vector<int32_t>{1, 7, 3, 9, 4}, 0, true));
+}
+
+TEST_F(ConvertTest, WritesPlanesMetadataAndLoadsBackAsDPlusR) {
+  testing::TinyModelSpec spec;
+  spec.ff = 72;  // not a multiple of the group: ffn_down rows get a padded last group
+  const std::string src = write_tiny(spec);
+  const std::string out = path("out.gguf");
+  auto source = open_weights(src);
+  ASSERT_TRUE(source.is_ok());
+  ConvertOptions options;
+  ConvertReport report;
+  int progress_calls = 0;
+  ASSERT_TRUE(convert_model(**source, out, options, [&](const ConvertProgress&) { ++progress_calls; }, &report).is_ok());
+  EXPECT_GT(progress_calls, 0);
+  EXPECT_FALSE(fs::exists(out + ".tmp"));
+  EXPECT_EQ(report.source_sha256.size(), 64u);
+
+  auto converted = open_weights(out);
+  ASSERT_TRUE(converted.is_ok()) << converted.status().message();
+  const auto& m = (*converted)->metadata();
+  EXPECT_EQ(*m.get_int("bitsplit.group_size"), 64);
+  EXPECT_EQ(*m.get_int("bitsplit.residual_bits"), 8);
+  EXPECT_EQ(*m.get_string("bitsplit.source_sha256"), report.source_sha256);
+  EXPECT_EQ((*converted)->find_tensor("blk.0.attn_q.weight"), nullptr);
+  const auto* codes = (*converted)->find_tensor("blk.1.ffn_down.draft_codes");
+  ASSERT_NE(codes, nullptr);
+  EXPECT_EQ(codes->type, gguf::TensorType::I8);
+  EXPECT_EQ(codes->dims, (std::vector<int64_t>{128 / 4, spec.embd}));  // 72 padded to 128
+  EXPECT_EQ((*converted)->find_tensor("token_embd.weight")->type, gguf::TensorType::Q8_0);
+  EXPECT_EQ((*converted)->find_tensor("blk.0.attn_norm.weight")->type, gguf::TensorType::F32);
+
+  // The converted model's logits equal those of the f32 model with every projection replaced
+  // by its D + R reconstruction and the embedding by Q8_0, computed independently here.
+  auto src_model = Model::load(**source);
+  ASSERT_TRUE(src_model.is_ok());
+  auto expected = src_model->transformed(
+      [](const std::string&, const std::vector<float>& w, int64_t rows, int64_t cols) {
+        quant::SplitParams p;
+        std::vector<float> out(w.size()), r(static_cast<size_t>(cols));
+        for (int64_t o = 0; o < rows; ++o) {
+          std::vector<uint8_t> dc(static_cast<size_t>(quant::code_row_bytes(cols, 64, 2)));
+          std::vector<uint8_t> rc(static_cast<size_t>(quant::code_row_bytes(cols, 64, 8)));
+          std::vector<uint16_t> ds(static_cast<size_t>(quant::groups_per_row(cols, 64))), dof(ds.size()), rs(ds.size());
+          quant::split_row_ref(w.data() + o * cols, nullptr, cols, p, {dc.data(), ds.data(), dof.data()}, {rc.data(), rs.data()});
+          quant::dequantize_draft_row_ref(dc.data(), ds.data(), dof.data(), cols, 64, 2, out.data() + o * cols);
+          quant::dequantize_residual_row_ref(rc.data(), rs.data(), cols, 64, 8, r.data());
+          for (int64_t i = 0; i < cols; ++i) out[size_t(o * cols + i)] += r[size_t(i)];
+        }
+        return out;
+      },
+      [](const std::string&, const std::vector<float>& w, int64_t, int64_t) {
+        std::vector<quant::BlockQ8_0> b(w.size() / 32);
+        std::vector<float> out(w.size());
+        quant::quantize_q8_0_ref(w, b);
+        quant::dequantize_q8_0_ref(b, out);
+        return out;
+      });
+  KvCache cache(expected.config(), 5);
+  auto want = forward_reference(expected, cache, Batch::causal(std::vector<int32_t>{1, 7, 3, 9, 4}, 0, true));
+  auto got = logits_of(**converted);
+  ASSERT_TRUE(got.is_ok()) << got.status().message();
+  EXPECT_EQ(*got, *want);
+
+  // The draft model loads too, and differs from the target.
+  auto draft = logits_of(**converted, {.draft_only = true});
+  ASSERT_TRUE(draft.is_ok()) << draft.status().message();
+  EXPECT_NE(*draft, *got);
+}
+
+TEST_F(ConvertTest, ConvertingTwiceGivesIdenticalBytes) {
+  const std::string src = write_tiny({});
+  auto source = open_weights(src);
+  ASSERT_TRUE(source.is_ok());
+  for (int residual : {6, 8}) {
+    ConvertOptions o;
+    o.split.residual_bits = residual;
+    ASSERT_TRUE(convert_model(**source, path("a.gguf"), o, nullptr, nullptr).is_ok());
+    ASSERT_TRUE(convert_model(**source, path("b.gguf"), o, nullptr, nullptr).is_ok());
+    EXPECT_EQ(read_bytes(path("a.gguf")), read_bytes(path("b.gguf"))) << residual;
+  }
+}
+
+TEST_F(ConvertTest, TiedOutputGetsItsOwnPlanes) {
+  testing::TinyModelSpec spec;
+  spec.tied_output = true;
+  auto source = open_weights(write_tiny(spec));
+  ASSERT_TRUE(source.is_ok());
+  ASSERT_TRUE(convert_model(**source, path("t.gguf"), {}, nullptr, nullptr).is_ok());
+  auto converted = open_weights(path("t.gguf"));
+  ASSERT_TRUE(converted.is_ok());
+  EXPECT_NE((*converted)->find_tensor("output.draft_codes"), nullptr);
+  auto cfg = read_model_config(**converted);
+  ASSERT_TRUE(cfg.is_ok());
+  EXPECT_FALSE(cfg->tied_output);
+  EXPECT_TRUE(logits_of(**converted).is_ok());
+}
+
+TEST_F(ConvertTest, QuantisedSourceIsReportedAndReproduced) {
+  testing::TinyModelSpec spec;
+  spec.type = gguf::TensorType::Q8_0;
+  auto source = open_weights(write_tiny(spec));
+  ASSERT_TRUE(source.is_ok());
+  ConvertReport report;
+  ASSERT_TRUE(convert_model(**source, path("q.gguf"), {}, nullptr, &report).is_ok());
+  EXPECT_EQ(report.source_types.size(), 1u);
+  EXPECT_EQ(report.source_types.begin()->first, "Q8_0");
+}
+
+TEST_F(ConvertTest, ErrorsAreClearAndLeaveNothingBehind) {
+  const std::string src = write_tiny({});
+  auto source = open_weights(src);
+  ASSERT_TRUE(source.is_ok());
+  // Unwritable destination.
+  Status st = convert_model(**source, path("missing_dir/out.gguf"), {}, nullptr, nullptr);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("missing_dir"), std::string::npos) << st.message();
+  // Bad options.
+  ConvertOptions bad;
+  bad.split.group = 48;
+  EXPECT_NE(convert_model(**source, path("x.gguf"), bad, nullptr, nullptr).message().find("--group"), std::string::npos);
+  EXPECT_FALSE(fs::exists(path("x.gguf")));
+  // A converted file cannot be converted again.
+  ASSERT_TRUE(convert_model(**source, path("c.gguf"), {}, nullptr, nullptr).is_ok());
+  auto converted = open_weights(path("c.gguf"));
+  st = convert_model(**converted, path("d.gguf"), {}, nullptr, nullptr);
+  EXPECT_NE(st.message().find("already a bit-split model"), std::string::npos) << st.message();
+  // A GGUF that is not a model.
+  gguf::Writer w;
+  w.metadata().set("general.architecture", gguf::Value::string("bert"));
+  ASSERT_TRUE(w.write_file(path("bert.gguf")).is_ok());
+  auto bert = open_weights(path("bert.gguf"));
+  st = convert_model(**bert, path("e.gguf"), {}, nullptr, nullptr);
+  EXPECT_NE(st.message().find("not supported"), std::string::npos) << st.message();
+  // Unsupported tensor type: named, and nothing written.
+  auto tiny = testing::make_tiny_model({});
+  ASSERT_TRUE(tiny.add_tensor("extra.weight", gguf::TensorType::IQ2_XXS, {256, 1}, std::vector<uint8_t>(66)).is_ok());
+  ASSERT_TRUE(tiny.write_file(path("iq.gguf")).is_ok());
+  auto iq = open_weights(path("iq.gguf"));
+  st = convert_model(**iq, path("f.gguf"), {}, nullptr, nullptr);
+  EXPECT_NE(st.message().find("'extra.weight' has type IQ2_XXS"), std::string::npos) << st.message();
+  EXPECT_FALSE(fs::exists(path("f.gguf")));
+  EXPECT_FALSE(fs::exists(path("f.gguf.tmp")));
+}
+
+TEST_F(ConvertTest, ImatrixRoundTripAndValidation) {
+  ImportanceMatrix m{{"blk.0.attn_q.weight", std::vector<float>(32, 2.0f)}};
+  ASSERT_TRUE(write_imatrix(m, 100, "text.txt", path("i.gguf")).is_ok());
+  auto back = read_imatrix(path("i.gguf"));
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(*back, m);
+  // Missing entries are an error (the matrix was made for another model).
+  auto source = open_weights(write_tiny({}));
+  ConvertOptions o;
+  o.imatrix = &*back;
+  Status st = convert_model(**source, path("o.gguf"), o, nullptr, nullptr);
+  EXPECT_NE(st.message().find("no entry for"), std::string::npos) << st.message();
+  EXPECT_FALSE(read_imatrix(write_tiny({}, "not_imatrix.gguf")).is_ok());
+}
+
+}  // namespace
+}  // namespace bitsplit

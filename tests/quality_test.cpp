@@ -1,0 +1,130 @@
+// bitsplit eval and imatrix: statistics on a tiny model, and the quality targets of the
+// bit-split formats on the real stories260K model.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "bitsplit/quality.h"
+#include "bitsplit/tokenizer.h"
+#include "gguf_testing.h"
+#include "test_paths.h"
+
+namespace bitsplit {
+namespace {
+
+Model tiny_model(const testing::TinyModelSpec& spec = {}) {
+  auto f = gguf::File::parse(gguf::storage_from_bytes(testing::tiny_model_bytes(spec)), "tiny.gguf");
+  struct Src : WeightSource {
+    gguf::File f;
+    explicit Src(gguf::File file) : f(std::move(file)) {}
+    const std::string& path() const override { return f.name(); }
+    const gguf::Metadata& metadata() const override { return f.metadata(); }
+    const std::vector<gguf::TensorInfo>& tensors() const override { return f.tensors(); }
+    const gguf::TensorInfo* find_tensor(std::string_view n) const override { return f.find_tensor(n); }
+    Result<std::vector<float>> load_f32(const gguf::TensorInfo& t) const override { return f.read_f32(t); }
+    std::string describe() const override { return "tiny"; }
+  } src(std::move(*f));
+  return std::move(*Model::load(src));
+}
+
+std::vector<int32_t> some_tokens(int n) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back(3 + (i * 7 + i / 3) % 40);
+  return t;
+}
+
+TEST(Imatrix, MeanSquaredActivationsOfEveryProjection) {
+  const Model m = tiny_model();
+  int64_t n = 0;
+  auto im = collect_imatrix(m, some_tokens(50), 16, 1, nullptr, &n);
+  ASSERT_TRUE(im.is_ok()) << im.status().message();
+  EXPECT_EQ(im->size(), size_t(2 * 7 + 1));
+  EXPECT_EQ(im->at("blk.0.attn_q.weight"), im->at("blk.0.attn_k.weight"));  // same input
+  EXPECT_EQ(im->at("blk.1.ffn_down.weight").size(), 64u);
+  EXPECT_EQ(im->at("output.weight").size(), 32u);
+  for (const auto& [name, v] : *im)
+    for (float x : v) ASSERT_TRUE(x >= 0 && std::isfinite(x)) << name;
+  // The token embeddings feed attn_norm, so attn_q's statistics are positive everywhere.
+  for (float x : im->at("blk.0.attn_q.weight")) EXPECT_GT(x, 0.0f);
+  EXPECT_GT(n, 50);
+}
+
+TEST(Eval, ReportsEverySchemeWithSaneStatistics) {
+  testing::TinyModelSpec spec;
+  spec.embd = 64;  // every input width a multiple of the group: no padding in the bit counts
+  spec.ff = 128;
+  const Model m = tiny_model(spec);
+  EvalOptions o;
+  o.ctx = 16;
+  o.bos = 1;
+  auto r = evaluate_quality(m, some_tokens(60), o, nullptr);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->tokens, 59);  // every token after the first is predicted once
+  ASSERT_EQ(r->rows.size(), eval_scheme_names().size());
+  for (const auto& row : r->rows) {
+    EXPECT_GE(row.kl_mean, 0.0) << row.scheme;
+    EXPECT_GE(row.kl_p99, 0.0) << row.scheme;
+    EXPECT_TRUE(row.top1_agreement >= 0 && row.top1_agreement <= 1) << row.scheme;
+    EXPECT_GT(row.perplexity, 1.0) << row.scheme;
+  }
+  const auto find = [&](const std::string& name) {
+    for (const auto& row : r->rows)
+      if (row.scheme == name) return row;
+    return EvalRow{};
+  };
+  // Bits per weight follow from the layouts: 2 + 32/64 VRAM for D (shapes are multiples of
+  // 64 here), 8 + 16/64 RAM for R8, 8.5 for Q8_0.
+  EXPECT_DOUBLE_EQ(find("D+R8").vram_bits_per_weight, 2.5);
+  EXPECT_DOUBLE_EQ(find("D+R8").ram_bits_per_weight, 8.25);
+  EXPECT_DOUBLE_EQ(find("D+R6").ram_bits_per_weight, 6.25);
+  EXPECT_DOUBLE_EQ(find("Q8_0").ram_bits_per_weight, 8.5);
+  EXPECT_LT(find("D+R8").kl_mean, find("draft(R8)").kl_mean);
+}
+
+TEST(Eval, RejectsBadOptions) {
+  const Model m = tiny_model();
+  EvalOptions o;
+  o.ctx = 1;
+  EXPECT_FALSE(evaluate_quality(m, some_tokens(10), o, nullptr).is_ok());
+  o.ctx = 1000;  // beyond the tiny model's context of 64
+  EXPECT_NE(evaluate_quality(m, some_tokens(10), o, nullptr).status().message().find("context length"), std::string::npos);
+  o.ctx = 16;
+  o.schemes = {"Q4_K"};
+  EXPECT_NE(evaluate_quality(m, some_tokens(10), o, nullptr).status().message().find("unknown scheme"), std::string::npos);
+  o.schemes = {};
+  EXPECT_FALSE(evaluate_quality(m, {5}, o, nullptr).is_ok());
+}
+
+// The quality targets on a real trained model: D+R8 halves Q8_0's KL, D+R6 beats
+// Q8_0, and the optimised draft beats plain 2-bit min/max.
+TEST(Eval, BitSplitTargetsOnStories260K) {
+  const std::string shared = testing::shared_dir();
+  const std::string path = shared.empty() ? "" : shared + "/models/stories260K.gguf";
+  BITSPLIT_REQUIRE_FILE(path);
+  auto source = open_weights(path);
+  ASSERT_TRUE(source.is_ok());
+  auto model = Model::load(**source);
+  auto tok = Tokenizer::from_metadata((*source)->metadata());
+  ASSERT_TRUE(model.is_ok() && tok.is_ok());
+  std::ifstream in(testing::source_dir() + "/tests/data/stories260K_sample.txt");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EvalOptions o;
+  o.ctx = 128;
+  o.bos = 1;
+  auto r = evaluate_quality(*model, (*tok)->encode(ss.str(), {.add_special = false}), o, nullptr);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  std::map<std::string, EvalRow> by;
+  for (const auto& row : r->rows) by[row.scheme] = row;
+  EXPECT_LE(by["D+R8"].kl_mean, 0.5 * by["Q8_0"].kl_mean);
+  EXPECT_LE(by["D+R6"].kl_mean, by["Q8_0"].kl_mean);
+  EXPECT_GT(by["draft(R8)"].top1_agreement, by["minmax2"].top1_agreement);
+  EXPECT_LT(by["draft(R8)"].kl_mean, by["minmax2"].kl_mean);
+  // RAM cost of R6 against Q8_0 on the same (padded) shapes.
+  EXPECT_LE(by["D+R6"].ram_bits_per_weight, 0.75 * by["Q8_0"].ram_bits_per_weight);
+}
+
+}  // namespace
+}  // namespace bitsplit
