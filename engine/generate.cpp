@@ -29,7 +29,6 @@ Result<GenerationStats> generate(const Model& model, std::span<const int32_t> pr
   for (size_t start = 0; start < prompt.size(); start += size_t(options.prefill_chunk)) {
     const size_t n = std::min(prompt.size() - start, size_t(options.prefill_chunk));
     Batch batch = Batch::causal(prompt.subspan(start, n), int32_t(start));
-    batch.kv_len = int64_t(start + n);
     BITSPLIT_ASSIGN_OR_RETURN(logits, forward_reference(model, cache, batch));
   }
   stats.prompt_seconds = seconds(t0, Clock::now());

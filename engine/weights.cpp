@@ -35,7 +35,11 @@ Result<std::unique_ptr<WeightSource>> open_weights(const std::string& path) {
                          "pass a .gguf file");
   }
   BITSPLIT_ASSIGN_OR_RETURN(gguf::File file, gguf::File::open(path));
-  return std::unique_ptr<WeightSource>(std::make_unique<GgufWeights>(std::move(file)));
+  return weights_from_gguf(std::move(file));
+}
+
+std::unique_ptr<WeightSource> weights_from_gguf(gguf::File file) {
+  return std::make_unique<GgufWeights>(std::move(file));
 }
 
 }  // namespace bitsplit

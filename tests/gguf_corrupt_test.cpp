@@ -48,17 +48,7 @@ void expect_error(const std::vector<uint8_t>& bytes, const std::string& fragment
 void exercise(const File& f) {
   for (const auto& t : f.tensors()) (void)f.read_f32(t);
   (void)Tokenizer::from_metadata(f.metadata());
-  struct View : WeightSource {
-    const File& f;
-    explicit View(const File& file) : f(file) {}
-    const std::string& path() const override { return f.name(); }
-    const Metadata& metadata() const override { return f.metadata(); }
-    const std::vector<TensorInfo>& tensors() const override { return f.tensors(); }
-    const TensorInfo* find_tensor(std::string_view n) const override { return f.find_tensor(n); }
-    Result<std::vector<float>> load_f32(const TensorInfo& t) const override { return f.read_f32(t); }
-    std::string describe() const override { return "view"; }
-  } view(f);
-  (void)Model::load(view);
+  (void)Model::load(*weights_from_gguf(f));
 }
 
 TEST(GgufCorrupt, EveryTruncationOfASmallModelFails) {

@@ -116,4 +116,10 @@ gguf::Writer make_tiny_model(const TinyModelSpec& s) {
 
 std::vector<uint8_t> tiny_model_bytes(const TinyModelSpec& spec) { return make_tiny_model(spec).to_bytes(); }
 
+std::unique_ptr<WeightSource> weights_from_writer(const gguf::Writer& writer, const std::string& name) {
+  auto file = gguf::File::parse(gguf::storage_from_bytes(writer.to_bytes()), name);
+  BITSPLIT_CHECK(file.is_ok(), file.status().message());
+  return weights_from_gguf(std::move(*file));
+}
+
 }  // namespace bitsplit::testing

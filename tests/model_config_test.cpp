@@ -7,31 +7,14 @@
 namespace bitsplit {
 namespace {
 
-class WriterWeights : public WeightSource {
- public:
-  explicit WriterWeights(const gguf::Writer& w)
-      : file_(*gguf::File::parse(gguf::storage_from_bytes(w.to_bytes()), "cfg.gguf")) {}
-  const std::string& path() const override { return file_.name(); }
-  const gguf::Metadata& metadata() const override { return file_.metadata(); }
-  const std::vector<gguf::TensorInfo>& tensors() const override { return file_.tensors(); }
-  const gguf::TensorInfo* find_tensor(std::string_view n) const override { return file_.find_tensor(n); }
-  Result<std::vector<float>> load_f32(const gguf::TensorInfo& t) const override { return file_.read_f32(t); }
-  std::string describe() const override { return "writer"; }
-
- private:
-  gguf::File file_;
-};
-
 std::string load_error(const gguf::Writer& w) {
-  WriterWeights source(w);
-  auto m = Model::load(source);
+  auto m = Model::load(*testing::weights_from_writer(w, "cfg.gguf"));
   return m.is_ok() ? std::string() : m.status().message();
 }
 
 TEST(ModelConfig, ReadsShapesOfTinyModel) {
   testing::TinyModelSpec spec;
-  WriterWeights source(testing::make_tiny_model(spec));
-  auto c = read_model_config(source);
+  auto c = read_model_config(*testing::tiny_weights(spec));
   ASSERT_TRUE(c.is_ok()) << c.status().message();
   EXPECT_EQ(c->n_layers, 2);
   EXPECT_EQ(c->head_dim, 8);

@@ -10,24 +10,8 @@
 namespace bitsplit {
 namespace {
 
-class MemoryWeights : public WeightSource {
- public:
-  explicit MemoryWeights(const testing::TinyModelSpec& spec)
-      : file_(*gguf::File::parse(gguf::storage_from_bytes(testing::tiny_model_bytes(spec)), "tiny.gguf")) {}
-  const std::string& path() const override { return file_.name(); }
-  const gguf::Metadata& metadata() const override { return file_.metadata(); }
-  const std::vector<gguf::TensorInfo>& tensors() const override { return file_.tensors(); }
-  const gguf::TensorInfo* find_tensor(std::string_view n) const override { return file_.find_tensor(n); }
-  Result<std::vector<float>> load_f32(const gguf::TensorInfo& t) const override { return file_.read_f32(t); }
-  std::string describe() const override { return "memory"; }
-
- private:
-  gguf::File file_;
-};
-
 Model load(const testing::TinyModelSpec& spec) {
-  MemoryWeights w(spec);
-  auto m = Model::load(w);
+  auto m = Model::load(*testing::tiny_weights(spec));
   BITSPLIT_CHECK(m.is_ok(), m.status().message());
   return std::move(*m);
 }

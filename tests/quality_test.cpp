@@ -15,18 +15,9 @@ namespace bitsplit {
 namespace {
 
 Model tiny_model(const testing::TinyModelSpec& spec = {}) {
-  auto f = gguf::File::parse(gguf::storage_from_bytes(testing::tiny_model_bytes(spec)), "tiny.gguf");
-  struct Src : WeightSource {
-    gguf::File f;
-    explicit Src(gguf::File file) : f(std::move(file)) {}
-    const std::string& path() const override { return f.name(); }
-    const gguf::Metadata& metadata() const override { return f.metadata(); }
-    const std::vector<gguf::TensorInfo>& tensors() const override { return f.tensors(); }
-    const gguf::TensorInfo* find_tensor(std::string_view n) const override { return f.find_tensor(n); }
-    Result<std::vector<float>> load_f32(const gguf::TensorInfo& t) const override { return f.read_f32(t); }
-    std::string describe() const override { return "tiny"; }
-  } src(std::move(*f));
-  return std::move(*Model::load(src));
+  auto m = Model::load(*testing::tiny_weights(spec));
+  BITSPLIT_CHECK(m.is_ok(), m.status().message());
+  return std::move(*m);
 }
 
 std::vector<int32_t> some_tokens(int n) {

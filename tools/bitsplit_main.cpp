@@ -1,6 +1,8 @@
 // bitsplit command-line entry point: dispatches to the subcommands.
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "commands.h"
 
@@ -9,6 +11,28 @@ namespace bitsplit::cli {
 int report_error(const std::string& message) {
   std::fprintf(stderr, "error: %s\n", message.c_str());
   return 1;
+}
+
+Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& options) {
+  BITSPLIT_ASSIGN_OR_RETURN(auto source, open_weights(path));
+  auto tokenizer = Tokenizer::from_metadata(source->metadata());
+  if (!tokenizer) return tokenizer.status().with_context(path);
+  BITSPLIT_ASSIGN_OR_RETURN(Model model, Model::load(*source, options));
+  return LoadedModel{std::move(source), std::move(*tokenizer), std::move(model)};
+}
+
+Result<std::string> read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::error("cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::optional<tbb::global_control> limit_threads(int n) {
+  std::optional<tbb::global_control> control;
+  if (n > 0) control.emplace(tbb::global_control::max_allowed_parallelism, size_t(n));
+  return control;
 }
 
 }  // namespace bitsplit::cli

@@ -1,12 +1,8 @@
 // `bitsplit convert` and `bitsplit imatrix`: make a bit-split model, and the importance
 // statistics that can steer it.
-#include <tbb/global_control.h>
-
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
 
 #include "bitsplit/quality.h"
 #include "bitsplit/tokenizer.h"
@@ -23,8 +19,7 @@ struct ConvertArgs {
 };
 
 int convert(const ConvertArgs& a) {
-  std::optional<tbb::global_control> threads;
-  if (a.threads > 0) threads.emplace(tbb::global_control::max_allowed_parallelism, size_t(a.threads));
+  const auto threads = limit_threads(a.threads);
   auto source = open_weights(a.in);
   if (!source) return report_error(source.status().message());
   ConvertOptions options;
@@ -64,17 +59,6 @@ int convert(const ConvertArgs& a) {
   return 0;
 }
 
-std::string read_text(const std::string& path, Status* st) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *st = Status::error("cannot read text file " + path);
-    return {};
-  }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 struct ImatrixArgs {
   std::string model, text, out;
   int ctx = 128;
@@ -82,25 +66,18 @@ struct ImatrixArgs {
 };
 
 int imatrix(const ImatrixArgs& a) {
-  std::optional<tbb::global_control> threads;
-  if (a.threads > 0) threads.emplace(tbb::global_control::max_allowed_parallelism, size_t(a.threads));
-  auto source = open_weights(a.model);
-  if (!source) return report_error(source.status().message());
-  auto tok = Tokenizer::from_metadata((*source)->metadata());
-  if (!tok) return report_error(a.model + ": " + tok.status().message());
-  auto model = Model::load(**source);
-  if (!model) return report_error(model.status().message());
-  Status st = Status::ok();
-  const std::string text = read_text(a.text, &st);
-  if (!st) return report_error(st.message());
-  const auto tokens = (*tok)->encode(text, {.add_special = false});
+  const auto threads = limit_threads(a.threads);
+  auto loaded = load_model(a.model);
+  if (!loaded) return report_error(loaded.status().message());
+  auto text = read_text_file(a.text);
+  if (!text) return report_error(text.status().message());
+  const auto tokens = loaded->tokenizer->encode(*text, {.add_special = false});
   ProgressBar bar("imatrix");
   int64_t n_tokens = 0;
-  auto m = collect_imatrix(*model, tokens, a.ctx, (*tok)->vocab().bos,
+  auto m = collect_imatrix(loaded->model, tokens, a.ctx, loaded->tokenizer->vocab().bos,
                            [&](int64_t done, int64_t total) { bar.update(double(done), double(total)); }, &n_tokens);
   if (!m) return report_error(m.status().message());
-  st = write_imatrix(*m, n_tokens, a.text, a.out);
-  if (!st) return report_error(st.message());
+  if (Status st = write_imatrix(*m, n_tokens, a.text, a.out); !st) return report_error(st.message());
   std::fprintf(stderr, "wrote %s: %zu weights, %lld tokens\n", a.out.c_str(), m->size(), (long long)n_tokens);
   return 0;
 }

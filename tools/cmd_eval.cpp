@@ -1,13 +1,9 @@
 // `bitsplit eval`: perplexity, KL divergence and top-1 agreement of every quantisation
 // scheme against the f32 model, as a table or JSON.
-#include <tbb/global_control.h>
-
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 
 #include "bitsplit/quality.h"
 #include "bitsplit/tokenizer.h"
@@ -26,31 +22,25 @@ struct EvalArgs {
 };
 
 int eval(const EvalArgs& a) {
-  std::optional<tbb::global_control> threads;
-  if (a.threads > 0) threads.emplace(tbb::global_control::max_allowed_parallelism, size_t(a.threads));
-  auto source = open_weights(a.model);
-  if (!source) return report_error(source.status().message());
-  auto split = read_split_format((*source)->metadata());
+  const auto threads = limit_threads(a.threads);
+  auto loaded = load_model(a.model);
+  if (!loaded) return report_error(loaded.status().message());
+  const WeightSource& source = *loaded->source;
+  auto split = read_split_format(source.metadata());
   if (split && split->has_value()) {
     return report_error(a.model + " is a converted (bit-split) model; eval takes the original model and quantises it "
                         "in every scheme itself");
   }
-  auto tok = Tokenizer::from_metadata((*source)->metadata());
-  if (!tok) return report_error(a.model + ": " + tok.status().message());
-  auto model = Model::load(**source);
-  if (!model) return report_error(model.status().message());
-  std::ifstream in(a.text, std::ios::binary);
-  if (!in) return report_error("cannot read text file " + a.text);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const auto tokens = (*tok)->encode(ss.str(), {.add_special = false});
+  auto text = read_text_file(a.text);
+  if (!text) return report_error(text.status().message());
+  const auto tokens = loaded->tokenizer->encode(*text, {.add_special = false});
 
   ImportanceMatrix imatrix;
   EvalOptions o;
   o.ctx = a.ctx;
   o.group = a.group;
   o.max_tokens = a.max_tokens;
-  o.bos = (*tok)->vocab().bos;
+  o.bos = loaded->tokenizer->vocab().bos;
   o.schemes = a.schemes;
   if (!a.imatrix.empty()) {
     auto m = read_imatrix(a.imatrix);
@@ -59,12 +49,12 @@ int eval(const EvalArgs& a) {
     o.imatrix = &imatrix;
   }
   std::string source_types;
-  for (const auto& t : (*source)->tensors()) {
+  for (const auto& t : source.tensors()) {
     if (is_split_projection(t.name) && source_types.find(gguf::tensor_type_name(t.type)) == std::string::npos)
       source_types += (source_types.empty() ? "" : ",") + gguf::tensor_type_name(t.type);
   }
   ProgressBar bar("eval");
-  auto report = evaluate_quality(*model, tokens, o, [&](int64_t d, int64_t t) { bar.update(double(d), double(t)); });
+  auto report = evaluate_quality(loaded->model, tokens, o, [&](int64_t d, int64_t t) { bar.update(double(d), double(t)); });
   if (!report) return report_error(report.status().message());
   const bool quantised_source = source_types.find("F32") == std::string::npos &&
                                 source_types.find("F16") == std::string::npos && source_types.find("BF16") == std::string::npos;

@@ -1,12 +1,8 @@
 // `bitsplit run`: load a model, tokenize the prompt, stream generated text, report speed.
-#include <tbb/global_control.h>
-
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <random>
-#include <sstream>
 
 #include "bitsplit/generate.h"
 #include "bitsplit/tokenizer.h"
@@ -29,51 +25,41 @@ struct RunOptions {
 };
 
 int run(const RunOptions& o) {
+  std::string prompt = o.prompt;  // -p and -f exclude each other (CLI11 checks)
   if (!o.prompt_file.empty()) {
-    // handled below; both given is rejected by CLI11 (excludes)
-  }
-  std::string prompt = o.prompt;
-  if (!o.prompt_file.empty()) {
-    std::ifstream in(o.prompt_file, std::ios::binary);
-    if (!in) return report_error("cannot read prompt file " + o.prompt_file);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    prompt = ss.str();
+    auto text = read_text_file(o.prompt_file);
+    if (!text) return report_error(text.status().message());
+    prompt = std::move(*text);
   }
   SamplingParams sampling = o.sampling;
   sampling.seed = o.seed ? *o.seed : std::random_device{}();
   if (Status s = sampling.validate(); !s) return report_error(s.message());
-  std::optional<tbb::global_control> threads;
-  if (o.threads > 0) threads.emplace(tbb::global_control::max_allowed_parallelism, size_t(o.threads));
-
-  auto source = open_weights(o.model);
-  if (!source) return report_error(source.status().message());
-  auto tokenizer = Tokenizer::from_metadata((*source)->metadata());
-  if (!tokenizer) return report_error(o.model + ": " + tokenizer.status().message());
-  auto model = Model::load(**source);
-  if (!model) return report_error(model.status().message());
+  const auto threads = limit_threads(o.threads);
+  auto loaded = load_model(o.model);
+  if (!loaded) return report_error(loaded.status().message());
+  const Tokenizer& tokenizer = *loaded->tokenizer;
 
   EncodeOptions enc;
   enc.add_special = !o.no_bos;
   enc.parse_special = o.parse_special;
-  const std::vector<int32_t> prompt_ids = (*tokenizer)->encode(prompt, enc);
+  const std::vector<int32_t> prompt_ids = tokenizer.encode(prompt, enc);
   if (prompt_ids.empty()) return report_error("the prompt is empty and the model adds no BOS token; pass -p TEXT");
 
   GenerateOptions gen;
   gen.n_predict = o.n_predict;
-  gen.eos_token = o.ignore_eos ? -1 : (*tokenizer)->vocab().eos;
+  gen.eos_token = o.ignore_eos ? -1 : tokenizer.vocab().eos;
   Sampler sampler(sampling);
   Utf8StreamDecoder stream;
   std::fputs(prompt.c_str(), stdout);
   std::fflush(stdout);
   auto on_token = [&](int32_t token) {
     if (token == gen.eos_token) return true;
-    const std::string text = stream.push((*tokenizer)->token_to_piece(token));
+    const std::string text = stream.push(tokenizer.token_to_piece(token));
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
     return true;
   };
-  auto stats = generate(*model, prompt_ids, gen, sampler, on_token);
+  auto stats = generate(loaded->model, prompt_ids, gen, sampler, on_token);
   const std::string tail = stream.flush();
   std::fwrite(tail.data(), 1, tail.size(), stdout);
   std::fputc('\n', stdout);

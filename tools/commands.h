@@ -2,6 +2,14 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <tbb/global_control.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "bitsplit/model.h"
+#include "bitsplit/tokenizer.h"
 
 namespace bitsplit::cli {
 
@@ -13,5 +21,18 @@ void add_eval_command(CLI::App& app, int* exit_code);
 
 // "error: <message>" on stderr; returns the exit code for user errors.
 int report_error(const std::string& message);
+
+// A model file opened with its tokenizer and its weights loaded.
+struct LoadedModel {
+  std::unique_ptr<WeightSource> source;
+  std::unique_ptr<Tokenizer> tokenizer;
+  Model model;
+};
+Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& options = {});
+
+Result<std::string> read_text_file(const std::string& path);
+
+// Caps oneTBB's worker count while the returned object lives (n <= 0: no cap).
+std::optional<tbb::global_control> limit_threads(int n);
 
 }  // namespace bitsplit::cli
