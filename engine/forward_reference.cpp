@@ -23,6 +23,15 @@ KvCache KvCache::copy() const {
   return c;
 }
 
+void KvCache::move_slot(int64_t from, int64_t to) {
+  BITSPLIT_CHECK(from >= 0 && from < n_slots_ && to >= 0 && to < n_slots_);
+  if (from == to) return;
+  for (int64_t l = 0; l < n_layers_; ++l) {
+    std::copy(k(l, from), k(l, from) + kv_dim_, k(l, to));
+    std::copy(v(l, from), v(l, from) + kv_dim_, v(l, to));
+  }
+}
+
 Batch Batch::causal(std::span<const int32_t> tokens, int32_t start, bool all_logits) {
   Batch b;
   const int64_t n = int64_t(tokens.size());

@@ -1,6 +1,7 @@
 // Tokenizer base: vocabulary from GGUF metadata (SentencePiece or byte-level BPE), special-token
 // splitting, BOS/EOS, decoding, and the UTF-8 stream decoder.
 #include <algorithm>
+#include <cstring>
 
 #include "bitsplit/tokenizer.h"
 #include "tokenizer_bpe.h"
@@ -151,24 +152,35 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, EncodeOptions opti
   std::vector<Fragment> fragments;
   if (!text.empty()) fragments.push_back({false, -1, text});
   // Vocabularies can have thousands of user-defined tokens (deepseek: 2400), each searched for
-  // in the whole text; a table of the byte pairs the text contains skips most of them in O(1).
-  std::vector<uint64_t> pairs_present;
+  // in the whole text; tables of the byte pairs and the (hashed) 4- and 8-byte strings the text
+  // contains rule most of them out in O(1).
+  std::vector<uint64_t> pairs_present, quads_present, octets_present;
+  auto prefix_hash = [](const char* p, size_t n) {
+    uint64_t v = 0;
+    std::memcpy(&v, p, n);
+    return uint32_t((v * 0x9e3779b97f4a7c15ull) >> 44);  // 20 bits
+  };
+  auto set_bit = [](std::vector<uint64_t>& bits, uint32_t i) { bits[i / 64] |= uint64_t{1} << (i % 64); };
+  auto get_bit = [](const std::vector<uint64_t>& bits, uint32_t i) { return (bits[i / 64] >> (i % 64) & 1) != 0; };
   auto may_occur = [&](const std::string& special) {
+    if (text.size() < 4096) return true;  // searching a short text is cheaper than the tables
     if (pairs_present.empty()) {
-      pairs_present.assign(65536 / 64 + 256 / 64, 0);
+      pairs_present.assign((65536 + 256) / 64, 0);
+      quads_present.assign((1 << 20) / 64, 0);
+      octets_present.assign((1 << 20) / 64, 0);
       for (size_t i = 0; i < text.size(); ++i) {
         const unsigned lead = static_cast<unsigned char>(text[i]);
-        pairs_present[1024 + lead / 64] |= uint64_t{1} << (lead % 64);
-        if (i + 1 < text.size()) {
-          const unsigned pair = lead << 8 | static_cast<unsigned char>(text[i + 1]);
-          pairs_present[pair / 64] |= uint64_t{1} << (pair % 64);
-        }
+        set_bit(pairs_present, 65536 + lead);
+        if (i + 1 < text.size()) set_bit(pairs_present, lead << 8 | static_cast<unsigned char>(text[i + 1]));
+        if (i + 4 <= text.size()) set_bit(quads_present, prefix_hash(text.data() + i, 4));
+        if (i + 8 <= text.size()) set_bit(octets_present, prefix_hash(text.data() + i, 8));
       }
     }
     const unsigned lead = static_cast<unsigned char>(special[0]);
-    if (special.size() == 1) return (pairs_present[1024 + lead / 64] >> (lead % 64) & 1) != 0;
-    const unsigned pair = lead << 8 | static_cast<unsigned char>(special[1]);
-    return (pairs_present[pair / 64] >> (pair % 64) & 1) != 0;
+    if (special.size() == 1) return get_bit(pairs_present, 65536 + lead);
+    if (!get_bit(pairs_present, lead << 8 | static_cast<unsigned char>(special[1]))) return false;
+    if (special.size() >= 8) return get_bit(octets_present, prefix_hash(special.data(), 8));
+    return special.size() < 4 || get_bit(quads_present, prefix_hash(special.data(), 4));
   };
   for (int32_t id : special_tokens_) {
     const TokenType type = vocab_.types[size_t(id)];

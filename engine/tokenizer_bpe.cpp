@@ -108,10 +108,7 @@ Result<std::unique_ptr<Tokenizer>> BpeTokenizer::create(Vocabulary vocab, BpeOpt
   t->pairs_.init(merges.size());
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [left, right] = merges[rank];
-    if (left.empty() || right.empty()) {
-      return Status::error("merge " + std::to_string(rank) + " ('" + left + " " + right +
-                           "') does not have two non-empty parts");
-    }
+    if (left.empty() || right.empty()) continue;  // can never apply; llama.cpp keeps such files loadable
     const int32_t l = t->add_symbol(left), r = t->add_symbol(right);
     t->pairs_.insert(l, r, int32_t(rank), t->add_symbol(left + right));
   }
@@ -331,6 +328,9 @@ std::string BpeTokenizer::token_to_piece(int32_t id, bool render_special) const 
       return render_special ? text : std::string();
     case TokenType::kUserDefined:
       return text;
+    case TokenType::kUnused:
+    case TokenType::kUndefined:
+      return {};  // as llama.cpp renders them
     case TokenType::kByte: {
       const int b = hex_byte_token(text);
       if (b >= 0) return std::string(1, char(b));

@@ -91,6 +91,8 @@ class KvCache {
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
   KvCache copy() const;
+  // Copies slot `from`'s K and V (every layer) to slot `to`.
+  void move_slot(int64_t from, int64_t to);
 
   int64_t n_slots() const { return n_slots_; }
   int64_t kv_dim() const { return kv_dim_; }

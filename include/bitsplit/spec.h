@@ -1,0 +1,123 @@
+// spec/: token trees, drafting policies (which nodes to add), and verification of a drafted
+// tree against the target's distributions (greedy and lossless sampling). Knows nothing of
+// models: the engine runs the forward passes and hands over distributions.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "bitsplit/status.h"
+
+namespace bitsplit::spec {
+
+// Node 0 is the root: the last committed token, whose target K/V is not in the cache yet.
+// Every other node is a drafted token. Nodes are added in breadth-first order, so a
+// parent's index is always smaller than its children's, and depth never decreases.
+struct TreeNode {
+  int32_t token = -1;
+  int32_t parent = -1;
+  int32_t depth = 0;
+  double log_prob = 0.0;  // cumulative draft log-probability from the root
+};
+
+class TokenTree {
+ public:
+  explicit TokenTree(int32_t root_token);
+  int32_t add(int32_t parent, int32_t token, double log_prob);
+  // The tokens the draft proposed at node i, in the order they were drawn, whether or not
+  // the policy kept them as children. The sampling verifier tries them in this order.
+  void set_proposals(int32_t i, std::vector<int32_t> tokens) { proposals_[size_t(i)] = std::move(tokens); }
+  const std::vector<int32_t>& proposals(int32_t i) const { return proposals_[size_t(i)]; }
+  // The child of i carrying `token`, or -1.
+  int32_t child_with_token(int32_t i, int32_t token) const;
+  int32_t size() const { return int32_t(nodes_.size()); }
+  const TreeNode& node(int32_t i) const { return nodes_[size_t(i)]; }
+  const std::vector<int32_t>& children(int32_t i) const { return children_[size_t(i)]; }
+  int32_t max_depth() const { return nodes_.back().depth; }
+  // Nodes from the root down to i, root first.
+  std::vector<int32_t> path_to(int32_t i) const;
+  // Whether node `ancestor` lies on the path from the root to `node` (a node is its own).
+  bool is_ancestor(int32_t ancestor, int32_t node) const;
+
+ private:
+  std::vector<TreeNode> nodes_;
+  std::vector<std::vector<int32_t>> children_;
+  std::vector<std::vector<int32_t>> proposals_;
+};
+
+enum class DraftShape {
+  kChain,  // one child per node: k tokens in a row
+  kTree,   // dynamic tree: per depth level keep the `width` best children (by cumulative
+           // draft probability) among the top_k children of every frontier node
+};
+
+struct DraftPolicy {
+  DraftShape shape = DraftShape::kTree;
+  int32_t budget = 16;    // drafted nodes per check (the root not counted), 1..64
+  int32_t max_depth = 8;  // levels below the root
+  int32_t top_k = 4;      // children considered per node (tree)
+  int32_t width = 4;      // nodes kept per level (tree)
+  Status validate() const;
+};
+
+// A candidate child proposed by the draft distribution of its parent.
+struct Candidate {
+  int32_t parent;
+  int32_t token;
+  double log_prob;  // cumulative
+};
+
+// Children of `parent` from its draft distribution q (after the sampling transforms): for
+// greedy decoding the top_k tokens of q; when sampling, top_k tokens drawn from q without
+// replacement (Gumbel top-k), so the verifier's rejection rule stays exact.
+std::vector<Candidate> propose_children(const TokenTree& tree, int32_t parent, std::span<const float> q, int32_t k,
+                                        bool sample, std::mt19937_64& rng);
+
+// Picks the next level from candidates: the `limit` best by cumulative probability (ties by
+// order of appearance), in that order.
+std::vector<Candidate> best_candidates(std::vector<Candidate> candidates, size_t limit);
+
+struct Verdict {
+  std::vector<int32_t> accepted;  // accepted drafted nodes, root's child first (root excluded)
+  int32_t next_token = -1;        // the target's own token after the accepted path (bonus)
+};
+
+// Greedy: follow the target's argmax from the root while a child carries it.
+Verdict verify_greedy(const TokenTree& tree, const std::vector<int32_t>& target_argmax);
+
+struct SamplingVerifyOptions {
+  // Test-only: drop the residual correction (continue with p instead of max(0, p - q)), which
+  // makes the output distribution wrong. Lets the statistical test show it can fail.
+  bool break_residual_for_testing = false;
+};
+
+// Lossless sampling verification: at each node, try the draft's proposals in the order they
+// were drawn (without replacement) from q; proposal x, drawn from q_i (q with the earlier
+// proposals removed), is accepted with probability min(1, r(x) / q_i(x)), where r starts as
+// the target's p at the node; on rejection r <- normalise(max(0, r - q_i)) and q_{i+1} <-
+// q_i without x. An accepted proposal that is a child in the tree continues the walk from
+// that child; one the policy pruned is emitted as the next token. When the proposals run
+// out, the next token is drawn from r. Each step emits exactly a sample of r, so the output
+// is distributed as p. `target_p[n]` and `draft_q[n]` are the distributions (after the same
+// sampling transforms) at node n; draft_q may be empty for nodes without proposals.
+Verdict verify_sampling(const TokenTree& tree, const std::vector<std::vector<float>>& target_p,
+                        const std::vector<std::vector<float>>& draft_q, std::mt19937_64& rng,
+                        const SamplingVerifyOptions& options = {});
+
+// Per-run acceptance statistics.
+struct AcceptanceStats {
+  int64_t checks = 0;
+  int64_t accepted = 0;                // drafted tokens accepted
+  int64_t emitted = 0;                 // accepted + bonus tokens
+  int64_t drafted = 0;                 // nodes drafted
+  std::vector<int64_t> histogram;      // histogram[k]: checks that accepted k drafted tokens
+  double draft_seconds = 0, verify_seconds = 0;
+  void record(int32_t accepted_in_check, int32_t drafted_in_check);
+  double accepted_per_check() const { return checks ? double(accepted) / double(checks) : 0.0; }
+  double tokens_per_check() const { return checks ? double(emitted) / double(checks) : 0.0; }
+};
+
+}  // namespace bitsplit::spec

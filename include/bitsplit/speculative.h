@@ -1,0 +1,36 @@
+// Speculative decoding: the draft model proposes a token tree, the target verifies all of
+// it in one batched pass with a tree mask, and the accepted path plus one token of the
+// target's own is committed. Greedy output equals plain greedy decoding of the target token
+// for token; sampled output has exactly the target's distribution.
+#pragma once
+
+#include <span>
+
+#include "bitsplit/generate.h"
+#include "bitsplit/spec.h"
+
+namespace bitsplit {
+
+struct SpeculativeOptions {
+  spec::DraftPolicy policy;
+  int32_t n_predict = 64;
+  int32_t eos_token = -1;
+  int32_t prefill_chunk = 256;
+  spec::SamplingVerifyOptions verify;  // test-only switches
+};
+
+struct SpeculativeResult {
+  GenerationStats generation;
+  spec::AcceptanceStats acceptance;
+};
+
+// KV cache discipline: slots [0, committed) always hold the target's K/V of committed
+// tokens. Each check writes the tree's nodes to scratch slots [committed, committed +
+// nodes) — the draft's K/V during drafting (reusing the target's prefix), the target's
+// during verification — then moves the accepted path's target K/V down to the committed
+// positions; everything else is dropped.
+Result<SpeculativeResult> generate_speculative(const Model& target, const Model& draft, std::span<const int32_t> prompt,
+                                               const SpeculativeOptions& options, Sampler& sampler,
+                                               const TokenCallback& on_token);
+
+}  // namespace bitsplit

@@ -1,0 +1,195 @@
+// Speculative decoding end to end: greedy output equals plain greedy decoding of the target
+// D + R token for token (chain and tree, several budgets), and sampled output follows the
+// target's distribution.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include "bitsplit/convert.h"
+#include "bitsplit/speculative.h"
+#include "bitsplit/tokenizer.h"
+#include "gguf_testing.h"
+#include "test_paths.h"
+
+namespace bitsplit {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Pair {
+  Model target, draft;
+};
+
+// Converts a model to a temporary bit-split file and loads its target and draft.
+Pair converted(const WeightSource& source, int residual_bits = 8) {
+  const fs::path path = fs::temp_directory_path() / ("bitsplit_spec_" + std::to_string(::getpid()) + ".gguf");
+  ConvertOptions o;
+  o.split.residual_bits = residual_bits;
+  Status st = convert_model(source, path.string(), o, nullptr, nullptr);
+  BITSPLIT_CHECK(st.is_ok(), st.message());
+  auto w = open_weights(path.string());
+  BITSPLIT_CHECK(w.is_ok(), w.status().message());
+  auto target = Model::load(**w);
+  auto draft = Model::load(**w, {.draft_only = true});
+  BITSPLIT_CHECK(target.is_ok() && draft.is_ok());
+  fs::remove(path);
+  return {std::move(*target), std::move(*draft)};
+}
+
+std::vector<int32_t> plain_greedy(const Model& m, const std::vector<int32_t>& prompt, int n) {
+  SamplingParams p;
+  p.temperature = 0;
+  Sampler s(p);
+  GenerateOptions o;
+  o.n_predict = n;
+  std::vector<int32_t> out;
+  auto r = generate(m, prompt, o, s, [&](int32_t t) { out.push_back(t); return true; });
+  BITSPLIT_CHECK(r.is_ok(), r.status().message());
+  return out;
+}
+
+std::vector<int32_t> spec_greedy(const Pair& p, const std::vector<int32_t>& prompt, int n, spec::DraftShape shape,
+                                 int budget, spec::AcceptanceStats* stats = nullptr) {
+  SamplingParams sp;
+  sp.temperature = 0;
+  Sampler s(sp);
+  SpeculativeOptions o;
+  o.n_predict = n;
+  o.policy.shape = shape;
+  o.policy.budget = budget;
+  o.policy.max_depth = shape == spec::DraftShape::kChain ? budget : 8;
+  std::vector<int32_t> out;
+  auto r = generate_speculative(p.target, p.draft, prompt, o, s, [&](int32_t t) { out.push_back(t); return true; });
+  BITSPLIT_CHECK(r.is_ok(), r.status().message());
+  if (stats) *stats = r->acceptance;
+  return out;
+}
+
+void expect_lossless(const Pair& p, const std::vector<std::vector<int32_t>>& prompts, int n,
+                     const std::vector<int>& budgets = {1, 4, 16, 32}) {
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto plain = plain_greedy(p.target, prompts[i], n);
+    for (auto shape : {spec::DraftShape::kChain, spec::DraftShape::kTree}) {
+      for (int budget : budgets) {
+        spec::AcceptanceStats stats;
+        const auto fast = spec_greedy(p, prompts[i], n, shape, budget, &stats);
+        ASSERT_EQ(fast, plain) << "prompt " << i << (shape == spec::DraftShape::kChain ? " chain" : " tree")
+                               << " budget " << budget;
+        ASSERT_GT(stats.checks, 0);
+      }
+    }
+  }
+}
+
+TEST(Speculative, GreedyEqualsPlainTargetOnTinyModel) {
+  auto source = testing::tiny_weights({});
+  const Pair p = converted(*source);
+  expect_lossless(p, {{1, 5, 9}, {1, 20, 3, 3, 7}, {1}}, 40);  // the tiny model's context is 64
+}
+
+TEST(Speculative, GreedyEqualsPlainTargetOnStories260K) {
+  const std::string shared = testing::shared_dir();
+  const std::string path = shared.empty() ? "" : shared + "/models/stories260K.gguf";
+  BITSPLIT_REQUIRE_FILE(path);
+  auto source = open_weights(path);
+  ASSERT_TRUE(source.is_ok());
+  auto tok = Tokenizer::from_metadata((*source)->metadata());
+  ASSERT_TRUE(tok.is_ok());
+  std::vector<std::vector<int32_t>> prompts;
+  for (const char* text : {"Once upon a time", "The little dog", "Lily and Ben went to the park. They", "One day"})
+    prompts.push_back((*tok)->encode(text));
+  expect_lossless(converted(**source, 8), prompts, 256);
+  // The 6-bit residual target too, on fewer settings (each run re-decodes 256 tokens).
+  expect_lossless(converted(**source, 6), {prompts[0], prompts[2]}, 256, {16});
+}
+
+TEST(Speculative, AcceptsMoreThanOneTokenPerCheckWhenDraftIsTheTarget) {
+  // With the target as its own draft every drafted greedy token is accepted.
+  auto source = testing::tiny_weights({});
+  Pair p = converted(*source);
+  Pair same{p.target.transformed([](const std::string&, const std::vector<float>& w, int64_t, int64_t) { return w; },
+                                 [](const std::string&, const std::vector<float>& w, int64_t, int64_t) { return w; }),
+            {}};
+  same.draft = same.target.transformed([](const std::string&, const std::vector<float>& w, int64_t, int64_t) { return w; },
+                                       [](const std::string&, const std::vector<float>& w, int64_t, int64_t) { return w; });
+  spec::AcceptanceStats stats;
+  const auto out = spec_greedy(same, {1, 5, 9}, 30, spec::DraftShape::kChain, 4, &stats);
+  EXPECT_EQ(out, plain_greedy(same.target, {1, 5, 9}, 30));
+  // Every check but the last (cut short by n_predict) accepts its whole chain of 4.
+  EXPECT_GE(stats.accepted, 4 * (stats.checks - 1));
+  EXPECT_GE(stats.tokens_per_check(), 4.0);
+}
+
+// Sampling: the first two generated tokens are distributed as the target's p(t1) p(t2|t1)
+// (temperature 1, top-k 3 so the 9 joint outcomes each get enough samples).
+TEST(Speculative, SamplingFollowsTargetDistribution) {
+  auto source = testing::tiny_weights({});
+  const Pair p = converted(*source);
+  const std::vector<int32_t> prompt = {1, 5, 9};
+  SamplingParams sp;
+  sp.temperature = 1.0f;
+  sp.top_k = 3;
+  sp.top_p = 1.0f;
+  sp.min_p = 0.0f;
+  // Exact target probabilities of (t1, t2).
+  auto dist_after = [&](const std::vector<int32_t>& ctx) {
+    KvCache cache(p.target.config(), int64_t(ctx.size()));
+    auto logits = forward_reference(p.target, cache, Batch::causal(ctx, 0));
+    return Sampler(sp).distribution(*logits, ctx);
+  };
+  const auto p1 = dist_after(prompt);
+  std::map<std::pair<int, int>, double> expected;
+  for (size_t a = 0; a < p1.size(); ++a) {
+    if (p1[a] <= 0) continue;
+    auto ctx = prompt;
+    ctx.push_back(int32_t(a));
+    const auto p2 = dist_after(ctx);
+    for (size_t b = 0; b < p2.size(); ++b)
+      if (p2[b] > 0) expected[{int(a), int(b)}] = double(p1[a]) * p2[b];
+  }
+  ASSERT_EQ(expected.size(), 9u);
+  const int trials = 6000;
+  std::map<std::pair<int, int>, int> counts;
+  for (int t = 0; t < trials; ++t) {
+    sp.seed = uint64_t(t) + 1;
+    Sampler s(sp);
+    SpeculativeOptions o;
+    o.n_predict = 2;
+    o.policy.budget = 4;
+    o.policy.top_k = 2;
+    o.policy.width = 2;
+    std::vector<int32_t> out;
+    auto r = generate_speculative(p.target, p.draft, prompt, o, s, [&](int32_t tok) { out.push_back(tok); return true; });
+    ASSERT_TRUE(r.is_ok());
+    ASSERT_EQ(out.size(), 2u);
+    counts[{out[0], out[1]}]++;
+  }
+  double chi2 = 0;
+  for (const auto& [cell, prob] : expected) {
+    const double e = prob * trials, d = counts[cell] - e;
+    chi2 += d * d / e;
+  }
+  // 8 degrees of freedom: P(chi2 > 37) ~ 1e-5.
+  EXPECT_LT(chi2, 37.0);
+  RecordProperty("chi2", std::to_string(chi2));
+}
+
+TEST(Speculative, RejectsBadOptions) {
+  auto source = testing::tiny_weights({});
+  const Pair p = converted(*source);
+  SamplingParams sp;
+  Sampler s(sp);
+  SpeculativeOptions o;
+  o.policy.budget = 0;
+  auto r = generate_speculative(p.target, p.draft, std::vector<int32_t>{1}, o, s, [](int32_t) { return true; });
+  EXPECT_FALSE(r.is_ok());
+  o.policy.budget = 4;
+  o.n_predict = 1000;
+  r = generate_speculative(p.target, p.draft, std::vector<int32_t>{1}, o, s, [](int32_t) { return true; });
+  EXPECT_NE(r.status().message().find("context length"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace bitsplit
