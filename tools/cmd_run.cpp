@@ -4,7 +4,8 @@
 #include <optional>
 #include <random>
 
-#include "bitsplit/generate.h"
+#include "bitsplit/convert.h"
+#include "bitsplit/speculative.h"
 #include "bitsplit/tokenizer.h"
 #include "commands.h"
 
@@ -22,7 +23,26 @@ struct RunOptions {
   bool parse_special = false;
   bool no_bos = false;
   bool ignore_eos = false;
+  bool no_spec = false;
+  bool draft_only = false;
+  bool stats = false;
+  int budget = 16;
+  int depth = 8;
+  int top_k = 4;
+  std::string draft_shape = "tree";
 };
+
+void print_acceptance(const spec::AcceptanceStats& a) {
+  std::fprintf(stderr, "speculative: %lld checks, %.2f accepted drafted tokens per check (%.2f tokens per check), "
+               "%lld drafted nodes\n", (long long)a.checks, a.accepted_per_check(), a.tokens_per_check(),
+               (long long)a.drafted);
+  std::fprintf(stderr, "  draft %.3f ms/check, verify %.3f ms/check\n",
+               a.checks ? 1e3 * a.draft_seconds / double(a.checks) : 0.0,
+               a.checks ? 1e3 * a.verify_seconds / double(a.checks) : 0.0);
+  std::fprintf(stderr, "  accepted per check:");
+  for (size_t k = 0; k < a.histogram.size(); ++k) std::fprintf(stderr, " %zu:%lld", k, (long long)a.histogram[k]);
+  std::fprintf(stderr, "\n");
+}
 
 int run(const RunOptions& o) {
   std::string prompt = o.prompt;  // -p and -f exclude each other (CLI11 checks)
@@ -35,9 +55,23 @@ int run(const RunOptions& o) {
   sampling.seed = o.seed ? *o.seed : std::random_device{}();
   if (Status s = sampling.validate(); !s) return report_error(s.message());
   const auto threads = limit_threads(o.threads);
-  auto loaded = load_model(o.model);
+  auto loaded = load_model(o.model, {.draft_only = o.draft_only});
   if (!loaded) return report_error(loaded.status().message());
   const Tokenizer& tokenizer = *loaded->tokenizer;
+  auto split = read_split_format(loaded->source->metadata());
+  if (!split) return report_error(split.status().message());
+  // A bit-split model decodes speculatively unless asked not to; any other model plainly.
+  const bool speculative = split->has_value() && !o.no_spec && !o.draft_only;
+  std::optional<Model> draft;
+  if (speculative) {
+    auto d = Model::load(*loaded->source, {.draft_only = true});
+    if (!d) return report_error(d.status().message());
+    draft.emplace(std::move(*d));
+  }
+  std::fprintf(stderr, "decoding: %s\n", o.draft_only ? "draft model D alone (--draft-only)"
+                                     : speculative  ? "speculative (draft D, target D + R)"
+                                     : split->has_value() ? "plain, target D + R (--no-spec)"
+                                                          : "plain (not a bit-split model; `bitsplit convert` it for speculative decoding)");
 
   EncodeOptions enc;
   enc.add_special = !o.no_bos;
@@ -59,7 +93,27 @@ int run(const RunOptions& o) {
     std::fflush(stdout);
     return true;
   };
-  auto stats = generate(loaded->model, prompt_ids, gen, sampler, on_token);
+  Result<GenerationStats> stats = Status::error("not run");
+  std::optional<spec::AcceptanceStats> acceptance;
+  if (speculative) {
+    SpeculativeOptions so;
+    so.n_predict = gen.n_predict;
+    so.eos_token = gen.eos_token;
+    so.policy.shape = o.draft_shape == "chain" ? spec::DraftShape::kChain : spec::DraftShape::kTree;
+    so.policy.budget = o.budget;
+    so.policy.max_depth = so.policy.shape == spec::DraftShape::kChain ? o.budget : o.depth;
+    so.policy.top_k = o.top_k;
+    so.policy.width = o.top_k;
+    auto r = generate_speculative(loaded->model, *draft, prompt_ids, so, sampler, on_token);
+    if (r) {
+      stats = r->generation;
+      acceptance = r->acceptance;
+    } else {
+      stats = r.status();
+    }
+  } else {
+    stats = generate(loaded->model, prompt_ids, gen, sampler, on_token);
+  }
   const std::string tail = stream.flush();
   std::fwrite(tail.data(), 1, tail.size(), stdout);
   std::fputc('\n', stdout);
@@ -70,6 +124,7 @@ int run(const RunOptions& o) {
   std::fprintf(stderr, "generation: %lld tokens in %.3f s (%.1f tokens/s)%s\n", (long long)stats->generated_tokens,
                stats->generate_seconds, stats->generate_tokens_per_second(),
                stats->stopped_at_eos ? ", stopped at end-of-sequence" : "");
+  if (acceptance) print_acceptance(*acceptance);
   if (!sampling.greedy()) std::fprintf(stderr, "seed: %llu\n", (unsigned long long)sampling.seed);
   return 0;
 }
@@ -94,6 +149,15 @@ void add_run_command(CLI::App& app, int* exit_code) {
   cmd->add_flag("--parse-special", o->parse_special, "Turn special-token text such as <s> in the prompt into those tokens");
   cmd->add_flag("--no-bos", o->no_bos, "Do not add the beginning-of-sequence token");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating after the end-of-sequence token");
+  auto* no_spec = cmd->add_flag("--no-spec", o->no_spec, "Decode the target D + R plainly (the reference for speculative decoding)");
+  cmd->add_flag("--draft-only", o->draft_only, "Run the 2-bit draft model D alone")->excludes(no_spec);
+  cmd->add_option("--budget", o->budget, "Drafted tree nodes per check")->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("--draft", o->draft_shape, "Draft shape: a dynamic tree or a chain of --budget tokens")
+      ->capture_default_str()->check(CLI::IsMember({"tree", "chain"}));
+  cmd->add_option("--depth", o->depth, "Maximum tree depth")->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("--tree-top-k", o->top_k, "Children considered per node and nodes kept per level")
+      ->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_flag("--stats", o->stats, "Print acceptance statistics (always printed for speculative runs)");
   cmd->callback([o, exit_code] { *exit_code = run(*o); });
 }
 
