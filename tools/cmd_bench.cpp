@@ -1,0 +1,148 @@
+// `bitsplit bench accept`: acceptance rate and speed of speculative decoding for chain and
+// tree drafting settings over a prompt file — the benchmark users run on their own models.
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "bitsplit/convert.h"
+#include "bitsplit/speculative.h"
+#include "commands.h"
+#include "progress.h"
+
+namespace bitsplit::cli {
+namespace {
+
+struct BenchAcceptArgs {
+  std::string model, prompts;
+  int n_predict = 64, threads = 0;
+  float temperature = 0.0f;
+  uint64_t seed = 1;
+  std::vector<int> chains = {1, 2, 4, 8};
+  std::vector<int> budgets = {4, 8, 16, 32};
+  bool json = false;
+};
+
+struct Setting {
+  std::string name;
+  spec::DraftPolicy policy;
+};
+
+int bench_accept(const BenchAcceptArgs& a) {
+  const auto threads = limit_threads(a.threads);
+  auto loaded = load_model(a.model);
+  if (!loaded) return report_error(loaded.status().message());
+  auto split = read_split_format(loaded->source->metadata());
+  if (!split || !split->has_value()) {
+    return report_error(a.model + " is not a bit-split model; run `bitsplit convert` on it first");
+  }
+  auto draft = Model::load(*loaded->source, {.draft_only = true});
+  if (!draft) return report_error(draft.status().message());
+  auto text = read_text_file(a.prompts);
+  if (!text) return report_error(text.status().message());
+  std::vector<std::vector<int32_t>> prompts;
+  std::istringstream lines(*text);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty()) prompts.push_back(loaded->tokenizer->encode(line));
+  }
+  if (prompts.empty()) return report_error(a.prompts + " has no prompts (one per line)");
+
+  std::vector<Setting> settings;
+  for (int k : a.chains) {
+    Setting s{"chain-" + std::to_string(k), {}};
+    s.policy.shape = spec::DraftShape::kChain;
+    s.policy.budget = k;
+    s.policy.max_depth = k;
+    settings.push_back(s);
+  }
+  for (int b : a.budgets) {
+    Setting s{"tree-" + std::to_string(b), {}};
+    s.policy.budget = b;
+    settings.push_back(s);
+  }
+  SamplingParams sp;
+  sp.temperature = a.temperature;
+  sp.seed = a.seed;
+  if (Status st = sp.validate(); !st) return report_error(st.message());
+
+  nlohmann::json results = nlohmann::json::array();
+  ProgressBar bar("bench accept");
+  size_t done = 0;
+  struct Row {
+    std::string name;
+    spec::AcceptanceStats acc;
+    int64_t tokens = 0;
+    double seconds = 0;
+  };
+  std::vector<Row> rows;
+  for (const auto& s : settings) {
+    Row row{s.name, {}, 0, 0};
+    for (const auto& prompt : prompts) {
+      Sampler sampler(sp);
+      SpeculativeOptions o;
+      o.policy = s.policy;
+      o.n_predict = a.n_predict;
+      auto r = generate_speculative(loaded->model, *draft, prompt, o, sampler, [](int32_t) { return true; });
+      if (!r) return report_error(r.status().message());
+      const auto& g = r->generation;
+      row.tokens += g.generated_tokens;
+      row.seconds += g.generate_seconds;
+      auto& acc = row.acc;
+      acc.checks += r->acceptance.checks;
+      acc.accepted += r->acceptance.accepted;
+      acc.emitted += r->acceptance.emitted;
+      acc.drafted += r->acceptance.drafted;
+      acc.draft_seconds += r->acceptance.draft_seconds;
+      acc.verify_seconds += r->acceptance.verify_seconds;
+      bar.update(double(++done), double(settings.size() * prompts.size()));
+    }
+    rows.push_back(row);
+  }
+  for (const auto& r : rows) {
+    results.push_back({{"setting", r.name}, {"checks", r.acc.checks},
+                       {"accepted_per_check", r.acc.accepted_per_check()},
+                       {"tokens_per_check", r.acc.tokens_per_check()},
+                       {"draft_ms_per_check", 1e3 * r.acc.draft_seconds / double(std::max<int64_t>(1, r.acc.checks))},
+                       {"verify_ms_per_check", 1e3 * r.acc.verify_seconds / double(std::max<int64_t>(1, r.acc.checks))},
+                       {"tokens_per_second", r.seconds > 0 ? double(r.tokens) / r.seconds : 0.0}});
+  }
+  if (a.json) {
+    nlohmann::json j = {{"model", a.model}, {"prompts", a.prompts}, {"n_prompts", prompts.size()},
+                        {"n_predict", a.n_predict}, {"temperature", a.temperature}, {"results", results}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("model %s, %zu prompts x %d tokens, temperature %g\n\n", a.model.c_str(), prompts.size(), a.n_predict,
+              a.temperature);
+  std::printf("| setting  | accepted/check | tokens/check | draft ms/check | verify ms/check | tokens/s |\n");
+  std::printf("|----------|----------------|--------------|----------------|-----------------|----------|\n");
+  for (const auto& r : results) {
+    std::printf("| %-8s | %14.2f | %12.2f | %14.3f | %15.3f | %8.1f |\n", r["setting"].get<std::string>().c_str(),
+                r["accepted_per_check"].get<double>(), r["tokens_per_check"].get<double>(),
+                r["draft_ms_per_check"].get<double>(), r["verify_ms_per_check"].get<double>(),
+                r["tokens_per_second"].get<double>());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, int* exit_code) {
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
+  bench->require_subcommand(1);
+  auto a = std::make_shared<BenchAcceptArgs>();
+  CLI::App* cmd = bench->add_subcommand("accept", "Acceptance rate and tokens/s of speculative decoding per draft setting");
+  cmd->add_option("-m,--model", a->model, "Bit-split model (from `bitsplit convert`)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--prompts", a->prompts, "Prompt file, one prompt per line (bench/prompts/ has ours)")
+      ->required()->check(CLI::ExistingFile);
+  cmd->add_option("-n,--n-predict", a->n_predict, "Tokens per prompt")->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--temp", a->temperature, "Temperature (0 = greedy)")->capture_default_str()->check(CLI::Range(0.0f, 100.0f));
+  cmd->add_option("--seed", a->seed, "Seed for sampling")->capture_default_str();
+  cmd->add_option("--chains", a->chains, "Chain lengths to try")->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("--budgets", a->budgets, "Tree budgets to try")->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_flag("--json", a->json, "Print JSON instead of a table");
+  cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(CLI::Range(1, 4096));
+  cmd->callback([a, exit_code] { *exit_code = bench_accept(*a); });
+}
+
+}  // namespace bitsplit::cli
