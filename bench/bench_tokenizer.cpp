@@ -120,6 +120,23 @@ void BM_Encode(benchmark::State& state, std::shared_ptr<bitsplit::Tokenizer> tok
   state.counters["bytes/token"] = double(g_corpus.size()) / double(n_tokens);
 }
 
+// Random lowercase "words": almost none repeats, so the per-call word cache never helps and
+// every word goes through the merge loop (a lower bound for text in the vocabulary's script).
+void BM_EncodeRandomWords(benchmark::State& state, std::shared_ptr<bitsplit::Tokenizer> tok) {
+  std::mt19937 rng(9);
+  std::string text;
+  while (text.size() < g_corpus.size()) {
+    const int n = 3 + int(rng() % 8);
+    for (int i = 0; i < n; ++i) text += char('a' + rng() % 26);
+    text += ' ';
+  }
+  for (auto _ : state) {
+    const auto ids = tok->encode(text, {.add_special = false});
+    benchmark::DoNotOptimize(ids.data());
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(text.size()));
+}
+
 void BM_Decode(benchmark::State& state, std::shared_ptr<bitsplit::Tokenizer> tok) {
   const auto ids = tok->encode(g_corpus, {.add_special = false});
   for (auto _ : state) {
@@ -178,6 +195,8 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark((std::string("BM_Encode/") + name).c_str(), BM_Encode, shared_tok)
         ->Unit(benchmark::kMillisecond);
     if (std::string(name) == "gpt-2") {
+      benchmark::RegisterBenchmark("BM_EncodeRandomWords/gpt-2", BM_EncodeRandomWords, shared_tok)
+          ->Unit(benchmark::kMillisecond);
       benchmark::RegisterBenchmark("BM_Decode/gpt-2", BM_Decode, shared_tok)->Unit(benchmark::kMillisecond);
     }
   }

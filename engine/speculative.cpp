@@ -61,10 +61,11 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
     return Status::error("prompt (" + std::to_string(prompt.size()) + " tokens) + " + std::to_string(options.n_predict) +
                          " new tokens exceed the model's context length of " + std::to_string(c.n_ctx_train) + " tokens");
   }
-  const spec::DraftPolicy& policy = options.policy;
+  spec::DraftPolicy policy = options.policy;
+  spec::BudgetController controller;
   const bool greedy = sampler.params().greedy();
   std::mt19937_64 rng(sampler.params().seed ^ 0x9e3779b97f4a7c15ull);
-  KvCache cache(c, needed + policy.budget + 1);
+  KvCache cache(c, needed + (options.auto_budget ? 64 : policy.budget) + 1);
   SpeculativeResult result;
   GenerationStats& stats = result.generation;
   spec::AcceptanceStats& acc = result.acceptance;
@@ -86,7 +87,12 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
   int32_t root = prompt.back();
   const auto t1 = Clock::now();
   bool done = options.n_predict == 0;
+  result.checks_per_budget.assign(65, 0);
   while (!done) {
+    if (options.auto_budget) {
+      policy.budget = controller.next();
+      if (policy.shape == spec::DraftShape::kChain) policy.max_depth = policy.budget;
+    }
     // Draft: expand level by level with one batched draft pass per level.
     const auto td = Clock::now();
     spec::TokenTree tree(root);
@@ -146,6 +152,9 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
       verdict = spec::verify_sampling(tree, p, draft_q, rng, options.verify);
     }
     acc.verify_seconds += seconds_since(tv);
+    if (options.auto_budget) controller.record(policy.budget, int32_t(verdict.accepted.size()) + 1, seconds_since(td));
+    ++result.checks_per_budget[size_t(policy.budget)];
+    result.final_budget = policy.budget;
 
     // Commit: the root and the accepted nodes, in path order, to consecutive positions.
     cache.move_slot(committed + 0, committed);

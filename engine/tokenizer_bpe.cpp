@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <climits>
-#include <unordered_map>
+#include <cstring>
 
 namespace bitsplit {
 namespace {
@@ -65,6 +65,74 @@ const BpeTokenizer::PairTable::Slot* BpeTokenizer::PairTable::find(int32_t left,
 
 // ---- construction ------------------------------------------------------------------------
 
+namespace {
+
+// Word -> token ids for one encode call: open addressing over string_views into the text (no
+// allocation per word), grown by doubling up to kMaxCacheEntries.
+class WordCache {
+ public:
+  // The ids cached for `word`, or nullptr.
+  const std::pair<uint32_t, uint32_t>* find(std::string_view word, uint64_t hash) const {
+    if (slots_.empty()) return nullptr;
+    for (size_t i = hash & mask_;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.data == nullptr) return nullptr;
+      if (s.hash == hash && std::string_view(s.data, s.size) == word) return &s.ids;
+    }
+  }
+  bool full() const { return count_ >= kMaxCacheEntries; }
+  void insert(std::string_view word, uint64_t hash, std::pair<uint32_t, uint32_t> ids) {
+    if (full()) return;
+    if ((count_ + 1) * 2 > slots_.size()) grow();
+    place({word.data(), uint32_t(word.size()), hash, ids});
+    ++count_;
+  }
+  std::vector<int32_t> ids;  // the cached ids, back to back
+
+ private:
+  struct Slot {
+    const char* data = nullptr;
+    uint32_t size = 0;
+    uint64_t hash = 0;
+    std::pair<uint32_t, uint32_t> ids;
+  };
+  void place(const Slot& slot) {
+    size_t i = slot.hash & mask_;
+    while (slots_[i].data != nullptr) i = (i + 1) & mask_;
+    slots_[i] = slot;
+  }
+  void grow() {
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(old.empty() ? 1024 : old.size() * 2, Slot{});
+    mask_ = slots_.size() - 1;
+    for (const Slot& s : old) {
+      if (s.data != nullptr) place(s);
+    }
+  }
+  std::vector<Slot> slots_;
+  size_t mask_ = 0, count_ = 0;
+};
+
+// A quick hash for short words (8 bytes at a time, multiply-xorshift mixing).
+uint64_t word_hash(std::string_view w) {
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ w.size();
+  size_t i = 0;
+  for (; i + 8 <= w.size(); i += 8) {
+    uint64_t v;
+    std::memcpy(&v, w.data() + i, 8);
+    h = (h ^ v) * 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 31;
+  }
+  if (i < w.size()) {
+    uint64_t v = 0;
+    std::memcpy(&v, w.data() + i, w.size() - i);
+    h = (h ^ v) * 0x94d049bb133111ebull;
+  }
+  return h ^ (h >> 29);
+}
+
+}  // namespace
+
 // Per-call working memory: encode() is const and may run on several threads at once.
 struct BpeTokenizer::Scratch {
   std::vector<std::string_view> pieces;
@@ -76,8 +144,7 @@ struct BpeTokenizer::Scratch {
   };
   std::vector<Candidate> heap;
   std::string word_text;
-  std::unordered_map<std::string_view, std::pair<uint32_t, uint32_t>> cache;  // word -> ids range
-  std::vector<int32_t> cache_ids;
+  WordCache cache;
 };
 
 BpeTokenizer::BpeTokenizer(Vocabulary vocab, BpeOptions options, PreTokenizer pretok)
@@ -163,11 +230,12 @@ void BpeTokenizer::encode_word(std::string_view word, Scratch& s, std::vector<in
     if (id >= 0 && id < vocab_.size()) out.push_back(id); else emit_unknown(word, out);
     return;
   }
-  const bool cacheable = word.size() <= kMaxCachedWord;
+  // Two-byte words merge with one lookup, cheaper than the cache.
+  const bool cacheable = word.size() > 2 && word.size() <= kMaxCachedWord;
+  const uint64_t hash = cacheable ? word_hash(word) : 0;
   if (cacheable) {
-    auto it = s.cache.find(word);
-    if (it != s.cache.end()) {
-      out.insert(out.end(), s.cache_ids.begin() + it->second.first, s.cache_ids.begin() + it->second.second);
+    if (const auto* hit = s.cache.find(word, hash)) {
+      out.insert(out.end(), s.cache.ids.begin() + hit->first, s.cache.ids.begin() + hit->second);
       return;
     }
   }
@@ -223,10 +291,10 @@ void BpeTokenizer::encode_word(std::string_view word, Scratch& s, std::vector<in
     }
   }
 
-  if (cacheable && s.cache.size() < kMaxCacheEntries) {
-    const auto begin = uint32_t(s.cache_ids.size());
-    s.cache_ids.insert(s.cache_ids.end(), out.begin() + std::ptrdiff_t(first_out), out.end());
-    s.cache.emplace(word, std::make_pair(begin, uint32_t(s.cache_ids.size())));
+  if (cacheable && !s.cache.full()) {
+    const auto begin = uint32_t(s.cache.ids.size());
+    s.cache.ids.insert(s.cache.ids.end(), out.begin() + std::ptrdiff_t(first_out), out.end());
+    s.cache.insert(word, hash, {begin, uint32_t(s.cache.ids.size())});
   }
 }
 

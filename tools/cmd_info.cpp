@@ -3,6 +3,7 @@
 #include <map>
 #include <memory>
 
+#include "bitsplit/cpu.h"
 #include "bitsplit/gpu.h"
 #include "bitsplit/model.h"
 #include "bitsplit/tokenizer.h"
@@ -14,6 +15,7 @@ namespace {
 struct InfoOptions {
   std::string model;
   bool tensors = false;
+  bool topology = false;
 };
 
 std::string human_bytes(double b) {
@@ -29,6 +31,13 @@ std::string human_bytes(double b) {
 }
 
 int info(const InfoOptions& o) {
+  if (o.topology) {
+    // What the CPU tier detected and chose: cores, NUMA nodes, ISA tier, arena size.
+    cpu::CpuContext ctx;
+    std::printf("%s", ctx.describe().c_str());
+    if (o.model.empty()) return 0;
+  }
+  if (o.model.empty()) return report_error("a model file is required (or pass --topology)");
   auto source = open_weights(o.model);
   if (!source) return report_error(source.status().message());
   const WeightSource& w = **source;
@@ -95,8 +104,10 @@ int info(const InfoOptions& o) {
 void add_info_command(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<InfoOptions>();
   CLI::App* cmd = app.add_subcommand("info", "Describe a model file: architecture, shapes, tensor types, tokenizer");
-  cmd->add_option("model", o->model, "Model file (.gguf)")->required()->check(CLI::ExistingPath);
+  cmd->add_option("model", o->model, "Model file (.gguf); optional with --topology")->check(CLI::ExistingPath);
   cmd->add_flag("--tensors", o->tensors, "List every tensor with its type, shape and size");
+  cmd->add_flag("--topology", o->topology,
+                "Print the CPU topology (cores, NUMA nodes), the ISA tier chosen and the thread arena size");
   cmd->callback([o, exit_code] { *exit_code = info(*o); });
 }
 

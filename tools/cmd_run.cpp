@@ -68,10 +68,6 @@ int run(const RunOptions& o) {
     if (!d) return report_error(d.status().message());
     draft.emplace(std::move(*d));
   }
-  std::fprintf(stderr, "decoding: %s\n", o.draft_only ? "draft model D alone (--draft-only)"
-                                     : speculative  ? "speculative (draft D, target D + R)"
-                                     : split->has_value() ? "plain, target D + R (--no-spec)"
-                                                          : "plain (not a bit-split model; `bitsplit convert` it for speculative decoding)");
 
   EncodeOptions enc;
   enc.add_special = !o.no_bos;
@@ -124,6 +120,10 @@ int run(const RunOptions& o) {
   std::fprintf(stderr, "generation: %lld tokens in %.3f s (%.1f tokens/s)%s\n", (long long)stats->generated_tokens,
                stats->generate_seconds, stats->generate_tokens_per_second(),
                stats->stopped_at_eos ? ", stopped at end-of-sequence" : "");
+  std::fprintf(stderr, "decoding: %s\n", o.draft_only ? "draft model D alone (--draft-only)"
+                                     : speculative  ? "speculative (draft D, target D + R)"
+                                     : split->has_value() ? "plain, target D + R (--no-spec)"
+                                                          : "plain (not a bit-split model; `bitsplit convert` it for speculative decoding)");
   if (acceptance) print_acceptance(*acceptance);
   if (!sampling.greedy()) std::fprintf(stderr, "seed: %llu\n", (unsigned long long)sampling.seed);
   return 0;

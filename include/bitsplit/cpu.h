@@ -3,8 +3,14 @@
 // kernel rule. Every op here is batch invariant: a row's result never depends on the batch.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <span>
+#include <string>
+#include <vector>
 
 namespace bitsplit::cpu {
 
@@ -36,3 +42,122 @@ void rope_f32(float* head, int64_t n_rot, RopeOrder order, float pos, float base
               std::span<const float> freq_factors);
 
 }  // namespace bitsplit::cpu
+
+// ==== bit-split plane kernels (issue 6) ==========================================================
+// Y[n x out] = plane[out x in] . X[n x in]^T for the packed planes of quant/ ("Bit-split planes" in
+// docs/FORMAT.md). The arithmetic is defined exactly in docs/FORMAT.md, "Kernel arithmetic":
+// activations are quantised to int8 per (row, group); each (output, group) dot product is an exact
+// int32; groups are accumulated in increasing order with one fmaf per group. Every ISA tier and the
+// *_ref functions produce bitwise identical results, and a row's result never depends on n or on
+// its position in the batch (speculative verification relies on it).
+namespace bitsplit::cpu {
+
+// A plane of `out` rows; row o starts at codes + o * quant::code_row_bytes(in, group, bits), its
+// fp16 scales (and offsets) at scales + o * quant::groups_per_row(in, group).
+struct ResidualPlaneView {
+  const uint8_t* codes;
+  const uint16_t* scales;  // t per (row, group), fp16 bits
+  int64_t out, in;
+  int group;  // 32, 64 or 128 (the _ref functions accept any multiple of 4 up to quant::kMaxGroup)
+  int bits;   // 8 or 6
+};
+struct DraftPlaneView {
+  const uint8_t* codes;
+  const uint16_t* scales;   // s per (row, group), fp16 bits
+  const uint16_t* offsets;  // m per (row, group), fp16 bits
+  int64_t out, in;
+  int group;
+  int bits;  // 2 (SIMD tiers); 3 and 4 run the scalar kernel on every tier
+};
+
+// Activations quantised per (row, group) to int8: x ~ scale * q. Owns its buffers; reuse one
+// object across calls to avoid allocations.
+struct QuantizedActivations {
+  int64_t rows = 0, in = 0, padded = 0, groups = 0;
+  int group = 0;
+  std::vector<int8_t> q;       // rows x padded; padding (i >= in) is 0
+  std::vector<float> scale;    // rows x groups: s_x = amax / 127, or 0
+  std::vector<int32_t> sum;    // rows x groups: sum of q over the group (exact)
+  void resize(int64_t rows, int64_t in, int group);
+  const int8_t* row_q(int64_t r) const { return q.data() + r * padded; }
+};
+
+// The specification (scalar, single thread). x is [rows x in]; y is [rows x out] and fully written.
+void quantize_activations_ref(const float* x, int64_t rows, int64_t in, int group, QuantizedActivations& qa);
+void residual_matmul_ref(const ResidualPlaneView& r, const QuantizedActivations& qa, float* y);
+void draft_matmul_ref(const DraftPlaneView& d, const QuantizedActivations& qa, float* y);
+
+enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+const char* isa_name(Isa isa);
+bool isa_supported(Isa isa);  // from cpuid
+// The tier used by default: the best the CPU supports, unless BITSPLIT_ISA=scalar|avx2|avx512
+// asks for a lower one. Read once per process (the only process-wide choice in this module).
+Isa default_isa();
+
+// What hwloc found (one NUMA node and one package on a plain desktop).
+struct CpuTopology {
+  int packages = 0, numa_nodes = 0, physical_cores = 0, logical_cpus = 0;
+};
+
+// Execution context for the plane kernels: the ISA tier, the hwloc topology and a oneTBB arena with
+// one worker per physical core, each worker pinned to its core. Pass it to every call; it holds
+// no per-call state, but only one thread should drive a context at a time.
+class CpuContext {
+ public:
+  struct Options {
+    int threads = 0;  // 0: one per physical core
+    bool pin = true;  // bind arena workers to cores with hwloc
+    std::optional<Isa> isa;  // unset: default_isa(); an unsupported tier aborts via CHECK
+  };
+  explicit CpuContext(const Options& options);
+  CpuContext();
+  ~CpuContext();
+  CpuContext(const CpuContext&) = delete;
+  CpuContext& operator=(const CpuContext&) = delete;
+
+  Isa isa() const;
+  int threads() const;
+  const CpuTopology& topology() const;
+  std::string describe() const;  // multi-line, for `bitsplit info --topology`
+
+  // Calls body(begin, end) once per worker on contiguous slices of [0, items) whose bounds are
+  // multiples of `align` (static partition: worker w always gets the same slice).
+  void run_slices(int64_t items, int64_t align, const std::function<void(int64_t, int64_t)>& body);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Page-aligned memory for planes: transparent huge pages requested (MADV_HUGEPAGE) and, on a
+// machine with several NUMA nodes, pages interleaved across the nodes the arena runs on.
+class PlaneBuffer {
+ public:
+  PlaneBuffer() = default;
+  PlaneBuffer(CpuContext& ctx, size_t bytes);
+  ~PlaneBuffer();
+  PlaneBuffer(PlaneBuffer&& o) noexcept;
+  PlaneBuffer& operator=(PlaneBuffer&& o) noexcept;
+  PlaneBuffer(const PlaneBuffer&) = delete;
+  PlaneBuffer& operator=(const PlaneBuffer&) = delete;
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0, mapped_ = 0;
+};
+
+// Dispatching, threaded entry points (static partition of output rows over the arena).
+void quantize_activations(CpuContext& ctx, const float* x, int64_t rows, int64_t in, int group,
+                          QuantizedActivations& qa);
+void residual_matmul(CpuContext& ctx, const ResidualPlaneView& r, const QuantizedActivations& qa, float* y);
+void draft_matmul(CpuContext& ctx, const DraftPlaneView& d, const QuantizedActivations& qa, float* y);
+// The target model's linear layer: y = draft_matmul(D, X) + residual_matmul(R, X), summed in
+// that order in f32. `scratch` holds the residual product (resized as needed).
+void target_matmul(CpuContext& ctx, const DraftPlaneView& d, const ResidualPlaneView& r,
+                   const QuantizedActivations& qa, float* y, std::vector<float>& scratch);
+
+}  // namespace bitsplit::cpu
+// ==== end of bit-split plane kernels =============================================================

@@ -107,6 +107,32 @@ Verdict verify_sampling(const TokenTree& tree, const std::vector<std::vector<flo
                         const std::vector<std::vector<float>>& draft_q, std::mt19937_64& rng,
                         const SamplingVerifyOptions& options = {});
 
+// Chooses the tree budget online: the budget that maximises measured tokens per second
+// (accepted + bonus tokens over draft + verify time). Each candidate is first tried for a
+// few checks; afterwards the best is used, and its neighbours are re-measured now and then
+// so the choice follows the text. Statistics decay, so old measurements fade.
+class BudgetController {
+ public:
+  explicit BudgetController(std::vector<int32_t> candidates = {1, 2, 4, 8, 16, 32}, int32_t warmup_checks = 3,
+                            int32_t probe_every = 32);
+  int32_t next();
+  void record(int32_t budget, int32_t tokens, double seconds);
+  // Current best by tokens/s (the largest measured rate), or the first candidate.
+  int32_t best() const;
+  double rate(int32_t budget) const;  // tokens/s estimate, 0 if unmeasured
+
+ private:
+  struct Estimate {
+    double tokens = 0, seconds = 0;
+    int32_t checks = 0;
+  };
+  size_t index_of(int32_t budget) const;
+  std::vector<int32_t> candidates_;
+  std::vector<Estimate> estimates_;
+  int32_t warmup_, probe_every_;
+  int64_t checks_ = 0;
+};
+
 // Per-run acceptance statistics.
 struct AcceptanceStats {
   int64_t checks = 0;

@@ -13,6 +13,10 @@ namespace bitsplit {
 
 struct SpeculativeOptions {
   spec::DraftPolicy policy;
+  // Choose policy.budget per check with spec::BudgetController (the budget that maximises
+  // measured tokens/s). Greedy output is the same whatever the budget; sampled output then
+  // depends on timing, so fix the budget for reproducible sampling.
+  bool auto_budget = false;
   int32_t n_predict = 64;
   int32_t eos_token = -1;
   int32_t prefill_chunk = 256;
@@ -22,6 +26,8 @@ struct SpeculativeOptions {
 struct SpeculativeResult {
   GenerationStats generation;
   spec::AcceptanceStats acceptance;
+  int32_t final_budget = 0;                  // the budget in use at the end
+  std::vector<int64_t> checks_per_budget;    // index = budget
 };
 
 // KV cache discipline: slots [0, committed) always hold the target's K/V of committed

@@ -1,0 +1,268 @@
+// CpuContext (hwloc topology, oneTBB arena pinned one worker per physical core, ISA tier),
+// runtime ISA selection, and NUMA/THP-aware plane buffers.
+#include <hwloc.h>
+#include <sys/mman.h>
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+#include <tbb/task_arena.h>
+#include <tbb/task_scheduler_observer.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "bitsplit/status.h"
+#include "plane_kernels.h"
+
+namespace bitsplit::cpu {
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar: return "scalar";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+bool isa_supported(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar: return true;
+    case Isa::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Isa::kAvx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  }
+  return false;
+}
+
+Isa default_isa() {
+  static const Isa chosen = [] {
+    Isa best = isa_supported(Isa::kAvx512) ? Isa::kAvx512 : isa_supported(Isa::kAvx2) ? Isa::kAvx2 : Isa::kScalar;
+    if (const char* env = std::getenv("BITSPLIT_ISA")) {
+      const std::string want = env;
+      Isa forced = best;
+      if (want == "scalar") forced = Isa::kScalar;
+      if (want == "avx2") forced = Isa::kAvx2;
+      if (want == "avx512") forced = Isa::kAvx512;
+      // A tier the CPU lacks cannot be forced: keep the best one it has.
+      if (isa_supported(forced)) best = forced;
+    }
+    return best;
+  }();
+  return chosen;
+}
+
+namespace {
+
+// One hwloc topology, destroyed with the context.
+struct Topology {
+  hwloc_topology_t handle = nullptr;
+  Topology() {
+    BITSPLIT_CHECK(hwloc_topology_init(&handle) == 0);
+    BITSPLIT_CHECK(hwloc_topology_load(handle) == 0);
+  }
+  ~Topology() { hwloc_topology_destroy(handle); }
+  Topology(const Topology&) = delete;
+  Topology& operator=(const Topology&) = delete;
+};
+
+// Binds each arena worker (slots 1 ..) to its own physical core as it joins. Slot 0 is the
+// calling thread: it is left unbound, so a context never changes its creator's affinity.
+class PinObserver : public tbb::task_scheduler_observer {
+ public:
+  PinObserver(tbb::task_arena& arena, hwloc_topology_t topo, int cores)
+      : tbb::task_scheduler_observer(arena), topo_(topo), cores_(cores) {
+    observe(true);
+  }
+  ~PinObserver() override { observe(false); }
+  void on_scheduler_entry(bool worker) override {
+    const int slot = tbb::this_task_arena::current_thread_index();
+    if (!worker || slot <= 0 || cores_ <= 0) return;
+    hwloc_obj_t core = hwloc_get_obj_by_type(topo_, HWLOC_OBJ_CORE, unsigned(slot % cores_));
+    if (core) hwloc_set_cpubind(topo_, core->cpuset, HWLOC_CPUBIND_THREAD);
+  }
+
+ private:
+  hwloc_topology_t topo_;
+  int cores_;
+};
+
+std::string transparent_hugepage_mode() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  std::getline(f, line);
+  return line.empty() ? "unknown" : line;
+}
+
+}  // namespace
+
+struct CpuContext::Impl {
+  Topology topo;
+  CpuTopology info;
+  const detail::KernelTable* kernels = nullptr;
+  int threads = 1;
+  bool pinned = false;
+  std::unique_ptr<tbb::task_arena> arena;
+  std::unique_ptr<PinObserver> observer;
+};
+
+CpuContext::CpuContext() : CpuContext(Options{}) {}
+
+CpuContext::CpuContext(const Options& options) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  hwloc_topology_t t = m.topo.handle;
+  m.info.packages = std::max(1, hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PACKAGE));
+  m.info.numa_nodes = std::max(1, hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_NUMANODE));
+  m.info.physical_cores = std::max(1, hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_CORE));
+  m.info.logical_cpus = std::max(1, hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU));
+  const Isa isa = options.isa.value_or(default_isa());
+  BITSPLIT_CHECK(isa_supported(isa), std::string("ISA tier not supported by this CPU: ") + isa_name(isa));
+  m.kernels = &detail::kernels_for(isa);
+  m.threads = options.threads > 0 ? options.threads : m.info.physical_cores;
+  if (m.threads > 1) {
+    m.arena = std::make_unique<tbb::task_arena>(m.threads);
+    m.arena->initialize();
+    if (options.pin) {
+      m.observer = std::make_unique<PinObserver>(*m.arena, t, m.info.physical_cores);
+      m.pinned = true;
+    }
+  }
+}
+
+CpuContext::~CpuContext() {
+  if (impl_) impl_->observer.reset();
+}
+
+Isa CpuContext::isa() const { return impl_->kernels->isa; }
+int CpuContext::threads() const { return impl_->threads; }
+const CpuTopology& CpuContext::topology() const { return impl_->info; }
+
+std::string CpuContext::describe() const {
+  const Impl& m = *impl_;
+  std::string supported;
+  for (Isa i : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512})
+    if (isa_supported(i)) supported += std::string(supported.empty() ? "" : " ") + isa_name(i);
+  std::string s;
+  s += "packages:      " + std::to_string(m.info.packages) + "\n";
+  s += "numa nodes:    " + std::to_string(m.info.numa_nodes) + "\n";
+  s += "cores:         " + std::to_string(m.info.physical_cores) + " physical, " +
+       std::to_string(m.info.logical_cpus) + " logical\n";
+  s += "isa tier:      " + std::string(isa_name(isa())) + " (supported: " + supported + ")\n";
+  s += "arena:         " + std::to_string(m.threads) + " thread" + (m.threads == 1 ? "" : "s") +
+       (m.pinned ? ", workers pinned one per physical core" : ", unpinned") + "\n";
+  s += "plane memory:  " + std::string(m.info.numa_nodes > 1 ? "interleaved over NUMA nodes" : "single NUMA node") +
+       ", MADV_HUGEPAGE (transparent_hugepage: " + transparent_hugepage_mode() + ")\n";
+  return s;
+}
+
+void CpuContext::run_slices(int64_t items, int64_t align, const std::function<void(int64_t, int64_t)>& body) {
+  if (items <= 0) return;
+  const int64_t units = (items + align - 1) / align;
+  const int slices = int(std::min<int64_t>(impl_->threads, units));
+  auto slice = [&](int w) {
+    const int64_t b = std::min(items, units * w / slices * align);
+    const int64_t e = std::min(items, units * (w + 1) / slices * align);
+    if (b < e) body(b, e);
+  };
+  if (slices <= 1 || !impl_->arena) {
+    slice(0);
+    return;
+  }
+  impl_->arena->execute([&] {
+    tbb::parallel_for(
+        tbb::blocked_range<int>(0, slices, 1),
+        [&](const tbb::blocked_range<int>& r) {
+          for (int w = r.begin(); w != r.end(); ++w) slice(w);
+        },
+        tbb::static_partitioner());
+  });
+}
+
+namespace detail {
+const KernelTable& kernels_of(const CpuContext& ctx) { return kernels_for(ctx.isa()); }
+const KernelTable& kernels_for(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512: return avx512_kernels();
+    case Isa::kAvx2: return avx2_kernels();
+    case Isa::kScalar: break;
+  }
+  return scalar_kernels();
+}
+}  // namespace detail
+
+// ---- plane buffers ----
+
+namespace {
+constexpr size_t kHugePage = size_t(2) << 20;
+}
+
+PlaneBuffer::PlaneBuffer(CpuContext& ctx, size_t bytes) {
+  if (bytes == 0) return;
+  mapped_ = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = std::aligned_alloc(kHugePage, mapped_);
+  BITSPLIT_CHECK(p != nullptr, "out of memory allocating a plane buffer");
+  madvise(p, mapped_, MADV_HUGEPAGE);  // a request: without THP the buffer still works
+  if (ctx.topology().numa_nodes > 1) {
+    // Interleave pages so every core's slice streams from all memory controllers. The topology
+    // of a fresh hwloc handle is enough for the node set.
+    Topology topo;
+    hwloc_set_area_membind(topo.handle, p, mapped_, hwloc_topology_get_topology_nodeset(topo.handle),
+                           HWLOC_MEMBIND_INTERLEAVE, HWLOC_MEMBIND_BYNODESET);
+  }
+  data_ = static_cast<uint8_t*>(p);
+  size_ = bytes;
+}
+
+PlaneBuffer::~PlaneBuffer() { std::free(data_); }
+
+PlaneBuffer::PlaneBuffer(PlaneBuffer&& o) noexcept : data_(o.data_), size_(o.size_), mapped_(o.mapped_) {
+  o.data_ = nullptr;
+  o.size_ = o.mapped_ = 0;
+}
+
+PlaneBuffer& PlaneBuffer::operator=(PlaneBuffer&& o) noexcept {
+  if (this != &o) {
+    std::free(data_);
+    data_ = o.data_;
+    size_ = o.size_;
+    mapped_ = o.mapped_;
+    o.data_ = nullptr;
+    o.size_ = o.mapped_ = 0;
+  }
+  return *this;
+}
+
+// ---- dispatching entry points ----
+
+void quantize_activations(CpuContext& ctx, const float* x, int64_t rows, int64_t in, int group,
+                          QuantizedActivations& qa) {
+  qa.resize(rows, in, group);
+  detail::kernels_of(ctx).quantize(x, rows, in, group, qa);
+}
+
+void residual_matmul(CpuContext& ctx, const ResidualPlaneView& r, const QuantizedActivations& qa, float* y) {
+  BITSPLIT_CHECK(qa.in == r.in && qa.group == r.group && (r.bits == 8 || r.bits == 6));
+  const auto& k = detail::kernels_of(ctx);
+  ctx.run_slices(r.out, 16, [&](int64_t b, int64_t e) { k.residual(r, qa, b, e, y); });
+}
+
+void draft_matmul(CpuContext& ctx, const DraftPlaneView& d, const QuantizedActivations& qa, float* y) {
+  BITSPLIT_CHECK(qa.in == d.in && qa.group == d.group && (d.bits == 2 || d.bits == 3 || d.bits == 4));
+  const auto& k = detail::kernels_of(ctx);
+  ctx.run_slices(d.out, 16, [&](int64_t b, int64_t e) { k.draft(d, qa, b, e, y); });
+}
+
+void target_matmul(CpuContext& ctx, const DraftPlaneView& d, const ResidualPlaneView& r,
+                   const QuantizedActivations& qa, float* y, std::vector<float>& scratch) {
+  BITSPLIT_CHECK(d.out == r.out && d.in == r.in);
+  scratch.resize(size_t(qa.rows * r.out));
+  draft_matmul(ctx, d, qa, y);
+  residual_matmul(ctx, r, qa, scratch.data());
+  for (size_t i = 0; i < scratch.size(); ++i) y[i] = y[i] + scratch[i];
+}
+
+}  // namespace bitsplit::cpu

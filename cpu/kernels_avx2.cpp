@@ -1,0 +1,279 @@
+// AVX2 + FMA tier of the bit-split plane kernels: the AVX-512 tier's scheme on 8 output lanes.
+// A tile of 8 rows x 32 codes is transposed so each vector holds one 4-code chunk of every row;
+// vpmaddubsw + vpmaddwd replace vpdpbusd. vpmaddubsw saturates at 16 bits, so 8-bit codes are
+// split as u = (u & 127) + 128 * (u >> 7), which keeps every pair sum exact (<= 2 * 127 * 127).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "plane_kernels.h"
+
+namespace bitsplit::cpu::detail {
+namespace {
+
+constexpr int kLanes = 8;  // output rows per block
+
+inline int32_t load_i32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline int64_t load_i64(const uint8_t* p) {
+  int64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+inline __m256i loadu256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline __m128i loadu128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+
+// (v >> shift[qword]) & 3 per byte, moved to bits 4..5 when `high` (the 6-bit code's top bits).
+inline __m256i two_bits(__m256i v, __m256i shifts, bool high) {
+  v = _mm256_srlv_epi64(v, shifts);
+  return high ? _mm256_and_si256(_mm256_slli_epi64(v, 4), _mm256_set1_epi8(0x30))
+              : _mm256_and_si256(v, _mm256_set1_epi8(3));
+}
+
+// The g / 32 vectors of 32 codes (natural order) of one group of one output row.
+inline void load_group(const uint8_t* p, int bits, int group, __m256i* out) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  if (bits == 8) {
+    for (int i = 0; i < group / 32; ++i) out[i] = loadu256(p + 32 * i);
+  } else if (bits == 6) {
+    const int nib_bytes = group / 2;
+    if (group == 32) {
+      const __m128i nib = loadu128(p);
+      const __m256i n = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(nib, 4), nib), m4);
+      out[0] = _mm256_or_si256(n, two_bits(_mm256_set1_epi64x(load_i64(p + 16)), _mm256_setr_epi64x(0, 2, 4, 6), true));
+    } else if (group == 64) {
+      const __m256i nib = loadu256(p);
+      const __m256i hb = _mm256_broadcastsi128_si256(loadu128(p + nib_bytes));
+      out[0] = _mm256_or_si256(_mm256_and_si256(nib, m4), two_bits(hb, _mm256_setr_epi64x(0, 0, 2, 2), true));
+      out[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(nib, 4), m4),
+                               two_bits(hb, _mm256_setr_epi64x(4, 4, 6, 6), true));
+    } else {  // 128
+      const __m256i n0 = loadu256(p), n1 = loadu256(p + 32), hb = loadu256(p + nib_bytes);
+      out[0] = _mm256_or_si256(_mm256_and_si256(n0, m4), two_bits(hb, _mm256_set1_epi64x(0), true));
+      out[1] = _mm256_or_si256(_mm256_and_si256(n1, m4), two_bits(hb, _mm256_set1_epi64x(2), true));
+      out[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n0, 4), m4),
+                               two_bits(hb, _mm256_set1_epi64x(4), true));
+      out[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n1, 4), m4),
+                               two_bits(hb, _mm256_set1_epi64x(6), true));
+    }
+  } else {  // 2-bit draft: byte j holds codes j + t * (g / 4) at bit 2t
+    if (group == 32) {
+      out[0] = two_bits(_mm256_set1_epi64x(load_i64(p)), _mm256_setr_epi64x(0, 2, 4, 6), false);
+    } else if (group == 64) {
+      const __m256i b = _mm256_broadcastsi128_si256(loadu128(p));
+      out[0] = two_bits(b, _mm256_setr_epi64x(0, 0, 2, 2), false);
+      out[1] = two_bits(b, _mm256_setr_epi64x(4, 4, 6, 6), false);
+    } else {
+      const __m256i b = loadu256(p);
+      for (int t = 0; t < 4; ++t) out[t] = two_bits(b, _mm256_set1_epi64x(2 * t), false);
+    }
+  }
+}
+
+// 8 x 8 transpose of 32-bit elements: out[c] lane l = in[l] element c.
+inline void transpose8(const __m256i in[8], __m256i out[8]) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_epi32(in[2 * i], in[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_epi32(in[2 * i], in[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {
+    u[4 * i + 0] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  // u[4i + e] lane L (128-bit) holds rows 4i..4i+3, element 4L + e.
+  for (int e = 0; e < 4; ++e) {
+    out[e] = _mm256_permute2x128_si256(u[e], u[4 + e], 0x20);
+    out[4 + e] = _mm256_permute2x128_si256(u[e], u[4 + e], 0x31);
+  }
+}
+
+inline __m256 gather_fp16(const uint16_t* p, int64_t stride, int valid) {
+  alignas(16) uint16_t h[kLanes];
+  for (int l = 0; l < kLanes; ++l) h[l] = l < valid ? p[l * stride] : 0;
+  return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(h)));
+}
+
+struct RowChunk {
+  const int8_t* q;
+  int64_t q_stride;
+  const float* scale;
+  const int32_t* sum;
+  int64_t groups;
+};
+
+// Exact int32 dot products of one group for NR activation rows, then the reference's float step.
+template <int NR, int kBits>
+inline void group_rows(const __m256i* w, int chunks, const RowChunk& rc, int64_t k, int group, __m256 tv, __m256 mv,
+                       __m256* facc) {
+  constexpr bool kDraft = kBits == 2;
+  const __m256i ones16 = _mm256_set1_epi16(1), c128 = _mm256_set1_epi16(128);
+  __m256i acc[NR];
+  for (int r = 0; r < NR; ++r)
+    acc[r] = kDraft ? _mm256_setzero_si256() : _mm256_set1_epi32(-(1 << (kBits - 1)) * rc.sum[r * rc.groups + k]);
+  const int8_t* q = rc.q + k * group;
+  for (int c = 0; c < chunks; ++c) {
+    if constexpr (kBits == 8) {
+      const __m256i lo = _mm256_and_si256(w[c], _mm256_set1_epi8(0x7F));
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w[c], 7), _mm256_set1_epi8(1));
+      for (int r = 0; r < NR; ++r) {
+        const __m256i x = _mm256_set1_epi32(load_i32(q + r * rc.q_stride + 4 * c));
+        acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x), ones16));
+        acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x), c128));
+      }
+    } else {
+      for (int r = 0; r < NR; ++r) {
+        const __m256i x = _mm256_set1_epi32(load_i32(q + r * rc.q_stride + 4 * c));
+        acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(_mm256_maddubs_epi16(w[c], x), ones16));
+      }
+    }
+  }
+  for (int r = 0; r < NR; ++r) {
+    const float sx = rc.scale[r * rc.groups + k];
+    if constexpr (kDraft) {
+      const __m256 msx = _mm256_mul_ps(mv, _mm256_set1_ps(float(rc.sum[r * rc.groups + k])));
+      const __m256 inner = _mm256_fmadd_ps(tv, _mm256_cvtepi32_ps(acc[r]), msx);
+      facc[r] = _mm256_fmadd_ps(_mm256_set1_ps(sx), inner, facc[r]);
+    } else {
+      facc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r]), _mm256_mul_ps(tv, _mm256_set1_ps(sx)), facc[r]);
+    }
+  }
+}
+
+struct PlaneArgs {
+  const uint8_t* codes;
+  const uint16_t* scales;
+  const uint16_t* offsets;
+  int64_t out, in;
+  int group, bits;
+};
+
+template <int NR, int kBits>
+void block_rows(const PlaneArgs& p, const QuantizedActivations& qa, int64_t o0, int valid, int64_t r0, float* y) {
+  const int64_t row_bytes = quant::code_row_bytes(p.in, p.group, p.bits), groups = qa.groups;
+  const int gbytes = p.group * p.bits / 8, pieces = p.group / 32;
+  const RowChunk rc{qa.q.data() + r0 * qa.padded, qa.padded, qa.scale.data() + r0 * groups,
+                    qa.sum.data() + r0 * groups, groups};
+  __m256 facc[NR];
+  for (int r = 0; r < NR; ++r) facc[r] = _mm256_setzero_ps();
+  __m256i tile[4][kLanes], w[4 * kLanes];
+  for (int l = valid; l < kLanes; ++l)
+    for (int i = 0; i < 4; ++i) tile[i][l] = _mm256_setzero_si256();
+  for (int64_t k = 0; k < groups; ++k) {
+    for (int l = 0; l < valid; ++l) {
+      __m256i v[4];
+      load_group(p.codes + (o0 + l) * row_bytes + k * gbytes, p.bits, p.group, v);
+      for (int i = 0; i < pieces; ++i) tile[i][l] = v[i];
+    }
+    for (int i = 0; i < pieces; ++i) transpose8(tile[i], w + i * kLanes);
+    const __m256 tv = gather_fp16(p.scales + o0 * groups + k, groups, valid);
+    const __m256 mv = kBits == 2 ? gather_fp16(p.offsets + o0 * groups + k, groups, valid) : _mm256_setzero_ps();
+    group_rows<NR, kBits>(w, p.group / 4, rc, k, p.group, tv, mv, facc);
+  }
+  alignas(32) float tmp[kLanes];
+  for (int r = 0; r < NR; ++r) {
+    float* dst = y + (r0 + r) * p.out + o0;
+    if (valid == kLanes) {
+      _mm256_storeu_ps(dst, facc[r]);
+    } else {
+      _mm256_store_ps(tmp, facc[r]);
+      for (int l = 0; l < valid; ++l) dst[l] = tmp[l];
+    }
+  }
+}
+
+template <int kBits, int... NRs>
+void block_dispatch(int nr, const PlaneArgs& p, const QuantizedActivations& qa, int64_t o0, int valid, int64_t r0,
+                    float* y, std::integer_sequence<int, NRs...>) {
+  ((nr == NRs + 1 ? block_rows<NRs + 1, kBits>(p, qa, o0, valid, r0, y) : void()), ...);
+}
+
+template <int kBits>
+void plane_rows(const PlaneArgs& p, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end, float* y) {
+  for (int64_t o0 = o_begin; o0 < o_end; o0 += kLanes) {
+    const int valid = int(std::min<int64_t>(kLanes, o_end - o0));
+    for (int64_t r0 = 0; r0 < qa.rows; r0 += 16) {
+      const int nr = int(std::min<int64_t>(16, qa.rows - r0));
+      block_dispatch<kBits>(nr, p, qa, o0, valid, r0, y, std::make_integer_sequence<int, 16>{});
+    }
+  }
+}
+
+bool simd_group(int group) { return group == 32 || group == 64 || group == 128; }
+
+void residual_avx2(const ResidualPlaneView& r, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
+                   float* y) {
+  if (!simd_group(r.group)) return residual_rows_ref(r, qa, o_begin, o_end, y);
+  const PlaneArgs p{r.codes, r.scales, nullptr, r.out, r.in, r.group, r.bits};
+  if (r.bits == 8) plane_rows<8>(p, qa, o_begin, o_end, y);
+  else plane_rows<6>(p, qa, o_begin, o_end, y);
+}
+
+void draft_avx2(const DraftPlaneView& d, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end, float* y) {
+  if (!simd_group(d.group) || d.bits != 2) return draft_rows_ref(d, qa, o_begin, o_end, y);
+  plane_rows<2>({d.codes, d.scales, d.offsets, d.out, d.in, d.group, d.bits}, qa, o_begin, o_end, y);
+}
+
+// The reference quantiser's arithmetic on 8 lanes (see quantize_activations_ref).
+void quantize_group(const float* x, int64_t n, int group, int8_t* q, float* scale, int32_t* sum) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  auto load = [&](int i) {
+    if (n - i >= 8) return _mm256_loadu_ps(x + i);
+    alignas(32) float t[8] = {};
+    for (int j = 0; i + j < n && j < 8; ++j) t[j] = x[i + j];
+    return _mm256_load_ps(t);
+  };
+  __m256 amax = _mm256_setzero_ps();
+  for (int i = 0; i < group; i += 8) amax = _mm256_max_ps(amax, _mm256_and_ps(load(i), abs_mask));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, amax);
+  float a = 0.0f;
+  for (float v : lanes) a = std::max(a, v);
+  if (!(a >= kTinyAmax)) {
+    std::memset(q, 0, size_t(group));
+    *scale = 0.0f;
+    *sum = 0;
+    return;
+  }
+  *scale = a / 127.0f;
+  const __m256 inv = _mm256_set1_ps(127.0f / a), sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+  __m256i total = _mm256_setzero_si256();
+  for (int i = 0; i < group; i += 8) {
+    const __m256 v = _mm256_mul_ps(load(i), inv);
+    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 up = _mm256_cmp_ps(_mm256_and_ps(_mm256_sub_ps(v, t), abs_mask), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+    __m256 r = _mm256_add_ps(t, _mm256_and_ps(up, _mm256_or_ps(one, _mm256_and_ps(v, sign))));
+    r = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+    const __m256i qi = _mm256_cvttps_epi32(r);
+    total = _mm256_add_epi32(total, qi);
+    const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(qi), _mm256_extracti128_si256(qi, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(q + i), _mm_packs_epi16(w16, w16));
+  }
+  alignas(32) int32_t s[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(s), total);
+  *sum = s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+}
+
+void quantize_avx2(const float* x, int64_t rows, int64_t in, int group, QuantizedActivations& qa) {
+  if (group % 8 != 0) return quantize_activations_ref(x, rows, in, group, qa);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < qa.groups; ++k)
+      quantize_group(x + r * in + k * group, std::min<int64_t>(group, in - k * group), group,
+                     qa.q.data() + r * qa.padded + k * group, &qa.scale[size_t(r * qa.groups + k)],
+                     &qa.sum[size_t(r * qa.groups + k)]);
+}
+
+}  // namespace
+
+const KernelTable& avx2_kernels() {
+  static const KernelTable table{Isa::kAvx2, quantize_avx2, residual_avx2, draft_avx2};
+  return table;
+}
+
+}  // namespace bitsplit::cpu::detail

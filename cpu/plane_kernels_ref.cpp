@@ -1,0 +1,131 @@
+// Scalar reference of the bit-split plane kernels (the specification every ISA tier matches
+// bit for bit; docs/FORMAT.md, "Kernel arithmetic") and the scalar tier's kernel table.
+#include <algorithm>
+#include <cmath>
+
+#include "bitsplit/status.h"
+#include "plane_kernels.h"
+
+namespace bitsplit::cpu {
+
+void QuantizedActivations::resize(int64_t rows_, int64_t in_, int group_) {
+  BITSPLIT_CHECK(rows_ >= 0 && in_ > 0 && group_ > 0 && group_ % 4 == 0 && group_ <= quant::kMaxGroup);
+  rows = rows_;
+  in = in_;
+  group = group_;
+  padded = quant::padded_width(in_, group_);
+  groups = quant::groups_per_row(in_, group_);
+  q.resize(size_t(rows * padded));
+  scale.resize(size_t(rows * groups));
+  sum.resize(size_t(rows * groups));
+}
+
+void quantize_activations_ref(const float* x, int64_t rows, int64_t in, int group, QuantizedActivations& qa) {
+  qa.resize(rows, in, group);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * in;
+    int8_t* qr = qa.q.data() + r * qa.padded;
+    for (int64_t k = 0; k < qa.groups; ++k) {
+      const int64_t base = k * group, n = std::min<int64_t>(group, in - base);
+      float amax = 0.0f;
+      for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(xr[base + i]));
+      int32_t sum = 0;
+      float scale = 0.0f;
+      if (amax >= detail::kTinyAmax) {
+        scale = amax / 127.0f;
+        const float inv = 127.0f / amax;
+        for (int64_t i = 0; i < n; ++i) {
+          const float v = std::clamp(detail::round_half_away(xr[base + i] * inv), -127.0f, 127.0f);
+          qr[base + i] = int8_t(v);
+          sum += int32_t(v);
+        }
+      } else {
+        for (int64_t i = 0; i < n; ++i) qr[base + i] = 0;
+      }
+      for (int64_t i = n; i < group; ++i) qr[base + i] = 0;
+      qa.scale[size_t(r * qa.groups + k)] = scale;
+      qa.sum[size_t(r * qa.groups + k)] = sum;
+    }
+  }
+}
+
+namespace detail {
+namespace {
+
+void check_shapes(int64_t in, int group, const QuantizedActivations& qa) {
+  BITSPLIT_CHECK(qa.in == in && qa.group == group, "activations quantised for another plane shape");
+}
+
+}  // namespace
+
+void residual_rows_ref(const ResidualPlaneView& r, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
+                       float* y) {
+  check_shapes(r.in, r.group, qa);
+  BITSPLIT_CHECK(r.bits == 8 || r.bits == 6);
+  const int64_t row_bytes = quant::code_row_bytes(r.in, r.group, r.bits), groups = qa.groups;
+  const int32_t half = 1 << (r.bits - 1);
+  uint8_t u[quant::kMaxGroup];
+  for (int64_t o = o_begin; o < o_end; ++o) {
+    for (int64_t n = 0; n < qa.rows; ++n) y[n * r.out + o] = 0.0f;
+    for (int64_t k = 0; k < groups; ++k) {
+      quant::unpack_group_codes(r.codes + o * row_bytes + k * r.group * r.bits / 8, r.group, r.bits, u);
+      const float t = quant::fp16_to_fp32(r.scales[o * groups + k]);
+      for (int64_t n = 0; n < qa.rows; ++n) {
+        const int8_t* q = qa.row_q(n) + k * r.group;
+        int32_t s = 0;
+        for (int i = 0; i < r.group; ++i) s += int32_t(u[i]) * int32_t(q[i]);
+        s -= half * qa.sum[size_t(n * groups + k)];
+        float& acc = y[n * r.out + o];
+        acc = std::fma(float(s), t * qa.scale[size_t(n * groups + k)], acc);
+      }
+    }
+  }
+}
+
+void draft_rows_ref(const DraftPlaneView& d, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
+                    float* y) {
+  check_shapes(d.in, d.group, qa);
+  BITSPLIT_CHECK(d.bits == 2 || d.bits == 3 || d.bits == 4);
+  const int64_t row_bytes = quant::code_row_bytes(d.in, d.group, d.bits), groups = qa.groups;
+  uint8_t c[quant::kMaxGroup];
+  for (int64_t o = o_begin; o < o_end; ++o) {
+    for (int64_t n = 0; n < qa.rows; ++n) y[n * d.out + o] = 0.0f;
+    for (int64_t k = 0; k < groups; ++k) {
+      quant::unpack_group_codes(d.codes + o * row_bytes + k * d.group * d.bits / 8, d.group, d.bits, c);
+      const float s = quant::fp16_to_fp32(d.scales[o * groups + k]);
+      const float m = quant::fp16_to_fp32(d.offsets[o * groups + k]);
+      for (int64_t n = 0; n < qa.rows; ++n) {
+        const int8_t* q = qa.row_q(n) + k * d.group;
+        int32_t sq = 0;
+        for (int i = 0; i < d.group; ++i) sq += int32_t(c[i]) * int32_t(q[i]);
+        const float sx = float(qa.sum[size_t(n * groups + k)]);
+        const float inner = std::fma(s, float(sq), m * sx);
+        float& acc = y[n * d.out + o];
+        acc = std::fma(qa.scale[size_t(n * groups + k)], inner, acc);
+      }
+    }
+  }
+}
+
+namespace {
+void quantize_scalar(const float* x, int64_t rows, int64_t in, int group, QuantizedActivations& qa) {
+  quantize_activations_ref(x, rows, in, group, qa);
+}
+}  // namespace
+
+const KernelTable& scalar_kernels() {
+  static const KernelTable table{Isa::kScalar, quantize_scalar, residual_rows_ref, draft_rows_ref};
+  return table;
+}
+
+}  // namespace detail
+
+void residual_matmul_ref(const ResidualPlaneView& r, const QuantizedActivations& qa, float* y) {
+  detail::residual_rows_ref(r, qa, 0, r.out, y);
+}
+
+void draft_matmul_ref(const DraftPlaneView& d, const QuantizedActivations& qa, float* y) {
+  detail::draft_rows_ref(d, qa, 0, d.out, y);
+}
+
+}  // namespace bitsplit::cpu
