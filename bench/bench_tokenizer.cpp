@@ -1,5 +1,6 @@
-// Tokenizer throughput on 1 MiB of mixed text (English prose, C++ code, numbers, CJK / Cyrillic /
-// emoji) for the vocabularies in ../shared/models/vocab, in bytes/s of input text.
+// Tokenizer throughput (bytes/s of input) on 1 MiB of mixed text: prose, C++, numbers, CJK /
+// Cyrillic / emoji, for the vocabularies in ../shared/models/vocab.
+//
 // Usage: taskset -c 1 ./build/bench/bench_tokenizer [--benchmark_filter=gpt-2]
 // BITSPLIT_BENCH_PROSE=FILE replaces the built-in prose (the repo's Markdown) with FILE's text.
 #include <benchmark/benchmark.h>

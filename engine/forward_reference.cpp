@@ -109,14 +109,34 @@ void attention(const ModelConfig& c, const KvCache& cache, int64_t layer, const 
   });
 }
 
-void linear(const Activations& x, const std::vector<float>& w, const std::vector<float>& bias, Activations& y) {
-  cpu::matmul_f32(x.data, x.rows, x.width, w, y.width, bias, y.data);
+// One projection: f32 weights through the reference matmul, or bit-split planes through the
+// plane kernels (D + R for the target, D alone for the draft), then the bias.
+void linear(const Model& model, Tier tier, const std::string& name, const Activations& x, const std::vector<float>& w,
+            const std::vector<float>& bias, Activations& y) {
+  const SplitProjection* planes = model.split(name);
+  if (!planes) {
+    cpu::matmul_f32(x.data, x.rows, x.width, w, y.width, bias, y.data);
+    return;
+  }
+  cpu::QuantizedActivations qa;
+  cpu::quantize_activations(model.cpu(), x.data.data(), x.rows, x.width, planes->group, qa);
+  if (tier == Tier::kDraft) {
+    cpu::draft_matmul(model.cpu(), planes->draft(), qa, y.data.data());
+  } else {
+    std::vector<float> scratch;
+    cpu::target_matmul(model.cpu(), planes->draft(), planes->residual(), qa, y.data.data(), scratch);
+  }
+  if (!bias.empty()) {
+    for (int64_t r = 0; r < y.rows; ++r)
+      for (int64_t o = 0; o < y.width; ++o) y.data[size_t(r * y.width + o)] += bias[size_t(o)];
+  }
 }
 
 }  // namespace
 
 Result<std::vector<float>> forward_reference(const Model& model, KvCache& cache, const Batch& batch,
-                                             const ActivationObserver* observer) {
+                                             const ActivationObserver* observer, Tier tier) {
+  if (tier == Tier::kDefault) tier = model.default_tier();
   const ModelConfig& c = model.config();
   BITSPLIT_RETURN_IF_ERROR(batch.validate(c, cache));
   const int64_t n = batch.size();
@@ -127,8 +147,9 @@ Result<std::vector<float>> forward_reference(const Model& model, KvCache& cache,
     std::copy(e, e + c.n_embd, x.row(i));
   }
   const std::vector<float> no_bias;
+  auto name = [](int64_t layer, const char* weight) { return "blk." + std::to_string(layer) + "." + weight + ".weight"; };
   auto observe = [&](int64_t layer, const char* weight, const Activations& a) {
-    if (observer) (*observer)("blk." + std::to_string(layer) + "." + weight + ".weight", a.data.data(), a.rows, a.width);
+    if (observer) (*observer)(name(layer, weight), a.data.data(), a.rows, a.width);
   };
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = model.layer(l);
@@ -136,9 +157,9 @@ Result<std::vector<float>> forward_reference(const Model& model, KvCache& cache,
     observe(l, "attn_q", h);
     observe(l, "attn_k", h);
     observe(l, "attn_v", h);
-    linear(h, w.wq, w.bq, q);
-    linear(h, w.wk, w.bk, k);
-    linear(h, w.wv, w.bv, v);
+    linear(model, tier, name(l, "attn_q"), h, w.wq, w.bq, q);
+    linear(model, tier, name(l, "attn_k"), h, w.wk, w.bk, k);
+    linear(model, tier, name(l, "attn_v"), h, w.wv, w.bv, v);
     for (int64_t i = 0; i < n; ++i) {
       const float pos = float(batch.positions[size_t(i)]);
       for (int64_t hd = 0; hd < c.n_heads; ++hd) {
@@ -156,17 +177,17 @@ Result<std::vector<float>> forward_reference(const Model& model, KvCache& cache,
     }
     attention(c, cache, l, batch, q, attn);
     observe(l, "attn_output", attn);
-    linear(attn, w.wo, no_bias, proj);
+    linear(model, tier, name(l, "attn_output"), attn, w.wo, no_bias, proj);
     for (size_t e = 0; e < x.data.size(); ++e) x.data[e] += proj.data[e];
 
     for (int64_t i = 0; i < n; ++i) cpu::rms_norm_f32(x.row(i), w.ffn_norm.data(), c.n_embd, c.rms_eps, h.row(i));
     observe(l, "ffn_gate", h);
     observe(l, "ffn_up", h);
-    linear(h, w.w_gate, no_bias, gate);
-    linear(h, w.w_up, no_bias, up);
+    linear(model, tier, name(l, "ffn_gate"), h, w.w_gate, no_bias, gate);
+    linear(model, tier, name(l, "ffn_up"), h, w.w_up, no_bias, up);
     for (size_t e = 0; e < gate.data.size(); ++e) gate.data[e] = cpu::silu(gate.data[e]) * up.data[e];
     observe(l, "ffn_down", gate);
-    linear(gate, w.w_down, no_bias, proj);
+    linear(model, tier, name(l, "ffn_down"), gate, w.w_down, no_bias, proj);
     for (size_t e = 0; e < x.data.size(); ++e) x.data[e] += proj.data[e];
   }
 
@@ -178,7 +199,7 @@ Result<std::vector<float>> forward_reference(const Model& model, KvCache& cache,
   }
   Activations logits(n_out, c.n_vocab);
   if (observer && n_out > 0) (*observer)("output.weight", last.data.data(), last.rows, last.width);
-  if (n_out > 0) linear(last, model.output(), no_bias, logits);
+  if (n_out > 0) linear(model, tier, "output.weight", last, model.output(), no_bias, logits);
   return std::move(logits.data);
 }
 

@@ -1,5 +1,7 @@
 // Llama-family configuration from GGUF metadata and loading of the f32 weights, with every
 // tensor's presence and shape checked against the configuration.
+#include <tbb/parallel_for.h>
+
 #include "bitsplit/convert.h"
 #include "bitsplit/model.h"
 
@@ -122,8 +124,9 @@ namespace {
 
 class TensorLoader {
  public:
-  TensorLoader(const WeightSource& source, std::optional<SplitFormat> split, bool draft_only)
-      : source_(source), split_(split), draft_only_(draft_only) {}
+  TensorLoader(const WeightSource& source, std::optional<SplitFormat> split, bool draft_only,
+               std::map<std::string, SplitProjection>* planes)
+      : source_(source), split_(split), draft_only_(draft_only), planes_(planes) {}
 
   Status load(const std::string& name, std::vector<int64_t> dims, std::vector<float>* out, bool optional = false) {
     const gguf::TensorInfo* t = source_.find_tensor(name);
@@ -132,6 +135,11 @@ class TensorLoader {
       // A converted file: rebuild the projection from its planes (D + R, or D alone).
       const std::string base = name.substr(0, name.size() - suffix.size());
       if (source_.find_tensor(split_tensor_names(base).draft_codes)) {
+        if (planes_) {  // keep the planes; the f32 weights stay empty
+          BITSPLIT_ASSIGN_OR_RETURN((*planes_)[name], load_split_planes(source_, base, dims[0], dims[1], *split_));
+          out->clear();
+          return Status::ok();
+        }
         BITSPLIT_ASSIGN_OR_RETURN(*out, load_split_f32(source_, base, dims[0], dims[1], *split_, !draft_only_));
         return Status::ok();
       }
@@ -154,6 +162,7 @@ class TensorLoader {
   const WeightSource& source_;
   std::optional<SplitFormat> split_;
   bool draft_only_;
+  std::map<std::string, SplitProjection>* planes_;
 };
 
 }  // namespace
@@ -167,7 +176,12 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
   if (options.draft_only && !split->has_value()) {
     return Status::error(source.path() + ": is not a bit-split model, so it has no draft plane; run `bitsplit convert` first");
   }
-  TensorLoader t(source, *split, options.draft_only);
+  const bool keep_planes = split->has_value() && options.keep_planes;
+  TensorLoader t(source, *split, options.draft_only, keep_planes ? &model.splits_ : nullptr);
+  if (keep_planes) {
+    model.cpu_ = options.cpu ? options.cpu : std::make_shared<cpu::CpuContext>();
+    model.default_tier_ = options.draft_only ? Tier::kDraft : Tier::kTarget;
+  }
   BITSPLIT_RETURN_IF_ERROR(t.load("token_embd.weight", {c.n_embd, c.n_vocab}, &model.token_embd_));
   BITSPLIT_RETURN_IF_ERROR(t.load("output_norm.weight", {c.n_embd}, &model.output_norm_));
   if (!c.tied_output) BITSPLIT_RETURN_IF_ERROR(t.load("output.weight", {c.n_embd, c.n_vocab}, &model.output_));
@@ -202,7 +216,55 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
 
 namespace bitsplit {
 
+const SplitProjection* Model::split(const std::string& weight) const {
+  auto it = splits_.find(weight);
+  return it == splits_.end() ? nullptr : &it->second;
+}
+
+Model Model::with_split_planes(const quant::SplitParams& params,
+                               const std::map<std::string, std::vector<float>>* importance,
+                               const WeightTransform& embedding, std::shared_ptr<cpu::CpuContext> cpu) const {
+  BITSPLIT_CHECK(!has_planes(), "the model already has planes");
+  std::map<std::string, SplitProjection> planes;
+  // Splits each projection and leaves an empty f32 matrix in its place.
+  const WeightTransform split_one = [&](const std::string& name, const std::vector<float>& w, int64_t rows,
+                                        int64_t cols) {
+    const float* imp = nullptr;
+    if (importance) {
+      auto it = importance->find(name);
+      if (it != importance->end() && int64_t(it->second.size()) == cols) imp = it->second.data();
+    }
+    SplitProjection p;
+    p.out = rows;
+    p.in = cols;
+    p.group = params.group;
+    p.draft_bits = params.draft_bits;
+    p.residual_bits = params.residual_bits;
+    const int64_t groups = quant::groups_per_row(cols, params.group);
+    const int64_t d_bytes = quant::code_row_bytes(cols, params.group, params.draft_bits);
+    const int64_t r_bytes = quant::code_row_bytes(cols, params.group, params.residual_bits);
+    p.draft_codes.resize(size_t(rows * d_bytes));
+    p.resid_codes.resize(size_t(rows * r_bytes));
+    p.draft_scales.resize(size_t(rows * groups));
+    p.draft_offsets.resize(p.draft_scales.size());
+    p.resid_scales.resize(p.draft_scales.size());
+    tbb::parallel_for(int64_t{0}, rows, [&](int64_t o) {
+      quant::split_row_ref(w.data() + o * cols, imp, cols, params,
+                           {p.draft_codes.data() + o * d_bytes, p.draft_scales.data() + o * groups,
+                            p.draft_offsets.data() + o * groups},
+                           {p.resid_codes.data() + o * r_bytes, p.resid_scales.data() + o * groups});
+    });
+    planes.emplace(name, std::move(p));
+    return std::vector<float>();
+  };
+  Model m = transformed(split_one, embedding);
+  m.splits_ = std::move(planes);
+  m.cpu_ = cpu ? std::move(cpu) : std::make_shared<cpu::CpuContext>();
+  return m;
+}
+
 Model Model::transformed(const WeightTransform& projection, const WeightTransform& embedding) const {
+  BITSPLIT_CHECK(!has_planes(), "transformed() needs f32 projections");
   Model m;
   m.config_ = config_;
   const ModelConfig& c = config_;

@@ -35,15 +35,20 @@ void q8_0_roundtrip_row(const float* w, float* out, int64_t cols) {
 
 struct Scheme {
   std::string name;
-  WeightTransform projection;
+  WeightTransform projection;  // f32 schemes: the weights' round trip
   bool in_vram, in_ram;
   // bytes of one [rows x cols] projection in each tier
   std::function<double(int64_t cols)> vram_row_bytes, ram_row_bytes;
+  // Bit-split schemes run the engine's plane kernels (int8 activations, as the target model
+  // is defined) instead of a weight round trip: residual bits, and the tier to run.
+  int split_residual_bits = 0;
+  Tier tier = Tier::kTarget;
 };
 
+// Weights-only view of a bit-split scheme: D (+ R) dequantised to f32, f32 activations.
 WeightTransform split_transform(int group, int residual_bits, bool keep_residual, const ImportanceMatrix* imatrix) {
   return [=](const std::string& name, const std::vector<float>& w, int64_t rows, int64_t cols) {
-    SplitParams p;
+    quant::SplitParams p;
     p.group = group;
     p.residual_bits = residual_bits;
     const float* importance = nullptr;
@@ -83,10 +88,12 @@ std::vector<Scheme> make_schemes(const EvalOptions& o) {
     };
   };
   std::vector<Scheme> all = {
-      {"draft(R8)", split_transform(g, 8, false, o.imatrix), true, false, plane_bytes(2, 4), none},
-      {"draft(R6)", split_transform(g, 6, false, o.imatrix), true, false, plane_bytes(2, 4), none},
-      {"D+R6", split_transform(g, 6, true, o.imatrix), true, true, plane_bytes(2, 4), plane_bytes(6, 2)},
-      {"D+R8", split_transform(g, 8, true, o.imatrix), true, true, plane_bytes(2, 4), plane_bytes(8, 2)},
+      {"draft(R8)", nullptr, true, false, plane_bytes(2, 4), none, 8, Tier::kDraft},
+      {"draft(R6)", nullptr, true, false, plane_bytes(2, 4), none, 6, Tier::kDraft},
+      {"D+R6", nullptr, true, true, plane_bytes(2, 4), plane_bytes(6, 2), 6, Tier::kTarget},
+      {"D+R8", nullptr, true, true, plane_bytes(2, 4), plane_bytes(8, 2), 8, Tier::kTarget},
+      {"D+R6/w", split_transform(g, 6, true, o.imatrix), true, true, plane_bytes(2, 4), plane_bytes(6, 2)},
+      {"D+R8/w", split_transform(g, 8, true, o.imatrix), true, true, plane_bytes(2, 4), plane_bytes(8, 2)},
       {"Q8_0",
        [](const std::string&, const std::vector<float>& w, int64_t rows, int64_t cols) {
          return per_row(w, rows, cols, q8_0_roundtrip_row);
@@ -160,7 +167,8 @@ Status check_window_options(const Model& model, int32_t ctx) {
 }  // namespace
 
 const std::vector<std::string>& eval_scheme_names() {
-  static const std::vector<std::string> names = {"draft(R8)", "draft(R6)", "D+R6", "D+R8", "Q8_0", "minmax2", "minmax4"};
+  static const std::vector<std::string> names = {"draft(R8)", "draft(R6)", "D+R6",    "D+R8",   "D+R6/w",
+                                                 "D+R8/w",    "Q8_0",      "minmax2", "minmax4"};
   return names;
 }
 
@@ -180,7 +188,26 @@ Result<EvalReport> evaluate_quality(const Model& model, const std::vector<int32_
   };
   std::vector<Scheme> schemes = make_schemes(o);
   std::vector<Model> models;
-  for (const auto& s : schemes) models.push_back(model.transformed(s.projection, embed_q8));
+  auto cpu_context = std::make_shared<cpu::CpuContext>();
+  std::map<int, size_t> split_models;  // residual bits -> index in models (draft and target share one)
+  std::vector<size_t> model_of(schemes.size());
+  for (size_t i = 0; i < schemes.size(); ++i) {
+    const Scheme& s = schemes[i];
+    if (s.split_residual_bits == 0) {
+      model_of[i] = models.size();
+      models.push_back(model.transformed(s.projection, embed_q8));
+      continue;
+    }
+    auto it = split_models.find(s.split_residual_bits);
+    if (it == split_models.end()) {
+      quant::SplitParams p;
+      p.group = o.group;
+      p.residual_bits = s.split_residual_bits;
+      it = split_models.emplace(s.split_residual_bits, models.size()).first;
+      models.push_back(model.with_split_planes(p, o.imatrix, embed_q8, cpu_context));
+    }
+    model_of[i] = it->second;
+  }
 
   const int64_t V = c.n_vocab;
   std::vector<double> nll(schemes.size(), 0.0), kl_sum(schemes.size(), 0.0);
@@ -195,9 +222,10 @@ Result<EvalReport> evaluate_quality(const Model& model, const std::vector<int32_
     KvCache cache(c, n);
     BITSPLIT_ASSIGN_OR_RETURN(auto ref, forward_reference(model, cache, Batch::causal(win.tokens, 0, true)));
     std::vector<std::vector<float>> outs;
-    for (const Model& m : models) {
+    for (size_t i = 0; i < schemes.size(); ++i) {
       KvCache mc(c, n);
-      BITSPLIT_ASSIGN_OR_RETURN(auto logits, forward_reference(m, mc, Batch::causal(win.tokens, 0, true)));
+      BITSPLIT_ASSIGN_OR_RETURN(auto logits, forward_reference(models[model_of[i]], mc, Batch::causal(win.tokens, 0, true),
+                                                               nullptr, schemes[i].tier));
       outs.push_back(std::move(logits));
     }
     for (int32_t pos = int32_t(win.first_target); pos + 1 < n; ++pos) {

@@ -78,7 +78,7 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
     const size_t n = std::min(prefix - start, size_t(options.prefill_chunk));
     Batch b = Batch::causal(prompt.subspan(start, n), int32_t(start));
     b.want_logits.assign(n, 0);
-    BITSPLIT_RETURN_IF_ERROR(forward_reference(target, cache, b));
+    BITSPLIT_RETURN_IF_ERROR(forward_reference(target, cache, b, nullptr, Tier::kTarget));
   }
   stats.prompt_seconds = seconds_since(t0);
 
@@ -101,7 +101,8 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
     const int32_t budget = std::min<int32_t>(policy.budget, int32_t(needed - int64_t(history.size())));
     int32_t drafted = 0;
     for (int32_t depth = 0; depth < policy.max_depth && drafted < budget && !frontier.empty(); ++depth) {
-      BITSPLIT_ASSIGN_OR_RETURN(auto logits, forward_reference(draft, cache, tree_batch(tree, frontier, committed, true)));
+      BITSPLIT_ASSIGN_OR_RETURN(auto logits, forward_reference(draft, cache, tree_batch(tree, frontier, committed, true),
+                                                                nullptr, Tier::kDraft));
       std::vector<spec::Candidate> candidates;
       for (size_t r = 0; r < frontier.size(); ++r) {
         const std::span<const float> l(logits.data() + r * size_t(c.n_vocab), size_t(c.n_vocab));
@@ -132,7 +133,8 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
     const auto tv = Clock::now();
     std::vector<int32_t> all(size_t(tree.size()));
     for (int32_t i = 0; i < tree.size(); ++i) all[size_t(i)] = i;
-    BITSPLIT_ASSIGN_OR_RETURN(auto logits, forward_reference(target, cache, tree_batch(tree, all, committed, true)));
+    BITSPLIT_ASSIGN_OR_RETURN(auto logits, forward_reference(target, cache, tree_batch(tree, all, committed, true),
+                                                              nullptr, Tier::kTarget));
     spec::Verdict verdict;
     if (greedy) {
       std::vector<int32_t> best(all.size());

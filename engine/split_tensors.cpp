@@ -55,27 +55,17 @@ Status check_plane(const WeightSource& source, const std::string& name, gguf::Te
 
 }  // namespace
 
-Result<std::vector<float>> load_split_f32(const WeightSource& source, const std::string& base, int64_t in,
-                                          int64_t out, const SplitFormat& f, bool with_residual) {
+Result<SplitProjection> load_split_planes(const WeightSource& source, const std::string& base, int64_t in,
+                                          int64_t out, const SplitFormat& f) {
   const auto names = split_tensor_names(base);
   const int64_t groups = quant::groups_per_row(in, f.group);
-  const int64_t d_bytes = quant::code_row_bytes(in, f.group, f.draft_bits);
-  const int64_t r_bytes = quant::code_row_bytes(in, f.group, f.residual_bits);
   using gguf::TensorType;
-  // The reference path reads planes through load_f32 (I8 codes and F16 scales convert to
-  // f32 and back exactly); the fast kernels will map the bytes directly.
+  // Planes are read through load_f32 (I8 codes and F16 scales convert to f32 and back
+  // exactly), which keeps every container's checks in one place.
   auto fetch = [&](const std::string& name, TensorType type, int64_t row_elems) -> Result<std::vector<float>> {
     BITSPLIT_RETURN_IF_ERROR(check_plane(source, name, type, row_elems, out));
     return source.load_f32(*source.find_tensor(name));
   };
-  BITSPLIT_ASSIGN_OR_RETURN(auto dc, fetch(names.draft_codes, TensorType::I8, d_bytes));
-  BITSPLIT_ASSIGN_OR_RETURN(auto ds, fetch(names.draft_scales, TensorType::F16, groups));
-  BITSPLIT_ASSIGN_OR_RETURN(auto dof, fetch(names.draft_offsets, TensorType::F16, groups));
-  std::vector<float> rc, rs;
-  if (with_residual) {
-    BITSPLIT_ASSIGN_OR_RETURN(rc, fetch(names.resid_codes, TensorType::I8, r_bytes));
-    BITSPLIT_ASSIGN_OR_RETURN(rs, fetch(names.resid_scales, TensorType::F16, groups));
-  }
   auto to_bytes = [](const std::vector<float>& v) {
     std::vector<uint8_t> b(v.size());
     for (size_t i = 0; i < v.size(); ++i) b[i] = uint8_t(int8_t(v[i]));
@@ -86,16 +76,39 @@ Result<std::vector<float>> load_split_f32(const WeightSource& source, const std:
     for (size_t i = 0; i < v.size(); ++i) h[i] = quant::fp32_to_fp16(v[i]);
     return h;
   };
-  const auto dcb = to_bytes(dc), rcb = to_bytes(rc);
-  const auto dsh = to_half(ds), doh = to_half(dof), rsh = to_half(rs);
+  SplitProjection p;
+  p.out = out;
+  p.in = in;
+  p.group = f.group;
+  p.draft_bits = f.draft_bits;
+  p.residual_bits = f.residual_bits;
+  BITSPLIT_ASSIGN_OR_RETURN(auto dc, fetch(names.draft_codes, TensorType::I8, quant::code_row_bytes(in, f.group, f.draft_bits)));
+  BITSPLIT_ASSIGN_OR_RETURN(auto ds, fetch(names.draft_scales, TensorType::F16, groups));
+  BITSPLIT_ASSIGN_OR_RETURN(auto dof, fetch(names.draft_offsets, TensorType::F16, groups));
+  BITSPLIT_ASSIGN_OR_RETURN(auto rc, fetch(names.resid_codes, TensorType::I8, quant::code_row_bytes(in, f.group, f.residual_bits)));
+  BITSPLIT_ASSIGN_OR_RETURN(auto rs, fetch(names.resid_scales, TensorType::F16, groups));
+  p.draft_codes = to_bytes(dc);
+  p.draft_scales = to_half(ds);
+  p.draft_offsets = to_half(dof);
+  p.resid_codes = to_bytes(rc);
+  p.resid_scales = to_half(rs);
+  return p;
+}
+
+Result<std::vector<float>> load_split_f32(const WeightSource& source, const std::string& base, int64_t in,
+                                          int64_t out, const SplitFormat& f, bool with_residual) {
+  BITSPLIT_ASSIGN_OR_RETURN(SplitProjection p, load_split_planes(source, base, in, out, f));
+  const int64_t groups = quant::groups_per_row(in, f.group);
+  const int64_t d_bytes = quant::code_row_bytes(in, f.group, f.draft_bits);
+  const int64_t r_bytes = quant::code_row_bytes(in, f.group, f.residual_bits);
   std::vector<float> w(static_cast<size_t>(in * out)), r(static_cast<size_t>(in));
   for (int64_t o = 0; o < out; ++o) {
     float* row = w.data() + o * in;
-    quant::dequantize_draft_row_ref(dcb.data() + o * d_bytes, dsh.data() + o * groups, doh.data() + o * groups, in,
-                                    f.group, f.draft_bits, row);
+    quant::dequantize_draft_row_ref(p.draft_codes.data() + o * d_bytes, p.draft_scales.data() + o * groups,
+                                    p.draft_offsets.data() + o * groups, in, f.group, f.draft_bits, row);
     if (!with_residual) continue;
-    quant::dequantize_residual_row_ref(rcb.data() + o * r_bytes, rsh.data() + o * groups, in, f.group,
-                                       f.residual_bits, r.data());
+    quant::dequantize_residual_row_ref(p.resid_codes.data() + o * r_bytes, p.resid_scales.data() + o * groups, in,
+                                       f.group, f.residual_bits, r.data());
     for (int64_t i = 0; i < in; ++i) row[i] += r[size_t(i)];
   }
   return w;

@@ -63,7 +63,7 @@ const BpeTokenizer::PairTable::Slot* BpeTokenizer::PairTable::find(int32_t left,
   }
 }
 
-// ---- construction ------------------------------------------------------------------------
+// ---- per-call state ----------------------------------------------------------------------
 
 namespace {
 
@@ -147,6 +147,8 @@ struct BpeTokenizer::Scratch {
   WordCache cache;
 };
 
+// ---- construction ------------------------------------------------------------------------
+
 BpeTokenizer::BpeTokenizer(Vocabulary vocab, BpeOptions options, PreTokenizer pretok)
     : Tokenizer(std::move(vocab)), options_(std::move(options)), pretok_(std::move(pretok)) {}
 
@@ -171,7 +173,9 @@ Result<std::unique_ptr<Tokenizer>> BpeTokenizer::create(Vocabulary vocab, BpeOpt
   if (!pretok) return pretok.status();
   std::unique_ptr<BpeTokenizer> t(new BpeTokenizer(std::move(vocab), std::move(options), std::move(*pretok)));
   const auto& merges = t->vocab_.merges;
-  if (merges.size() > size_t(INT32_MAX / 2)) return Status::error("too many merges");
+  if (merges.size() > size_t(INT32_MAX / 2)) {
+    return Status::error(std::to_string(merges.size()) + " merges are more than a vocabulary can have");
+  }
   t->pairs_.init(merges.size());
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [left, right] = merges[rank];

@@ -1,6 +1,5 @@
-// BPE tokenizer with merges by rank: GPT-2 byte-level (tokenizer.ggml.model = gpt2, HF ByteLevel)
-// and SentencePiece-style over characters with byte fallback (HF tokenizer.json for Llama-type
-// vocabularies). Internal to engine/.
+// BPE by merge rank, GPT-2 byte-level (tokenizer.ggml.model = gpt2) or SentencePiece-style over
+// characters with byte fallback (Llama-type tokenizer.json). Internal to engine/.
 #pragma once
 
 #include <array>

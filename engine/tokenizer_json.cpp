@@ -1,6 +1,5 @@
-// Hugging Face tokenizer.json (the safetensors route): BPE models, byte-level (GPT-2 style) or
-// SentencePiece-style with byte fallback (Llama style), read into the same Vocabulary and
-// tokenizers as GGUF vocabularies.
+// Hugging Face tokenizer.json (the safetensors route): BPE models, byte-level or SentencePiece-
+// style with byte fallback, read into the same Vocabulary and tokenizers as GGUF vocabularies.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>

@@ -1,6 +1,5 @@
-// Pre-tokenizers for BPE: the regular expressions llama.cpp applies for each tokenizer.ggml.pre
-// value, compiled with PCRE2 (UTF + UCP, JIT when available), and the splitter that applies a
-// list of them in sequence. Internal to engine/.
+// BPE pre-tokenizers: llama.cpp's regexes per tokenizer.ggml.pre value and a PCRE2 splitter
+// (UTF + UCP, JIT) that applies a list of them in sequence. Internal to engine/.
 #pragma once
 
 #include <array>

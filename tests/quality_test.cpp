@@ -70,6 +70,7 @@ TEST(Eval, ReportsEverySchemeWithSaneStatistics) {
   EXPECT_DOUBLE_EQ(find("D+R8").vram_bits_per_weight, 2.5);
   EXPECT_DOUBLE_EQ(find("D+R8").ram_bits_per_weight, 8.25);
   EXPECT_DOUBLE_EQ(find("D+R6").ram_bits_per_weight, 6.25);
+  EXPECT_DOUBLE_EQ(find("D+R6/w").ram_bits_per_weight, 6.25);
   EXPECT_DOUBLE_EQ(find("Q8_0").ram_bits_per_weight, 8.5);
   EXPECT_LT(find("D+R8").kl_mean, find("draft(R8)").kl_mean);
 }
@@ -109,8 +110,11 @@ TEST(Eval, BitSplitTargetsOnStories260K) {
   ASSERT_TRUE(r.is_ok()) << r.status().message();
   std::map<std::string, EvalRow> by;
   for (const auto& row : r->rows) by[row.scheme] = row;
-  EXPECT_LE(by["D+R8"].kl_mean, 0.5 * by["Q8_0"].kl_mean);
-  EXPECT_LE(by["D+R6"].kl_mean, by["Q8_0"].kl_mean);
+  // The quantiser's targets are about weight error: the /w rows (f32 activations, as the
+  // Q8_0 row). The engine's int8 activations add their own error on top (docs/QUALITY.md).
+  EXPECT_LE(by["D+R8/w"].kl_mean, 0.5 * by["Q8_0"].kl_mean);
+  EXPECT_LE(by["D+R6/w"].kl_mean, by["Q8_0"].kl_mean);
+  EXPECT_GT(by["D+R8"].kl_mean, by["D+R8/w"].kl_mean);
   EXPECT_GT(by["draft(R8)"].top1_agreement, by["minmax2"].top1_agreement);
   EXPECT_LT(by["draft(R8)"].kl_mean, by["minmax2"].kl_mean);
   // RAM cost of R6 against Q8_0 on the same (padded) shapes.

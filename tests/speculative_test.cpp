@@ -22,8 +22,9 @@ struct Pair {
   Model target, draft;
 };
 
-// Converts a model to a temporary bit-split file and loads its target and draft.
-Pair converted(const WeightSource& source, int residual_bits = 8) {
+// Converts a model to a temporary bit-split file and loads its target and draft: with the
+// plane kernels (the engine's path) or as f32 reconstructions of D + R and D.
+Pair converted(const WeightSource& source, int residual_bits = 8, bool planes = true) {
   const fs::path path = fs::temp_directory_path() / ("bitsplit_spec_" + std::to_string(::getpid()) + ".gguf");
   ConvertOptions o;
   o.split.residual_bits = residual_bits;
@@ -31,8 +32,8 @@ Pair converted(const WeightSource& source, int residual_bits = 8) {
   BITSPLIT_CHECK(st.is_ok(), st.message());
   auto w = open_weights(path.string());
   BITSPLIT_CHECK(w.is_ok(), w.status().message());
-  auto target = Model::load(**w);
-  auto draft = Model::load(**w, {.draft_only = true});
+  auto target = Model::load(**w, {.keep_planes = planes});
+  auto draft = Model::load(**w, {.draft_only = true, .keep_planes = planes});
   BITSPLIT_CHECK(target.is_ok() && draft.is_ok());
   fs::remove(path);
   return {std::move(*target), std::move(*draft)};
@@ -85,8 +86,10 @@ void expect_lossless(const Pair& p, const std::vector<std::vector<int32_t>>& pro
 
 TEST(Speculative, GreedyEqualsPlainTargetOnTinyModel) {
   auto source = testing::tiny_weights({});
-  const Pair p = converted(*source);
-  expect_lossless(p, {{1, 5, 9}, {1, 20, 3, 3, 7}, {1}}, 40);  // the tiny model's context is 64
+  for (bool planes : {true, false}) {
+    const Pair p = converted(*source, 8, planes);
+    expect_lossless(p, {{1, 5, 9}, {1, 20, 3, 3, 7}, {1}}, 40);  // the tiny model's context is 64
+  }
 }
 
 TEST(Speculative, GreedyEqualsPlainTargetOnStories260K) {
@@ -108,7 +111,7 @@ TEST(Speculative, GreedyEqualsPlainTargetOnStories260K) {
 TEST(Speculative, AcceptsMoreThanOneTokenPerCheckWhenDraftIsTheTarget) {
   // With the target as its own draft every drafted greedy token is accepted.
   auto source = testing::tiny_weights({});
-  Pair p = converted(*source);
+  Pair p = converted(*source, 8, /*planes=*/false);
   Pair same{p.target.transformed([](const std::string&, const std::vector<float>& w, int64_t, int64_t) { return w; },
                                  [](const std::string&, const std::vector<float>& w, int64_t, int64_t) { return w; }),
             {}};

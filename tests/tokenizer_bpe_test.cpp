@@ -296,6 +296,33 @@ std::string random_utf8(std::mt19937& rng) {
   return s;
 }
 
+// Every supported pre-tokenizer, on a vocabulary with all 256 byte characters: any bytes at
+// all (invalid UTF-8 included) encode without crashing and decode back unchanged.
+TEST(BpeFuzz, EveryPreTokenizerRoundTripsRandomBytes) {
+  std::vector<std::string> names;
+  const std::string list = supported_pretokenizers();
+  for (size_t pos = 0; pos < list.size();) {
+    const size_t comma = std::min(list.find(", ", pos), list.size());
+    names.push_back(list.substr(pos, comma - pos));
+    pos = comma + 2;
+  }
+  ASSERT_GE(names.size(), 10u);
+  for (const std::string& name : names) {
+    auto t = make(small_metadata({"h e", "l l", "he ll", "hell o", "\xc4\xa0 hello", "1 2", "12 3"}, name));
+    std::mt19937 rng(31);
+    for (int c = 0; c < 300; ++c) {
+      std::string s(rng() % 40, '\0');
+      static constexpr std::string_view kAlphabet = " \t\n\r'hello123!.,\xc3\xa9\xe4\xb8\xad\xf0\x9f\xa6\x99\xe2\x80\x83";
+      for (char& ch : s) ch = c % 2 == 0 ? char(rng() % 256) : kAlphabet[rng() % kAlphabet.size()];
+      const auto ids = t->encode(s, {.add_special = false, .parse_special = c % 3 == 0});
+      for (int32_t id : ids) ASSERT_TRUE(id >= 0 && id < t->vocab().size()) << name;
+      if (c % 3 != 0) {
+        ASSERT_EQ(t->decode(ids), s) << name << " case " << c;
+      }
+    }
+  }
+}
+
 TEST(BpeFuzz, RandomBytesNeverCrashOnAnyVocabulary) {
   BITSPLIT_REQUIRE_FILE(testing::shared_dir());
   for (const char* name : kVocabs) {

@@ -1,6 +1,5 @@
-// Conformance with llama.cpp's tokenizer test suite (../shared/models/vocab/*.inp/.out): every
-// input must encode to exactly the ids llama.cpp produced, from the GGUF vocabulary and from a
-// Hugging Face tokenizer.json built here (in a temp dir) out of the same vocabulary.
+// llama.cpp's tokenizer test suite (../shared/models/vocab/*.inp/.out): exactly its ids, from
+// each GGUF vocabulary and from a tokenizer.json built from it here, in a temp dir.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,6 +1,5 @@
-// Hugging Face tokenizer.json reading on small hand-written files: byte-level and
-// SentencePiece-style BPE, added tokens, tokenizer_config.json, and the errors for what is not
-// supported.
+// Hugging Face tokenizer.json on small hand-written files: byte-level and SentencePiece-style
+// BPE, added tokens, tokenizer_config.json, and the errors for what is not supported.
 #include <gtest/gtest.h>
 
 #include <fstream>

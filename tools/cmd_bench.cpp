@@ -36,8 +36,6 @@ int bench_accept(const BenchAcceptArgs& a) {
   if (!split || !split->has_value()) {
     return report_error(a.model + " is not a bit-split model; run `bitsplit convert` on it first");
   }
-  auto draft = Model::load(*loaded->source, {.draft_only = true});
-  if (!draft) return report_error(draft.status().message());
   auto text = read_text_file(a.prompts);
   if (!text) return report_error(text.status().message());
   std::vector<std::vector<int32_t>> prompts;
@@ -82,7 +80,7 @@ int bench_accept(const BenchAcceptArgs& a) {
       SpeculativeOptions o;
       o.policy = s.policy;
       o.n_predict = a.n_predict;
-      auto r = generate_speculative(loaded->model, *draft, prompt, o, sampler, [](int32_t) { return true; });
+      auto r = generate_speculative(loaded->model, loaded->model, prompt, o, sampler, [](int32_t) { return true; });
       if (!r) return report_error(r.status().message());
       const auto& g = r->generation;
       row.tokens += g.generated_tokens;

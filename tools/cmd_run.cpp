@@ -62,12 +62,6 @@ int run(const RunOptions& o) {
   if (!split) return report_error(split.status().message());
   // A bit-split model decodes speculatively unless asked not to; any other model plainly.
   const bool speculative = split->has_value() && !o.no_spec && !o.draft_only;
-  std::optional<Model> draft;
-  if (speculative) {
-    auto d = Model::load(*loaded->source, {.draft_only = true});
-    if (!d) return report_error(d.status().message());
-    draft.emplace(std::move(*d));
-  }
 
   EncodeOptions enc;
   enc.add_special = !o.no_bos;
@@ -100,7 +94,7 @@ int run(const RunOptions& o) {
     so.policy.max_depth = so.policy.shape == spec::DraftShape::kChain ? o.budget : o.depth;
     so.policy.top_k = o.top_k;
     so.policy.width = o.top_k;
-    auto r = generate_speculative(loaded->model, *draft, prompt_ids, so, sampler, on_token);
+    auto r = generate_speculative(loaded->model, loaded->model, prompt_ids, so, sampler, on_token);
     if (r) {
       stats = r->generation;
       acceptance = r->acceptance;

@@ -15,7 +15,7 @@ BUILD_PKGS=(
 # Only for tools/fixtures (training the test models) and reference checks; not for the C++ build.
 FIXTURE_PKGS=(
   python3 python3-numpy python3-torch python3-sentencepiece python3-pip
-  bible-kjv bible-kjv-text dict-devil
+  bible-kjv bible-kjv-text dict-devil libopenblas0-pthread
 )
 
 want=("${BUILD_PKGS[@]}")

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bitsplit/model.h"
 #include "bitsplit/quant.h"
 #include "bitsplit/status.h"
 #include "bitsplit/weights.h"
@@ -35,6 +36,10 @@ SplitTensorNames split_tensor_names(const std::string& base);
 
 // True for the 2-D projections that are split (attention, FFN, output head).
 bool is_split_projection(const std::string& tensor_name);
+
+// Reads one split projection's planes (checking every tensor's type and shape).
+Result<SplitProjection> load_split_planes(const WeightSource& source, const std::string& base, int64_t in, int64_t out,
+                                          const SplitFormat& format);
 
 // Reconstructs one split projection as f32 [out x in]: D + R, or D alone.
 Result<std::vector<float>> load_split_f32(const WeightSource& source, const std::string& base, int64_t in,

@@ -5,11 +5,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "bitsplit/cpu.h"
+#include "bitsplit/quant.h"
 #include "bitsplit/status.h"
 #include "bitsplit/weights.h"
 
@@ -50,9 +53,34 @@ struct LayerWeights {
   std::vector<float> ffn_norm, w_gate, w_up, w_down;
 };
 
+// Which model a forward pass computes on a model with bit-split planes.
+enum class Tier {
+  kDefault,  // the model's own (kDraft for a model loaded with draft_only, else kTarget)
+  kTarget,   // D + R
+  kDraft,    // D alone
+};
+
 struct ModelLoadOptions {
-  // For bit-split files: load the draft model D instead of the target D + R.
+  // For bit-split files: the draft model D instead of the target D + R.
   bool draft_only = false;
+  // For bit-split files: keep the planes and compute projections with the CPU plane kernels
+  // (int8 activations, docs/FORMAT.md "Kernel arithmetic") — the engine's target model.
+  // false: reconstruct f32 weights and use the f32 reference path.
+  bool keep_planes = true;
+  // The kernels' execution context; null: the model makes its own.
+  std::shared_ptr<cpu::CpuContext> cpu;
+};
+
+// One projection's bit-split planes in memory, in the file's layout.
+struct SplitProjection {
+  int64_t out = 0, in = 0;
+  int group = 64, draft_bits = 2, residual_bits = 8;
+  std::vector<uint8_t> draft_codes, resid_codes;
+  std::vector<uint16_t> draft_scales, draft_offsets, resid_scales;
+  cpu::DraftPlaneView draft() const {
+    return {draft_codes.data(), draft_scales.data(), draft_offsets.data(), out, in, group, draft_bits};
+  }
+  cpu::ResidualPlaneView residual() const { return {resid_codes.data(), resid_scales.data(), out, in, group, residual_bits}; }
 };
 
 // Applied to one weight matrix [rows x cols] (row-major), returning its replacement.
@@ -68,6 +96,17 @@ class Model {
   // whose token embedding passes through `embedding`. The copy always has its own output
   // head, even when this model ties it to the embedding.
   Model transformed(const WeightTransform& projection, const WeightTransform& embedding) const;
+  // A copy whose projections are split into planes by quant::split_row_ref (as `bitsplit
+  // convert` does) and computed with the plane kernels; `importance` (per weight name, may
+  // be null) weights the fit. The embedding passes through `embedding`.
+  Model with_split_planes(const quant::SplitParams& params,
+                          const std::map<std::string, std::vector<float>>* importance,
+                          const WeightTransform& embedding, std::shared_ptr<cpu::CpuContext> cpu) const;
+  // Planes of a projection ("blk.0.attn_q.weight"), or null when it is held in f32.
+  const SplitProjection* split(const std::string& weight) const;
+  bool has_planes() const { return !splits_.empty(); }
+  cpu::CpuContext& cpu() const { return *cpu_; }
+  Tier default_tier() const { return default_tier_; }
   const ModelConfig& config() const { return config_; }
   const std::vector<float>& token_embd() const { return token_embd_; }
   const std::vector<float>& output_norm() const { return output_norm_; }
@@ -80,6 +119,9 @@ class Model {
   ModelConfig config_;
   std::vector<float> token_embd_, output_norm_, output_, rope_freqs_;
   std::vector<LayerWeights> layers_;
+  std::map<std::string, SplitProjection> splits_;
+  std::shared_ptr<cpu::CpuContext> cpu_;
+  Tier default_tier_ = Tier::kTarget;
 };
 
 // K and V of every layer for n_slots cache slots. Keys are stored after RoPE.
@@ -129,7 +171,8 @@ struct Batch {
 using ActivationObserver = std::function<void(const std::string& weight, const float* x, int64_t rows, int64_t cols)>;
 
 // Runs the batch through the f32 reference model; returns [n_wanted x n_vocab] logits.
+// Projections with bit-split planes run the plane kernels for `tier`; all else is f32.
 Result<std::vector<float>> forward_reference(const Model& model, KvCache& cache, const Batch& batch,
-                                             const ActivationObserver* observer = nullptr);
+                                             const ActivationObserver* observer = nullptr, Tier tier = Tier::kDefault);
 
 }  // namespace bitsplit

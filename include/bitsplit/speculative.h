@@ -30,6 +30,8 @@ struct SpeculativeResult {
   std::vector<int64_t> checks_per_budget;    // index = budget
 };
 
+// `draft` runs its draft tier (D) and `target` its target tier (D + R): for a bit-split
+// model pass the same model as both. Models without planes run their f32 weights.
 // KV cache discipline: slots [0, committed) always hold the target's K/V of committed
 // tokens. Each check writes the tree's nodes to scratch slots [committed, committed +
 // nodes) — the draft's K/V during drafting (reusing the target's prefix), the target's
