@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds bitsplit and runs it on the bundled default model: prints
-# the generated text (stdout) and the prompt and generation speed (stderr).
+# Installs dependencies, builds bitsplit, converts the bundled default model into its bit-split
+# form (2-bit draft plane + 8-bit residual plane) and runs it with speculative decoding:
+# prints the generated text (stdout), then the speed and acceptance statistics (stderr).
 # Extra arguments are passed to `bitsplit run` (e.g. -n 200 --temp 0.7).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +19,11 @@ if [ -z "$model" ]; then
 fi
 case "$model" in
   *stories260K*) prompt="Once upon a time" ;;
-  *) prompt="In the beginning" ;;
+  *) prompt="And it came to pass, when the king of Israel" ;;
 esac
-echo "demo: ./build/bitsplit run -m $model -p \"$prompt\" -n 128 --temp 0 $*" >&2
-exec ./build/bitsplit run -m "$model" -p "$prompt" -n 128 --temp 0 "$@"
+mkdir -p build/demo
+converted=build/demo/$(basename "$model" .gguf).bitsplit.gguf
+echo "demo: ./build/bitsplit convert $model $converted" >&2
+./build/bitsplit convert "$model" "$converted"
+echo "demo: ./build/bitsplit run -m $converted -p \"$prompt\" -n 128 --temp 0 $*" >&2
+exec ./build/bitsplit run -m "$converted" -p "$prompt" -n 128 --temp 0 "$@"
