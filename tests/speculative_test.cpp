@@ -108,6 +108,20 @@ TEST(Speculative, GreedyEqualsPlainTargetOnStories260K) {
   expect_lossless(converted(**source, 6), {prompts[0], prompts[2]}, 256, {16});
 }
 
+// The trained fixture models (context 256, so 230 new tokens after the prompt).
+TEST(Speculative, GreedyEqualsPlainTargetOnFixtureModels) {
+  for (const char* name : {"bible-base", "bible-devil"}) {
+    const std::string path = testing::source_dir() + "/tests/models/" + name + ".gguf";
+    BITSPLIT_REQUIRE_FILE(path);
+    auto source = open_weights(path);
+    ASSERT_TRUE(source.is_ok());
+    auto tok = Tokenizer::from_metadata((*source)->metadata());
+    ASSERT_TRUE(tok.is_ok());
+    const Pair p = converted(**source);
+    expect_lossless(p, {(*tok)->encode("And it came to pass"), (*tok)->encode("WAR, n.")}, 230);
+  }
+}
+
 TEST(Speculative, AcceptsMoreThanOneTokenPerCheckWhenDraftIsTheTarget) {
   // With the target as its own draft every drafted greedy token is accepted.
   auto source = testing::tiny_weights({});
