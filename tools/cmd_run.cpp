@@ -26,7 +26,7 @@ struct RunOptions {
   bool no_spec = false;
   bool draft_only = false;
   bool stats = false;
-  int budget = 16;
+  std::string budget = "auto";
   int depth = 8;
   int top_k = 4;
   std::string draft_shape = "tree";
@@ -84,20 +84,28 @@ int run(const RunOptions& o) {
     return true;
   };
   Result<GenerationStats> stats = Status::error("not run");
+  std::string budget_note;
   std::optional<spec::AcceptanceStats> acceptance;
   if (speculative) {
     SpeculativeOptions so;
     so.n_predict = gen.n_predict;
     so.eos_token = gen.eos_token;
     so.policy.shape = o.draft_shape == "chain" ? spec::DraftShape::kChain : spec::DraftShape::kTree;
-    so.policy.budget = o.budget;
-    so.policy.max_depth = so.policy.shape == spec::DraftShape::kChain ? o.budget : o.depth;
+    so.auto_budget = o.budget == "auto";
+    so.policy.budget = so.auto_budget ? 16 : std::stoi(o.budget);
+    so.policy.max_depth = so.policy.shape == spec::DraftShape::kChain ? so.policy.budget : o.depth;
     so.policy.top_k = o.top_k;
     so.policy.width = o.top_k;
     auto r = generate_speculative(loaded->model, loaded->model, prompt_ids, so, sampler, on_token);
     if (r) {
       stats = r->generation;
       acceptance = r->acceptance;
+      if (so.auto_budget) {
+        std::string used;
+        for (size_t b = 0; b < r->checks_per_budget.size(); ++b)
+          if (r->checks_per_budget[b]) used += " " + std::to_string(b) + ":" + std::to_string(r->checks_per_budget[b]);
+        budget_note = "budget: auto, ended at " + std::to_string(r->final_budget) + " (checks per budget:" + used + ")";
+      }
     } else {
       stats = r.status();
     }
@@ -119,6 +127,7 @@ int run(const RunOptions& o) {
                                      : split->has_value() ? "plain, target D + R (--no-spec)"
                                                           : "plain (not a bit-split model; `bitsplit convert` it for speculative decoding)");
   if (acceptance) print_acceptance(*acceptance);
+  if (!budget_note.empty()) std::fprintf(stderr, "  %s\n", budget_note.c_str());
   if (!sampling.greedy()) std::fprintf(stderr, "seed: %llu\n", (unsigned long long)sampling.seed);
   return 0;
 }
@@ -145,7 +154,19 @@ void add_run_command(CLI::App& app, int* exit_code) {
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating after the end-of-sequence token");
   auto* no_spec = cmd->add_flag("--no-spec", o->no_spec, "Decode the target D + R plainly (the reference for speculative decoding)");
   cmd->add_flag("--draft-only", o->draft_only, "Run the 2-bit draft model D alone")->excludes(no_spec);
-  cmd->add_option("--budget", o->budget, "Drafted tree nodes per check")->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("--budget", o->budget,
+                  "Drafted nodes per check, 1..64, or auto: chosen online for the most tokens/s (fix it for "
+                  "reproducible sampled output)")
+      ->capture_default_str()
+      ->check([](const std::string& v) -> std::string {
+        if (v == "auto") return "";
+        try {
+          const int n = std::stoi(v);
+          if (std::to_string(n) == v && n >= 1 && n <= 64) return "";
+        } catch (...) {
+        }
+        return "--budget must be auto or a whole number from 1 to 64";
+      });
   cmd->add_option("--draft", o->draft_shape, "Draft shape: a dynamic tree or a chain of --budget tokens")
       ->capture_default_str()->check(CLI::IsMember({"tree", "chain"}));
   cmd->add_option("--depth", o->depth, "Maximum tree depth")->capture_default_str()->check(CLI::Range(1, 64));
