@@ -120,11 +120,13 @@ void linear(const Model& model, Tier tier, const std::string& name, const Activa
   }
   cpu::QuantizedActivations qa;
   cpu::quantize_activations(model.cpu(), x.data.data(), x.rows, x.width, planes->group, qa);
-  if (tier == Tier::kDraft) {
-    cpu::draft_matmul(model.cpu(), planes->draft(), qa, y.data.data());
-  } else {
-    std::vector<float> scratch;
-    cpu::target_matmul(model.cpu(), planes->draft(), planes->residual(), qa, y.data.data(), scratch);
+  // The two tiers: D·X on the draft tier (CPU or GPU), R·X on the CPU, summed draft first
+  // (the same order as cpu::target_matmul).
+  model.draft_tier().draft_matmul(*planes, qa, y.data.data());
+  if (tier != Tier::kDraft) {
+    std::vector<float> residual(y.data.size());
+    cpu::residual_matmul(model.cpu(), planes->residual(), qa, residual.data());
+    for (size_t i = 0; i < residual.size(); ++i) y.data[i] += residual[i];
   }
   if (!bias.empty()) {
     for (int64_t r = 0; r < y.rows; ++r)

@@ -180,6 +180,7 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
   TensorLoader t(source, *split, options.draft_only, keep_planes ? &model.splits_ : nullptr);
   if (keep_planes) {
     model.cpu_ = options.cpu ? options.cpu : std::make_shared<cpu::CpuContext>();
+    model.draft_tier_ = options.draft_tier ? options.draft_tier : make_cpu_draft_tier(model.cpu_);
     model.default_tier_ = options.draft_only ? Tier::kDraft : Tier::kTarget;
   }
   BITSPLIT_RETURN_IF_ERROR(t.load("token_embd.weight", {c.n_embd, c.n_vocab}, &model.token_embd_));
@@ -215,6 +216,26 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
 }  // namespace bitsplit
 
 namespace bitsplit {
+
+namespace {
+
+class CpuDraftTier final : public DraftTier {
+ public:
+  explicit CpuDraftTier(std::shared_ptr<cpu::CpuContext> cpu) : cpu_(std::move(cpu)) {}
+  const char* name() const override { return "cpu"; }
+  void draft_matmul(const SplitProjection& planes, const cpu::QuantizedActivations& x, float* y) override {
+    cpu::draft_matmul(*cpu_, planes.draft(), x, y);
+  }
+
+ private:
+  std::shared_ptr<cpu::CpuContext> cpu_;
+};
+
+}  // namespace
+
+std::shared_ptr<DraftTier> make_cpu_draft_tier(std::shared_ptr<cpu::CpuContext> cpu) {
+  return std::make_shared<CpuDraftTier>(std::move(cpu));
+}
 
 const SplitProjection* Model::split(const std::string& weight) const {
   auto it = splits_.find(weight);
@@ -260,6 +281,7 @@ Model Model::with_split_planes(const quant::SplitParams& params,
   Model m = transformed(split_one, embedding);
   m.splits_ = std::move(planes);
   m.cpu_ = cpu ? std::move(cpu) : std::make_shared<cpu::CpuContext>();
+  m.draft_tier_ = make_cpu_draft_tier(m.cpu_);
   return m;
 }
 

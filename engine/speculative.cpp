@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 namespace bitsplit {
 namespace {
@@ -47,7 +48,7 @@ std::vector<int32_t> history_at(const std::vector<int32_t>& history, const spec:
 
 Result<SpeculativeResult> generate_speculative(const Model& target, const Model& draft, std::span<const int32_t> prompt,
                                                const SpeculativeOptions& options, Sampler& sampler,
-                                               const TokenCallback& on_token) {
+                                               const TokenCallback& on_token, KvCache* external_cache) {
   const ModelConfig& c = target.config();
   BITSPLIT_RETURN_IF_ERROR(options.policy.validate());
   if (draft.config().n_vocab != c.n_vocab || draft.config().n_layers != c.n_layers ||
@@ -65,7 +66,16 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
   spec::BudgetController controller;
   const bool greedy = sampler.params().greedy();
   std::mt19937_64 rng(sampler.params().seed ^ 0x9e3779b97f4a7c15ull);
-  KvCache cache(c, needed + (options.auto_budget ? 64 : policy.budget) + 1);
+  const int64_t slots = needed + (options.auto_budget ? 64 : policy.budget) + 1;
+  std::optional<KvCache> own_cache;
+  if (external_cache) {
+    if (external_cache->n_slots() < slots || external_cache->kv_dim() != c.kv_dim()) {
+      return Status::error("the KV cache given to speculative decoding is too small for this run");
+    }
+  } else {
+    own_cache.emplace(c, slots);
+  }
+  KvCache& cache = external_cache ? *external_cache : *own_cache;
   SpeculativeResult result;
   GenerationStats& stats = result.generation;
   spec::AcceptanceStats& acc = result.acceptance;
@@ -187,6 +197,7 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
     root = verdict.next_token;
   }
   stats.generate_seconds = seconds_since(t1);
+  result.committed = std::min<int64_t>(committed, int64_t(history.size()));  // drop cut-off tokens
   return result;
 }
 

@@ -193,6 +193,81 @@ TEST(Speculative, SamplingFollowsTargetDistribution) {
   RecordProperty("chi2", std::to_string(chi2));
 }
 
+// After a speculative run the committed cache slots hold exactly the target K/V that one
+// plain causal pass over the same tokens writes (scratch slots were compacted in order).
+TEST(Speculative, CommittedKvEqualsPlainPass) {
+  auto source = testing::tiny_weights({});
+  const Pair p = converted(*source);
+  const std::vector<int32_t> prompt = {1, 5, 9, 2};
+  for (auto shape : {spec::DraftShape::kChain, spec::DraftShape::kTree}) {
+    SamplingParams sp;
+    sp.temperature = 0;
+    Sampler s(sp);
+    SpeculativeOptions o;
+    o.n_predict = 30;
+    o.policy.shape = shape;
+    o.policy.budget = 8;
+    KvCache cache(p.target.config(), int64_t(prompt.size()) + o.n_predict + 65);
+    std::vector<int32_t> tokens = prompt;
+    auto r = generate_speculative(p.target, p.draft, prompt, o, s, [&](int32_t t) { tokens.push_back(t); return true; },
+                                  &cache);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    // Slots [0, committed) hold the prompt and the emitted tokens in order (the last check's
+    // bonus token, and any accepted tokens cut off by n_predict, are not committed).
+    ASSERT_GE(r->committed, int64_t(tokens.size()) - 8);
+    ASSERT_LE(r->committed, int64_t(tokens.size()));
+    KvCache plain(p.target.config(), r->committed);
+    ASSERT_TRUE(forward_reference(p.target, plain, Batch::causal(std::span(tokens).first(size_t(r->committed)), 0)).is_ok());
+    for (int64_t l = 0; l < p.target.config().n_layers; ++l) {
+      for (int64_t slot = 0; slot < r->committed; ++slot) {
+        for (int64_t e = 0; e < cache.kv_dim(); ++e) {
+          ASSERT_EQ(cache.k(l, slot)[e], plain.k(l, slot)[e]) << "layer " << l << " slot " << slot;
+          ASSERT_EQ(cache.v(l, slot)[e], plain.v(l, slot)[e]) << "layer " << l << " slot " << slot;
+        }
+      }
+    }
+  }
+}
+
+// D·X goes through the model's draft tier; a different implementation of the tier that
+// computes the same integers (here the scalar reference kernel) leaves the target's output
+// unchanged — what the CUDA tier must achieve.
+TEST(Speculative, TargetDoesNotDependOnWhereDraftRuns) {
+  struct ScalarTier : DraftTier {
+    int calls = 0;
+    const char* name() const override { return "scalar-test"; }
+    void draft_matmul(const SplitProjection& planes, const cpu::QuantizedActivations& x, float* y) override {
+      ++calls;
+      cpu::draft_matmul_ref(planes.draft(), x, y);
+    }
+  };
+  const auto path = std::filesystem::temp_directory_path() / ("bitsplit_tier_" + std::to_string(::getpid()) + ".gguf");
+  auto source = testing::tiny_weights({});
+  ASSERT_TRUE(convert_model(*source, path.string(), {}, nullptr, nullptr).is_ok());
+  auto w = open_weights(path.string());
+  auto cpu_model = Model::load(**w);
+  auto tier = std::make_shared<ScalarTier>();
+  auto other = Model::load(**w, {.draft_tier = tier});
+  std::filesystem::remove(path);
+  ASSERT_TRUE(cpu_model.is_ok() && other.is_ok());
+  const std::vector<int32_t> prompt = {1, 5, 9};
+  SamplingParams sp;
+  sp.temperature = 0;
+  auto run_spec = [&](const Model& m) {
+    Sampler s(sp);
+    SpeculativeOptions o;
+    o.n_predict = 24;
+    std::vector<int32_t> out;
+    auto r = generate_speculative(m, m, prompt, o, s, [&](int32_t t) { out.push_back(t); return true; });
+    BITSPLIT_CHECK(r.is_ok());
+    return out;
+  };
+  EXPECT_EQ(run_spec(*other), run_spec(*cpu_model));
+  EXPECT_GT(tier->calls, 0);
+  KvCache a(cpu_model->config(), 3), b(cpu_model->config(), 3);
+  EXPECT_EQ(*forward_reference(*cpu_model, a, Batch::causal(prompt, 0)), *forward_reference(*other, b, Batch::causal(prompt, 0)));
+}
+
 TEST(Speculative, RejectsBadOptions) {
   auto source = testing::tiny_weights({});
   const Pair p = converted(*source);

@@ -60,6 +60,8 @@ enum class Tier {
   kDraft,    // D alone
 };
 
+class DraftTier;
+
 struct ModelLoadOptions {
   // For bit-split files: the draft model D instead of the target D + R.
   bool draft_only = false;
@@ -69,7 +71,26 @@ struct ModelLoadOptions {
   bool keep_planes = true;
   // The kernels' execution context; null: the model makes its own.
   std::shared_ptr<cpu::CpuContext> cpu;
+  // Where D·X runs; null: the CPU draft tier.
+  std::shared_ptr<DraftTier> draft_tier;
 };
+
+struct SplitProjection;
+
+// Where D·X is computed: the draft tier. The CPU implementation runs the plane kernels; a
+// CUDA implementation (the GPU draft tier) plugs in here without touching the forward pass.
+// Implementations must produce exactly the CPU kernels' results (docs/FORMAT.md, "Kernel
+// arithmetic"), so the target's logits do not depend on where D·X ran.
+class DraftTier {
+ public:
+  virtual ~DraftTier() = default;
+  virtual const char* name() const = 0;
+  // y[rows x out] = D · X for the quantised activations.
+  virtual void draft_matmul(const SplitProjection& planes, const cpu::QuantizedActivations& x, float* y) = 0;
+};
+
+// The CPU draft tier, on the model's CpuContext.
+std::shared_ptr<DraftTier> make_cpu_draft_tier(std::shared_ptr<cpu::CpuContext> cpu);
 
 // One projection's bit-split planes in memory, in the file's layout.
 struct SplitProjection {
@@ -106,6 +127,7 @@ class Model {
   const SplitProjection* split(const std::string& weight) const;
   bool has_planes() const { return !splits_.empty(); }
   cpu::CpuContext& cpu() const { return *cpu_; }
+  DraftTier& draft_tier() const { return *draft_tier_; }
   Tier default_tier() const { return default_tier_; }
   const ModelConfig& config() const { return config_; }
   const std::vector<float>& token_embd() const { return token_embd_; }
@@ -121,6 +143,7 @@ class Model {
   std::vector<LayerWeights> layers_;
   std::map<std::string, SplitProjection> splits_;
   std::shared_ptr<cpu::CpuContext> cpu_;
+  std::shared_ptr<DraftTier> draft_tier_;
   Tier default_tier_ = Tier::kTarget;
 };
 

@@ -27,10 +27,12 @@ struct SpeculativeResult {
   GenerationStats generation;
   spec::AcceptanceStats acceptance;
   int32_t final_budget = 0;                  // the budget in use at the end
+  int64_t committed = 0;                     // cache slots holding committed target K/V at the end
   std::vector<int64_t> checks_per_budget;    // index = budget
 };
 
-// `draft` runs its draft tier (D) and `target` its target tier (D + R): for a bit-split
+// `cache` (optional, for inspection) must have at least prompt + n_predict + 65 slots; it is
+// left holding the committed K/V. `draft` runs its draft tier (D) and `target` its target tier (D + R): for a bit-split
 // model pass the same model as both. Models without planes run their f32 weights.
 // KV cache discipline: slots [0, committed) always hold the target's K/V of committed
 // tokens. Each check writes the tree's nodes to scratch slots [committed, committed +
@@ -39,6 +41,6 @@ struct SpeculativeResult {
 // positions; everything else is dropped.
 Result<SpeculativeResult> generate_speculative(const Model& target, const Model& draft, std::span<const int32_t> prompt,
                                                const SpeculativeOptions& options, Sampler& sampler,
-                                               const TokenCallback& on_token);
+                                               const TokenCallback& on_token, KvCache* cache = nullptr);
 
 }  // namespace bitsplit
