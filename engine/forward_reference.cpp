@@ -111,18 +111,18 @@ void attention(const ModelConfig& c, const KvCache& cache, int64_t layer, const 
 
 // One projection: f32 weights through the reference matmul, or bit-split planes through the
 // plane kernels (D + R for the target, D alone for the draft), then the bias.
-void linear(const Model& model, Tier tier, const std::string& name, const Activations& x, const std::vector<float>& w,
-            const std::vector<float>& bias, Activations& y) {
+Status linear(const Model& model, Tier tier, const std::string& name, const Activations& x, const std::vector<float>& w,
+              const std::vector<float>& bias, Activations& y) {
   const SplitProjection* planes = model.split(name);
   if (!planes) {
     cpu::matmul_f32(x.data, x.rows, x.width, w, y.width, bias, y.data);
-    return;
+    return Status::ok();
   }
   cpu::QuantizedActivations qa;
   cpu::quantize_activations(model.cpu(), x.data.data(), x.rows, x.width, planes->group, qa);
   // The two tiers: D·X on the draft tier (CPU or GPU), R·X on the CPU, summed draft first
   // (the same order as cpu::target_matmul).
-  model.draft_tier().draft_matmul(*planes, qa, y.data.data());
+  BITSPLIT_RETURN_IF_ERROR(model.draft_tier().draft_matmul(*planes, qa, y.data.data()));
   if (tier != Tier::kDraft) {
     std::vector<float> residual(y.data.size());
     cpu::residual_matmul(model.cpu(), planes->residual(), qa, residual.data());
@@ -132,6 +132,7 @@ void linear(const Model& model, Tier tier, const std::string& name, const Activa
     for (int64_t r = 0; r < y.rows; ++r)
       for (int64_t o = 0; o < y.width; ++o) y.data[size_t(r * y.width + o)] += bias[size_t(o)];
   }
+  return Status::ok();
 }
 
 }  // namespace
@@ -159,9 +160,9 @@ Result<std::vector<float>> forward_reference(const Model& model, KvCache& cache,
     observe(l, "attn_q", h);
     observe(l, "attn_k", h);
     observe(l, "attn_v", h);
-    linear(model, tier, name(l, "attn_q"), h, w.wq, w.bq, q);
-    linear(model, tier, name(l, "attn_k"), h, w.wk, w.bk, k);
-    linear(model, tier, name(l, "attn_v"), h, w.wv, w.bv, v);
+    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, name(l, "attn_q"), h, w.wq, w.bq, q));
+    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, name(l, "attn_k"), h, w.wk, w.bk, k));
+    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, name(l, "attn_v"), h, w.wv, w.bv, v));
     for (int64_t i = 0; i < n; ++i) {
       const float pos = float(batch.positions[size_t(i)]);
       for (int64_t hd = 0; hd < c.n_heads; ++hd) {
@@ -179,17 +180,17 @@ Result<std::vector<float>> forward_reference(const Model& model, KvCache& cache,
     }
     attention(c, cache, l, batch, q, attn);
     observe(l, "attn_output", attn);
-    linear(model, tier, name(l, "attn_output"), attn, w.wo, no_bias, proj);
+    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, name(l, "attn_output"), attn, w.wo, no_bias, proj));
     for (size_t e = 0; e < x.data.size(); ++e) x.data[e] += proj.data[e];
 
     for (int64_t i = 0; i < n; ++i) cpu::rms_norm_f32(x.row(i), w.ffn_norm.data(), c.n_embd, c.rms_eps, h.row(i));
     observe(l, "ffn_gate", h);
     observe(l, "ffn_up", h);
-    linear(model, tier, name(l, "ffn_gate"), h, w.w_gate, no_bias, gate);
-    linear(model, tier, name(l, "ffn_up"), h, w.w_up, no_bias, up);
+    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, name(l, "ffn_gate"), h, w.w_gate, no_bias, gate));
+    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, name(l, "ffn_up"), h, w.w_up, no_bias, up));
     for (size_t e = 0; e < gate.data.size(); ++e) gate.data[e] = cpu::silu(gate.data[e]) * up.data[e];
     observe(l, "ffn_down", gate);
-    linear(model, tier, name(l, "ffn_down"), gate, w.w_down, no_bias, proj);
+    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, name(l, "ffn_down"), gate, w.w_down, no_bias, proj));
     for (size_t e = 0; e < x.data.size(); ++e) x.data[e] += proj.data[e];
   }
 

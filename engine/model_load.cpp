@@ -183,6 +183,7 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
     model.draft_tier_ = options.draft_tier ? options.draft_tier : make_cpu_draft_tier(model.cpu_);
     model.default_tier_ = options.draft_only ? Tier::kDraft : Tier::kTarget;
   }
+
   BITSPLIT_RETURN_IF_ERROR(t.load("token_embd.weight", {c.n_embd, c.n_vocab}, &model.token_embd_));
   BITSPLIT_RETURN_IF_ERROR(t.load("output_norm.weight", {c.n_embd}, &model.output_norm_));
   if (!c.tied_output) BITSPLIT_RETURN_IF_ERROR(t.load("output.weight", {c.n_embd, c.n_vocab}, &model.output_));
@@ -210,6 +211,13 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
     BITSPLIT_RETURN_IF_ERROR(t.load(b + "ffn_up.weight", {c.n_embd, c.n_ff}, &l.w_up));
     BITSPLIT_RETURN_IF_ERROR(t.load(b + "ffn_down.weight", {c.n_ff, c.n_embd}, &l.w_down));
   }
+  // The draft tier takes its planes now (a GPU tier uploads them once, never while decoding).
+  // Planes live in a std::map, so their addresses survive moving the model.
+  for (const auto& [name, planes] : model.splits_) {
+    if (Status st = model.draft_tier_->prepare(planes); !st) {
+      return st.with_context("draft tier " + model.draft_tier_->name() + ", " + name);
+    }
+  }
   return model;
 }
 
@@ -222,9 +230,10 @@ namespace {
 class CpuDraftTier final : public DraftTier {
  public:
   explicit CpuDraftTier(std::shared_ptr<cpu::CpuContext> cpu) : cpu_(std::move(cpu)) {}
-  const char* name() const override { return "cpu"; }
-  void draft_matmul(const SplitProjection& planes, const cpu::QuantizedActivations& x, float* y) override {
+  std::string name() const override { return "cpu"; }
+  Status draft_matmul(const SplitProjection& planes, const cpu::QuantizedActivations& x, float* y) override {
     cpu::draft_matmul(*cpu_, planes.draft(), x, y);
+    return Status::ok();
   }
 
  private:

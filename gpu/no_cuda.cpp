@@ -13,5 +13,6 @@ Result<std::string> describe_device(int) { return no_cuda(); }
 Status rms_norm(const float*, const float*, int64_t, int64_t, float, float*, int) {
   return no_cuda();
 }
+Result<std::unique_ptr<DraftMatmul>> DraftMatmul::create(int) { return no_cuda(); }
 
 }  // namespace bitsplit::gpu

@@ -235,10 +235,11 @@ TEST(Speculative, CommittedKvEqualsPlainPass) {
 TEST(Speculative, TargetDoesNotDependOnWhereDraftRuns) {
   struct ScalarTier : DraftTier {
     int calls = 0;
-    const char* name() const override { return "scalar-test"; }
-    void draft_matmul(const SplitProjection& planes, const cpu::QuantizedActivations& x, float* y) override {
+    std::string name() const override { return "scalar-test"; }
+    Status draft_matmul(const SplitProjection& planes, const cpu::QuantizedActivations& x, float* y) override {
       ++calls;
       cpu::draft_matmul_ref(planes.draft(), x, y);
+      return Status::ok();
     }
   };
   const auto path = std::filesystem::temp_directory_path() / ("bitsplit_tier_" + std::to_string(::getpid()) + ".gguf");

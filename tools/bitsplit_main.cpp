@@ -13,8 +13,18 @@ int report_error(const std::string& message) {
   return 1;
 }
 
-Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& options) {
+Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& requested) {
   BITSPLIT_ASSIGN_OR_RETURN(auto source, open_weights(path));
+  ModelLoadOptions options = requested;
+  if (source->find_tensor("output.draft_codes") || source->metadata().contains("bitsplit.format_version")) {
+    // A bit-split model: D·X runs on the GPU when one is there (BITSPLIT_DEVICE=cpu forces the CPU).
+    if (!options.cpu) options.cpu = std::make_shared<cpu::CpuContext>();
+    if (!options.draft_tier) {
+      std::string why;
+      options.draft_tier = choose_draft_tier(options.cpu, &why);
+      std::fprintf(stderr, "%s\n", why.c_str());
+    }
+  }
   auto tokenizer = Tokenizer::from_metadata(source->metadata());
   if (!tokenizer) return tokenizer.status().with_context(path);
   BITSPLIT_ASSIGN_OR_RETURN(Model model, Model::load(*source, options));

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "bitsplit/status.h"
@@ -21,5 +22,46 @@ Result<std::string> describe_device(int device);
 // `rows` rows of length n. Host launcher: copies in, runs, copies out.
 // x and y hold rows * n floats, weight n floats (host memory).
 Status rms_norm(const float* x, const float* weight, int64_t rows, int64_t n, float eps, float* y, int device = 0);
+
+// One 2-bit draft plane in host memory (the layout of docs/FORMAT.md, "Bit-split planes").
+struct DraftPlaneHost {
+  const uint8_t* codes;
+  const uint16_t* scales;
+  const uint16_t* offsets;
+  int64_t out, in;
+  int group, bits;
+};
+
+// Activations quantised per (row, group) to int8 (cpu::QuantizedActivations' arrays).
+struct QuantizedRowsHost {
+  const int8_t* q;       // rows x padded
+  const float* scale;    // rows x groups
+  const int32_t* sum;    // rows x groups
+  int64_t rows, padded, groups;
+};
+
+// Bytes moved between host and device.
+struct TransferCounters {
+  uint64_t weight_bytes_to_device = 0;  // plane uploads (once per plane)
+  uint64_t activation_bytes_to_device = 0;
+  uint64_t result_bytes_to_host = 0;
+  uint64_t calls = 0;
+};
+
+// D·X on the GPU with exactly the CPU kernels' arithmetic (integer dot products per group,
+// then the same fused multiply-adds in the same order), so results are bitwise equal to
+// cpu::draft_matmul_ref. Planes are uploaded once (keyed by the caller's pointer) and stay
+// in VRAM; each call copies only activations in and results out.
+class DraftMatmul {
+ public:
+  static Result<std::unique_ptr<DraftMatmul>> create(int device);
+  virtual ~DraftMatmul() = default;
+  // Uploads a plane unless `key` is already resident. Only 2-bit planes are supported.
+  virtual Status upload(const void* key, const DraftPlaneHost& plane) = 0;
+  // y (host, rows x out) = D · X for the resident plane `key`.
+  virtual Status run(const void* key, const QuantizedRowsHost& x, float* y) = 0;
+  virtual TransferCounters counters() const = 0;
+  virtual uint64_t resident_bytes() const = 0;
+};
 
 }  // namespace bitsplit::gpu

@@ -84,13 +84,28 @@ struct SplitProjection;
 class DraftTier {
  public:
   virtual ~DraftTier() = default;
-  virtual const char* name() const = 0;
+  virtual std::string name() const = 0;
+  // Makes a plane resident (a GPU tier uploads it once, at load time).
+  virtual Status prepare(const SplitProjection& planes) {
+    (void)planes;
+    return Status::ok();
+  }
   // y[rows x out] = D · X for the quantised activations.
-  virtual void draft_matmul(const SplitProjection& planes, const cpu::QuantizedActivations& x, float* y) = 0;
+  virtual Status draft_matmul(const SplitProjection& planes, const cpu::QuantizedActivations& x, float* y) = 0;
+  // Bytes moved to and from a device (all zero for the CPU tier).
+  struct Transfers {
+    uint64_t weight_bytes = 0, activation_bytes = 0, result_bytes = 0, calls = 0;
+  };
+  virtual Transfers transfers() const { return {}; }
 };
 
 // The CPU draft tier, on the model's CpuContext.
 std::shared_ptr<DraftTier> make_cpu_draft_tier(std::shared_ptr<cpu::CpuContext> cpu);
+// The CUDA draft tier on `device` (2-bit planes in VRAM; other widths run on the CPU).
+Result<std::shared_ptr<DraftTier>> make_cuda_draft_tier(std::shared_ptr<cpu::CpuContext> cpu, int device);
+// CUDA when this build has it, a device exists and BITSPLIT_DEVICE is not "cpu"; otherwise
+// the CPU tier. `why` says which and why (one line for the log).
+std::shared_ptr<DraftTier> choose_draft_tier(std::shared_ptr<cpu::CpuContext> cpu, std::string* why);
 
 // One projection's bit-split planes in memory, in the file's layout.
 struct SplitProjection {

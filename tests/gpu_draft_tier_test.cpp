@@ -1,0 +1,107 @@
+// The CUDA draft tier (label gpu; skips without a device): bit-exact with the CPU reference
+// kernel, weights never cross PCIe while decoding, and speculative output identical to the
+// CPU-only engine's.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <random>
+
+#include "bitsplit/convert.h"
+#include "bitsplit/gpu.h"
+#include "bitsplit/speculative.h"
+#include "gguf_testing.h"
+
+namespace bitsplit {
+namespace {
+
+#define REQUIRE_GPU()                                                                                   \
+  if (gpu::device_count() == 0)                                                                         \
+  GTEST_SKIP() << (gpu::compiled_with_cuda() ? "no CUDA device found" : "built without CUDA")
+
+TEST(GpuDraftTier, DraftMatmulBitExactWithCpuReference) {
+  REQUIRE_GPU();
+  auto dev = gpu::DraftMatmul::create(0);
+  ASSERT_TRUE(dev.is_ok()) << dev.status().message();
+  std::mt19937 rng(5);
+  std::normal_distribution<float> g(0.0f, 0.05f);
+  for (int group : {32, 64, 128}) {
+    for (int64_t in : {1, 7, 64, 111, 1023}) {
+      for (int64_t out : {1, 5, 17, 64}) {
+        SplitProjection p;
+        p.out = out;
+        p.in = in;
+        p.group = group;
+        const int64_t groups = quant::groups_per_row(in, group);
+        const int64_t d_bytes = quant::code_row_bytes(in, group, 2), r_bytes = quant::code_row_bytes(in, group, 8);
+        p.draft_codes.resize(size_t(out * d_bytes));
+        p.resid_codes.resize(size_t(out * r_bytes));
+        p.draft_scales.resize(size_t(out * groups));
+        p.draft_offsets.resize(p.draft_scales.size());
+        p.resid_scales.resize(p.draft_scales.size());
+        std::vector<float> w(static_cast<size_t>(in));
+        quant::SplitParams sp;
+        sp.group = group;
+        for (int64_t o = 0; o < out; ++o) {
+          for (auto& v : w) v = g(rng);
+          quant::split_row_ref(w.data(), nullptr, in, sp,
+                               {p.draft_codes.data() + o * d_bytes, p.draft_scales.data() + o * groups,
+                                p.draft_offsets.data() + o * groups},
+                               {p.resid_codes.data() + o * r_bytes, p.resid_scales.data() + o * groups});
+        }
+        ASSERT_TRUE((*dev)->upload(&p, {p.draft_codes.data(), p.draft_scales.data(), p.draft_offsets.data(), out, in,
+                                        group, 2}).is_ok());
+        for (int64_t rows : {1, 5, 16, 17}) {
+          std::vector<float> x(static_cast<size_t>(rows * in));
+          for (auto& v : x) v = g(rng) * 20.0f;
+          cpu::QuantizedActivations qa;
+          cpu::quantize_activations_ref(x.data(), rows, in, group, qa);
+          std::vector<float> want(static_cast<size_t>(rows * out)), got(want.size(), NAN);
+          cpu::draft_matmul_ref(p.draft(), qa, want.data());
+          ASSERT_TRUE((*dev)->run(&p, {qa.q.data(), qa.scale.data(), qa.sum.data(), rows, qa.padded, qa.groups},
+                                  got.data()).is_ok());
+          for (size_t i = 0; i < want.size(); ++i)
+            ASSERT_EQ(got[i], want[i]) << "group " << group << " in " << in << " out " << out << " rows " << rows;
+        }
+      }
+    }
+  }
+}
+
+TEST(GpuDraftTier, SpeculativeOutputEqualsCpuAndNoWeightsCrossPcie) {
+  REQUIRE_GPU();
+  const auto path = std::filesystem::temp_directory_path() / ("bitsplit_gpu_" + std::to_string(::getpid()) + ".gguf");
+  auto source = testing::tiny_weights({});
+  ASSERT_TRUE(convert_model(*source, path.string(), {}, nullptr, nullptr).is_ok());
+  auto w = open_weights(path.string());
+  auto cpu_model = Model::load(**w);
+  auto ctx = std::make_shared<cpu::CpuContext>();
+  auto tier = make_cuda_draft_tier(ctx, 0);
+  ASSERT_TRUE(tier.is_ok()) << tier.status().message();
+  auto gpu_model = Model::load(**w, {.cpu = ctx, .draft_tier = *tier});
+  std::filesystem::remove(path);
+  ASSERT_TRUE(cpu_model.is_ok() && gpu_model.is_ok()) << gpu_model.status().message();
+  SamplingParams sp;
+  sp.temperature = 0;
+  auto run_spec = [&](const Model& m) {
+    Sampler s(sp);
+    SpeculativeOptions o;
+    o.n_predict = 32;
+    o.policy.budget = 16;
+    std::vector<int32_t> out;
+    auto r = generate_speculative(m, m, std::vector<int32_t>{1, 5, 9}, o, s, [&](int32_t t) { out.push_back(t); return true; });
+    EXPECT_TRUE(r.is_ok()) << r.status().message();
+    return out;
+  };
+  const auto before = gpu_model->draft_tier().transfers();
+  EXPECT_GT(before.weight_bytes, 0u);  // uploaded at load
+  EXPECT_EQ(run_spec(*gpu_model), run_spec(*cpu_model));
+  const auto after = gpu_model->draft_tier().transfers();
+  // While decoding, only activations go in and D·X results come out: no weight bytes.
+  EXPECT_EQ(after.weight_bytes, before.weight_bytes);
+  EXPECT_GT(after.calls, before.calls);
+  EXPECT_GT(after.activation_bytes, before.activation_bytes);
+  EXPECT_GT(after.result_bytes, before.result_bytes);
+}
+
+}  // namespace
+}  // namespace bitsplit
