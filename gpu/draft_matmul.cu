@@ -117,6 +117,32 @@ class CudaDraftMatmul final : public DraftMatmul {
     return Status::ok();
   }
 
+  Result<double> time_kernel(const void* key, int64_t rows, int iterations) override {
+    auto it = planes_.find(key);
+    if (it == planes_.end()) return Status::error("draft plane not resident on the GPU");
+    const ResidentPlane& p = it->second;
+    if (dq_.size() < size_t(rows * p.groups * p.group) || dy_.size() < size_t(rows * p.out)) {
+      return Status::error("run() the plane with at least this many rows first");
+    }
+    cudaEvent_t start, stop;
+    cudaEventCreate(&start);
+    cudaEventCreate(&stop);
+    cudaEventRecord(start);
+    for (int i = 0; i < iterations; ++i) {
+      draft_matmul_kernel<<<unsigned(p.out), kThreads>>>(p.codes.get(), p.scales.get(), p.offsets.get(), p.out,
+                                                           p.groups, p.group, dq_.get(), dscale_.get(), dsum_.get(),
+                                                           rows, p.groups * p.group, dy_.get());
+    }
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "draft_matmul_kernel"));
+    return double(ms) / 1e3 / iterations;
+  }
+
   TransferCounters counters() const override { return counters_; }
   uint64_t resident_bytes() const override { return resident_; }
 
@@ -138,6 +164,31 @@ Result<std::unique_ptr<DraftMatmul>> DraftMatmul::create(int device) {
                          " found)");
   }
   return std::unique_ptr<DraftMatmul>(std::make_unique<CudaDraftMatmul>(device));
+}
+
+}  // namespace bitsplit::gpu
+
+namespace bitsplit::gpu {
+
+Result<double> measure_copy_bandwidth(uint64_t bytes, int iterations, int device) {
+  BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device), "cudaSetDevice"));
+  DeviceBuffer<uint8_t> a, b;
+  BITSPLIT_RETURN_IF_ERROR(a.allocate(bytes));
+  BITSPLIT_RETURN_IF_ERROR(b.allocate(bytes));
+  cudaMemset(a.get(), 1, bytes);
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  cudaEventRecord(start);
+  for (int i = 0; i < iterations; ++i) cudaMemcpy(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice);
+  cudaEventRecord(stop);
+  cudaEventSynchronize(stop);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, stop);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  // A copy reads and writes every byte.
+  return 2.0 * double(bytes) * iterations / (double(ms) / 1e3);
 }
 
 }  // namespace bitsplit::gpu

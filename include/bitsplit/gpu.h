@@ -23,6 +23,12 @@ Result<std::string> describe_device(int device);
 // x and y hold rows * n floats, weight n floats (host memory).
 Status rms_norm(const float* x, const float* weight, int64_t rows, int64_t n, float eps, float* y, int device = 0);
 
+// Device-to-device copy bandwidth (bytes/s) over `bytes`, the yardstick for GPU kernels.
+Result<double> measure_copy_bandwidth(uint64_t bytes, int iterations, int device = 0);
+// Times `iterations` calls of DraftMatmul::run on the resident plane `key` (seconds per
+// call, kernel only: activations already on the device).
+class DraftMatmul;
+
 // One 2-bit draft plane in host memory (the layout of docs/FORMAT.md, "Bit-split planes").
 struct DraftPlaneHost {
   const uint8_t* codes;
@@ -62,6 +68,9 @@ class DraftMatmul {
   virtual Status run(const void* key, const QuantizedRowsHost& x, float* y) = 0;
   virtual TransferCounters counters() const = 0;
   virtual uint64_t resident_bytes() const = 0;
+  // Seconds per kernel launch for the plane `key` and the activations of the last run(),
+  // averaged over `iterations` (no copies timed).
+  virtual Result<double> time_kernel(const void* key, int64_t rows, int iterations) = 0;
 };
 
 }  // namespace bitsplit::gpu
