@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "bitsplit/cpu.h"
+#include "bitsplit/convert.h"
 #include "bitsplit/gpu.h"
 #include "bitsplit/model.h"
 #include "bitsplit/tokenizer.h"
@@ -61,6 +62,19 @@ int info(const InfoOptions& o) {
                 c.rope_freq_scale);
     std::printf("rms epsilon:   %g\n", c.rms_eps);
     std::printf("output head:   %s\n", c.tied_output ? "tied to token_embd" : "separate (output.weight)");
+    auto split = read_split_format(w.metadata());
+    if (split && split->has_value()) {
+      uint64_t vram = 0, ram = 0;
+      for (const auto& t : w.tensors()) {
+        if (t.name.ends_with(".draft_codes") || t.name.ends_with(".draft_scales") || t.name.ends_with(".draft_offsets"))
+          vram += t.nbytes;
+        if (t.name.ends_with(".resid_codes") || t.name.ends_with(".resid_scales")) ram += t.nbytes;
+      }
+      const SplitFormat& f = **split;
+      std::printf("bit-split:     group %d, %d-bit draft plane %s (VRAM tier), %d-bit residual plane %s (RAM tier)\n",
+                  f.group, f.draft_bits, human_bytes(double(vram)).c_str(), f.residual_bits, human_bytes(double(ram)).c_str());
+      if (auto sha = w.metadata().get_string("bitsplit.source_sha256")) std::printf("source sha256: %s\n", sha->c_str());
+    }
   } else {
     std::printf("architecture:  (cannot run: %s)\n", config.status().message().c_str());
   }
@@ -75,7 +89,9 @@ int info(const InfoOptions& o) {
     total_elements += t.n_elements();
     total_bytes += t.nbytes;
   }
-  std::printf("parameters:    %lld (%s)\n", (long long)total_elements, human_bytes(double(total_bytes)).c_str());
+  const bool packed = w.metadata().contains("bitsplit.format_version");
+  std::printf("%s%lld (%s)\n", packed ? "stored:        elements " : "parameters:    ", (long long)total_elements,
+              human_bytes(double(total_bytes)).c_str());
   for (const auto& [type, e] : by_type) {
     std::printf("  %-8s     %lld weights, %s\n", type.c_str(), (long long)e.first, human_bytes(double(e.second)).c_str());
   }
