@@ -51,28 +51,19 @@ Result<SplitPlanes> split_tensor(const WeightSource& source, const OutTensor& t,
     }
     importance = it->second.data();
   }
-  const int64_t groups = quant::groups_per_row(t.in, p.group);
-  const int64_t d_bytes = quant::code_row_bytes(t.in, p.group, p.draft_bits);
-  const int64_t r_bytes = quant::code_row_bytes(t.in, p.group, p.residual_bits);
-  SplitPlanes planes;
-  planes.base = t.base;
-  planes.draft_codes.resize(size_t(d_bytes * t.out));
-  planes.resid_codes.resize(size_t(r_bytes * t.out));
-  std::vector<uint16_t> ds(size_t(groups * t.out)), dof(ds.size()), rs(ds.size());
-  // Rows are independent, so the result does not depend on how they are scheduled.
-  tbb::parallel_for(int64_t{0}, t.out, [&](int64_t o) {
-    quant::split_row_ref(w.data() + o * t.in, importance, t.in, p,
-                         {planes.draft_codes.data() + o * d_bytes, ds.data() + o * groups, dof.data() + o * groups},
-                         {planes.resid_codes.data() + o * r_bytes, rs.data() + o * groups});
-  });
+  SplitProjection split = split_projection(w, t.out, t.in, p, importance);
   auto half_bytes = [](const std::vector<uint16_t>& h) {
     std::vector<uint8_t> b(h.size() * 2);
     std::memcpy(b.data(), h.data(), b.size());
     return b;
   };
-  planes.draft_scales = half_bytes(ds);
-  planes.draft_offsets = half_bytes(dof);
-  planes.resid_scales = half_bytes(rs);
+  SplitPlanes planes;
+  planes.base = t.base;
+  planes.draft_codes = std::move(split.draft_codes);
+  planes.resid_codes = std::move(split.resid_codes);
+  planes.draft_scales = half_bytes(split.draft_scales);
+  planes.draft_offsets = half_bytes(split.draft_offsets);
+  planes.resid_scales = half_bytes(split.resid_scales);
   return planes;
 }
 

@@ -246,6 +246,49 @@ std::shared_ptr<DraftTier> make_cpu_draft_tier(std::shared_ptr<cpu::CpuContext> 
   return std::make_shared<CpuDraftTier>(std::move(cpu));
 }
 
+SplitProjection split_projection(const std::vector<float>& w, int64_t rows, int64_t cols, const quant::SplitParams& params,
+                                 const float* importance) {
+  SplitProjection p;
+  p.out = rows;
+  p.in = cols;
+  p.group = params.group;
+  p.draft_bits = params.draft_bits;
+  p.residual_bits = params.residual_bits;
+  const int64_t groups = quant::groups_per_row(cols, params.group);
+  const int64_t d_bytes = quant::code_row_bytes(cols, params.group, params.draft_bits);
+  const int64_t r_bytes = quant::code_row_bytes(cols, params.group, params.residual_bits);
+  p.draft_codes.resize(size_t(rows * d_bytes));
+  p.resid_codes.resize(size_t(rows * r_bytes));
+  p.draft_scales.resize(size_t(rows * groups));
+  p.draft_offsets.resize(p.draft_scales.size());
+  p.resid_scales.resize(p.draft_scales.size());
+  tbb::parallel_for(int64_t{0}, rows, [&](int64_t o) {
+    quant::split_row_ref(w.data() + o * cols, importance, cols, params,
+                         {p.draft_codes.data() + o * d_bytes, p.draft_scales.data() + o * groups,
+                          p.draft_offsets.data() + o * groups},
+                         {p.resid_codes.data() + o * r_bytes, p.resid_scales.data() + o * groups});
+  });
+  return p;
+}
+
+std::vector<float> SplitProjection::dequantize(bool with_residual) const {
+  const int64_t groups = quant::groups_per_row(in, group);
+  const int64_t d_bytes = quant::code_row_bytes(in, group, draft_bits);
+  const int64_t r_bytes = quant::code_row_bytes(in, group, residual_bits);
+  std::vector<float> w(static_cast<size_t>(in * out));
+  tbb::parallel_for(int64_t{0}, out, [&](int64_t o) {
+    float* row = w.data() + o * in;
+    quant::dequantize_draft_row_ref(draft_codes.data() + o * d_bytes, draft_scales.data() + o * groups,
+                                    draft_offsets.data() + o * groups, in, group, draft_bits, row);
+    if (!with_residual) return;
+    std::vector<float> r(static_cast<size_t>(in));
+    quant::dequantize_residual_row_ref(resid_codes.data() + o * r_bytes, resid_scales.data() + o * groups, in, group,
+                                       residual_bits, r.data());
+    for (int64_t i = 0; i < in; ++i) row[i] += r[size_t(i)];
+  });
+  return w;
+}
+
 const SplitProjection* Model::split(const std::string& weight) const {
   auto it = splits_.find(weight);
   return it == splits_.end() ? nullptr : &it->second;
@@ -264,26 +307,7 @@ Model Model::with_split_planes(const quant::SplitParams& params,
       auto it = importance->find(name);
       if (it != importance->end() && int64_t(it->second.size()) == cols) imp = it->second.data();
     }
-    SplitProjection p;
-    p.out = rows;
-    p.in = cols;
-    p.group = params.group;
-    p.draft_bits = params.draft_bits;
-    p.residual_bits = params.residual_bits;
-    const int64_t groups = quant::groups_per_row(cols, params.group);
-    const int64_t d_bytes = quant::code_row_bytes(cols, params.group, params.draft_bits);
-    const int64_t r_bytes = quant::code_row_bytes(cols, params.group, params.residual_bits);
-    p.draft_codes.resize(size_t(rows * d_bytes));
-    p.resid_codes.resize(size_t(rows * r_bytes));
-    p.draft_scales.resize(size_t(rows * groups));
-    p.draft_offsets.resize(p.draft_scales.size());
-    p.resid_scales.resize(p.draft_scales.size());
-    tbb::parallel_for(int64_t{0}, rows, [&](int64_t o) {
-      quant::split_row_ref(w.data() + o * cols, imp, cols, params,
-                           {p.draft_codes.data() + o * d_bytes, p.draft_scales.data() + o * groups,
-                            p.draft_offsets.data() + o * groups},
-                           {p.resid_codes.data() + o * r_bytes, p.resid_scales.data() + o * groups});
-    });
+    SplitProjection p = split_projection(w, rows, cols, params, imp);
     planes.emplace(name, std::move(p));
     return std::vector<float>();
   };

@@ -56,18 +56,7 @@ WeightTransform split_transform(int group, int residual_bits, bool keep_residual
       auto it = imatrix->find(name);
       if (it != imatrix->end() && int64_t(it->second.size()) == cols) importance = it->second.data();
     }
-    return per_row(w, rows, cols, [&](const float* in, float* out, int64_t n) {
-      const int64_t groups = quant::groups_per_row(n, group);
-      std::vector<uint8_t> dc(static_cast<size_t>(quant::code_row_bytes(n, group, p.draft_bits)));
-      std::vector<uint8_t> rc(static_cast<size_t>(quant::code_row_bytes(n, group, residual_bits)));
-      std::vector<uint16_t> ds(static_cast<size_t>(groups)), dof(ds.size()), rs(ds.size());
-      quant::split_row_ref(in, importance, n, p, {dc.data(), ds.data(), dof.data()}, {rc.data(), rs.data()});
-      quant::dequantize_draft_row_ref(dc.data(), ds.data(), dof.data(), n, group, p.draft_bits, out);
-      if (!keep_residual) return;
-      std::vector<float> r(static_cast<size_t>(n));
-      quant::dequantize_residual_row_ref(rc.data(), rs.data(), n, group, residual_bits, r.data());
-      for (int64_t i = 0; i < n; ++i) out[i] += r[size_t(i)];
-    });
+    return split_projection(w, rows, cols, p, importance).dequantize(keep_residual);
   };
 }
 

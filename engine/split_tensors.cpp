@@ -98,20 +98,7 @@ Result<SplitProjection> load_split_planes(const WeightSource& source, const std:
 Result<std::vector<float>> load_split_f32(const WeightSource& source, const std::string& base, int64_t in,
                                           int64_t out, const SplitFormat& f, bool with_residual) {
   BITSPLIT_ASSIGN_OR_RETURN(SplitProjection p, load_split_planes(source, base, in, out, f));
-  const int64_t groups = quant::groups_per_row(in, f.group);
-  const int64_t d_bytes = quant::code_row_bytes(in, f.group, f.draft_bits);
-  const int64_t r_bytes = quant::code_row_bytes(in, f.group, f.residual_bits);
-  std::vector<float> w(static_cast<size_t>(in * out)), r(static_cast<size_t>(in));
-  for (int64_t o = 0; o < out; ++o) {
-    float* row = w.data() + o * in;
-    quant::dequantize_draft_row_ref(p.draft_codes.data() + o * d_bytes, p.draft_scales.data() + o * groups,
-                                    p.draft_offsets.data() + o * groups, in, f.group, f.draft_bits, row);
-    if (!with_residual) continue;
-    quant::dequantize_residual_row_ref(p.resid_codes.data() + o * r_bytes, p.resid_scales.data() + o * groups, in,
-                                       f.group, f.residual_bits, r.data());
-    for (int64_t i = 0; i < in; ++i) row[i] += r[size_t(i)];
-  }
-  return w;
+  return p.dequantize(with_residual);
 }
 
 Result<ImportanceMatrix> read_imatrix(const std::string& path) {

@@ -117,7 +117,14 @@ struct SplitProjection {
     return {draft_codes.data(), draft_scales.data(), draft_offsets.data(), out, in, group, draft_bits};
   }
   cpu::ResidualPlaneView residual() const { return {resid_codes.data(), resid_scales.data(), out, in, group, residual_bits}; }
+  // The weights the planes stand for, [out x in] f32: D + R, or D alone.
+  std::vector<float> dequantize(bool with_residual) const;
 };
+
+// Splits W [rows x cols] into planes with quant::split_row_ref (rows in parallel; the
+// result does not depend on the schedule). `importance` (cols values) may be null.
+SplitProjection split_projection(const std::vector<float>& w, int64_t rows, int64_t cols, const quant::SplitParams& params,
+                                 const float* importance);
 
 // Applied to one weight matrix [rows x cols] (row-major), returning its replacement.
 using WeightTransform =
