@@ -1,7 +1,6 @@
 // Naming, metadata and loading of bit-split planes in converted files, and the importance
 // matrix file format.
 #include <cstring>
-#include <regex>
 
 #include "bitsplit/convert.h"
 
@@ -33,9 +32,19 @@ SplitTensorNames split_tensor_names(const std::string& base) {
 }
 
 bool is_split_projection(const std::string& name) {
-  static const std::regex kProjection(
-      R"(blk\.[0-9]+\.(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)\.weight|output\.weight)");
-  return std::regex_match(name, kProjection);
+  // "output.weight" or "blk.<digits>.<projection>.weight".
+  if (name == "output.weight") return true;
+  const std::string_view prefix = "blk.", suffix = ".weight";
+  std::string_view n = name;
+  if (!n.starts_with(prefix) || !n.ends_with(suffix)) return false;
+  n = n.substr(prefix.size(), n.size() - prefix.size() - suffix.size());
+  size_t digits = 0;
+  while (digits < n.size() && n[digits] >= '0' && n[digits] <= '9') ++digits;
+  if (digits == 0 || digits >= n.size() || n[digits] != '.') return false;
+  const std::string_view kind = n.substr(digits + 1);
+  for (const char* p : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"})
+    if (kind == p) return true;
+  return false;
 }
 
 namespace {

@@ -201,6 +201,18 @@ TEST_F(ConvertTest, ErrorsAreClearAndLeaveNothingBehind) {
   EXPECT_FALSE(fs::exists(path("f.gguf.tmp")));
 }
 
+TEST(SplitNames, WhichTensorsAreSplit) {
+  EXPECT_TRUE(is_split_projection("output.weight"));
+  EXPECT_TRUE(is_split_projection("blk.0.attn_q.weight"));
+  EXPECT_TRUE(is_split_projection("blk.31.ffn_down.weight"));
+  EXPECT_FALSE(is_split_projection("blk.0.attn_norm.weight"));
+  EXPECT_FALSE(is_split_projection("blk.0.attn_q.bias"));
+  EXPECT_FALSE(is_split_projection("blk.x.attn_q.weight"));
+  EXPECT_FALSE(is_split_projection("blk..attn_q.weight"));
+  EXPECT_FALSE(is_split_projection("token_embd.weight"));
+  EXPECT_FALSE(is_split_projection("blk.1.attn_q_norm.weight"));
+}
+
 TEST_F(ConvertTest, ImatrixRoundTripAndValidation) {
   ImportanceMatrix m{{"blk.0.attn_q.weight", std::vector<float>(32, 2.0f)}};
   ASSERT_TRUE(write_imatrix(m, 100, "text.txt", path("i.gguf")).is_ok());
