@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
   bitsplit::cli::add_eval_command(app, &exit_code);
   bitsplit::cli::add_bench_command(app, &exit_code);
   bitsplit::cli::add_synth_command(app, &exit_code);
+  bitsplit::cli::add_delta_command(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

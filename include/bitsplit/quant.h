@@ -258,4 +258,25 @@ void dequantize_residual_row_ref(const uint8_t* codes, const uint16_t* scales, i
 // per group, returned dequantised (what "plain 2-bit / 4-bit" means in bitsplit eval).
 void minmax_roundtrip_row_ref(const float* w, int64_t in, int group, int bits, float* out);
 
+// ---- BitDelta sign planes (docs/FORMAT.md, "BitDelta files") ----
+//
+// A fine-tune is stored as its difference from a base, one bit per weight: for a matrix
+// [out x in], Δ = W_ft - W_base is approximated by Δ̂ = α · (1 - 2·bit), where bit = 1 marks a
+// negative Δ (Δ = 0 counts as positive). Sign bits are packed row-major, ceil(in/8) bytes per
+// row: bit j (LSB = 0) of byte k of a row is the sign of element 8k + j; the unused high bits
+// of a row's last byte are 0. α is f32, one per output row or one for the whole matrix,
+// initialised to the mean |Δ| over the row (matrix), the L2-optimal scale for fixed signs.
+
+enum class DeltaAlpha { kRow, kMatrix };
+
+inline int64_t delta_sign_row_bytes(int64_t in) { return (in + 7) / 8; }
+
+// Packs the signs of delta [out x in] into signs (out * delta_sign_row_bytes(in) bytes) and
+// writes α (out values for kRow, 1 for kMatrix). Sums run in double, so α does not depend on
+// the order of rows.
+void bitdelta_encode_ref(const float* delta, int64_t out, int64_t in, DeltaAlpha mode, uint8_t* signs, float* alpha);
+// Δ̂ for one row: out[i] = alpha * (1 - 2 * bit_i).
+void bitdelta_decode_row_ref(const uint8_t* signs, float alpha, int64_t in, float* out);
+// ---- end of BitDelta ----
+
 }  // namespace bitsplit::quant
