@@ -114,6 +114,23 @@ void attention(const ModelConfig& c, const KvCache& cache, int64_t layer, const 
 Status linear(const Model& model, Tier tier, const std::string& name, const Activations& x, const std::vector<float>& w,
               const std::vector<float>& bias, Activations& y) {
   const SplitProjection* planes = model.split(name);
+  if (!planes && model.activation_rounding() > 0) {
+    // int8 round trip of the activations per block, as llama.cpp's CPU quantised matmuls do.
+    std::vector<float> xq = x.data;
+    const int64_t g = model.activation_rounding();
+    for (int64_t r = 0; r < x.rows; ++r) {
+      for (int64_t b = 0; b < x.width; b += g) {
+        float* v = xq.data() + r * x.width + b;
+        const int64_t n = std::min(g, x.width - b);
+        float amax = 0.0f;
+        for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(v[i]));
+        const float d = amax / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
+        for (int64_t i = 0; i < n; ++i) v[i] = d * std::round(v[i] * inv);
+      }
+    }
+    cpu::matmul_f32(xq, x.rows, x.width, w, y.width, bias, y.data);
+    return Status::ok();
+  }
   if (!planes) {
     cpu::matmul_f32(x.data, x.rows, x.width, w, y.width, bias, y.data);
     return Status::ok();

@@ -43,6 +43,7 @@ struct Scheme {
   // is defined) instead of a weight round trip: residual bits, and the tier to run.
   int split_residual_bits = 0;
   Tier tier = Tier::kTarget;
+  int activation_rounding = 0;  // f32 schemes: int8 activations per block of this many
 };
 
 // Weights-only view of a bit-split scheme: D (+ R) dequantised to f32, f32 activations.
@@ -88,6 +89,11 @@ std::vector<Scheme> make_schemes(const EvalOptions& o) {
          return per_row(w, rows, cols, q8_0_roundtrip_row);
        },
        false, true, none, q8},
+      {"Q8_0/a8",
+       [](const std::string&, const std::vector<float>& w, int64_t rows, int64_t cols) {
+         return per_row(w, rows, cols, q8_0_roundtrip_row);
+       },
+       false, true, none, q8, 0, Tier::kTarget, 32},
       {"minmax2", minmax(2), true, false, plane_bytes(2, 4), none},
       {"minmax4", minmax(4), true, false, plane_bytes(4, 4), none},
   };
@@ -156,8 +162,8 @@ Status check_window_options(const Model& model, int32_t ctx) {
 }  // namespace
 
 const std::vector<std::string>& eval_scheme_names() {
-  static const std::vector<std::string> names = {"draft(R8)", "draft(R6)", "D+R6",    "D+R8",   "D+R6/w",
-                                                 "D+R8/w",    "Q8_0",      "minmax2", "minmax4"};
+  static const std::vector<std::string> names = {"draft(R8)", "draft(R6)", "D+R6",   "D+R8",    "D+R6/w",
+                                                 "D+R8/w",    "Q8_0",      "Q8_0/a8", "minmax2", "minmax4"};
   return names;
 }
 
@@ -185,6 +191,7 @@ Result<EvalReport> evaluate_quality(const Model& model, const std::vector<int32_
     if (s.split_residual_bits == 0) {
       model_of[i] = models.size();
       models.push_back(model.transformed(s.projection, embed_q8));
+      models.back().set_activation_rounding(s.activation_rounding);
       continue;
     }
     auto it = split_models.find(s.split_residual_bits);

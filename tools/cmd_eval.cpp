@@ -109,7 +109,7 @@ void add_eval_command(CLI::App& app, int* exit_code) {
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--imatrix", a->imatrix, "Importance matrix for the bit-split schemes")->check(CLI::ExistingFile);
   cmd->add_option("--scheme", a->schemes, "Only these schemes (repeatable): draft(R8), draft(R6), D+R6, D+R8, D+R6/w, "
-                                          "D+R8/w, Q8_0, minmax2, minmax4");
+                                          "D+R8/w, Q8_0, Q8_0/a8, minmax2, minmax4");
   cmd->add_flag("--json", a->json, "Print JSON instead of a table");
   cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(CLI::Range(1, 4096));
   cmd->callback([a, exit_code] { *exit_code = eval(*a); });

@@ -151,6 +151,11 @@ class Model {
   cpu::CpuContext& cpu() const { return *cpu_; }
   DraftTier& draft_tier() const { return *draft_tier_; }
   Tier default_tier() const { return default_tier_; }
+  // Emulates llama.cpp-style int8 activations on the f32 path: each projection's input is
+  // rounded to int8 per block of `group` values (scale amax/127) before the f32 matmul.
+  // 0 (the default) keeps f32 activations. Used by eval for a fair Q8_0 baseline.
+  void set_activation_rounding(int group) { activation_rounding_ = group; }
+  int activation_rounding() const { return activation_rounding_; }
   const ModelConfig& config() const { return config_; }
   const std::vector<float>& token_embd() const { return token_embd_; }
   const std::vector<float>& output_norm() const { return output_norm_; }
@@ -167,6 +172,7 @@ class Model {
   std::shared_ptr<cpu::CpuContext> cpu_;
   std::shared_ptr<DraftTier> draft_tier_;
   Tier default_tier_ = Tier::kTarget;
+  int activation_rounding_ = 0;
 };
 
 // K and V of every layer for n_slots cache slots. Keys are stored after RoPE.

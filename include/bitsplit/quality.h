@@ -38,7 +38,8 @@ struct EvalReport {
 // "draft(R8)", "draft(R6)", "D+R6", "D+R8" (the engine's plane kernels: int8 activations per
 // group, as the target model is defined), "D+R6/w", "D+R8/w" (the same weights with f32
 // activations: the quantiser's weight error alone), "Q8_0", "minmax2", "minmax4" (weight
-// round trips, f32 activations).
+// round trips, f32 activations), "Q8_0/a8" (Q8_0 weights with activations rounded to int8
+// per block of 32, as llama.cpp's CPU Q8_0 matmul computes: the fair peer of D+R8).
 const std::vector<std::string>& eval_scheme_names();
 
 // Quantises `model` with each scheme (weights dequantised back to f32, so both sides keep
