@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <unistd.h>
@@ -41,6 +42,25 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// Appends code point cp as UTF-8 (for tests that build random valid text).
+inline void append_utf8(std::string& s, uint32_t cp) {
+  if (cp < 0x80) {
+    s += char(cp);
+  } else if (cp < 0x800) {
+    s += char(0xc0 | (cp >> 6));
+    s += char(0x80 | (cp & 0x3f));
+  } else if (cp < 0x10000) {
+    s += char(0xe0 | (cp >> 12));
+    s += char(0x80 | ((cp >> 6) & 0x3f));
+    s += char(0x80 | (cp & 0x3f));
+  } else {
+    s += char(0xf0 | (cp >> 18));
+    s += char(0x80 | ((cp >> 12) & 0x3f));
+    s += char(0x80 | ((cp >> 6) & 0x3f));
+    s += char(0x80 | (cp & 0x3f));
+  }
+}
 
 }  // namespace bitsplit::testing
 

@@ -260,23 +260,7 @@ std::unique_ptr<Tokenizer> shared_tokenizer(const std::string& name) {
   return t ? std::move(*t) : nullptr;
 }
 
-void append_utf8(std::string& s, uint32_t cp) {
-  if (cp < 0x80) {
-    s += char(cp);
-  } else if (cp < 0x800) {
-    s += char(0xc0 | (cp >> 6));
-    s += char(0x80 | (cp & 0x3f));
-  } else if (cp < 0x10000) {
-    s += char(0xe0 | (cp >> 12));
-    s += char(0x80 | ((cp >> 6) & 0x3f));
-    s += char(0x80 | (cp & 0x3f));
-  } else {
-    s += char(0xf0 | (cp >> 18));
-    s += char(0x80 | ((cp >> 12) & 0x3f));
-    s += char(0x80 | ((cp >> 6) & 0x3f));
-    s += char(0x80 | (cp & 0x3f));
-  }
-}
+using testing::append_utf8;
 
 std::string random_utf8(std::mt19937& rng) {
   std::string s;

@@ -101,23 +101,7 @@ TEST(SpmTokenizer, RandomBytesNeverCrash) {
   }
 }
 
-void append_utf8(std::string& s, uint32_t cp) {
-  if (cp < 0x80) {
-    s += char(cp);
-  } else if (cp < 0x800) {
-    s += char(0xc0 | (cp >> 6));
-    s += char(0x80 | (cp & 0x3f));
-  } else if (cp < 0x10000) {
-    s += char(0xe0 | (cp >> 12));
-    s += char(0x80 | ((cp >> 6) & 0x3f));
-    s += char(0x80 | (cp & 0x3f));
-  } else {
-    s += char(0xf0 | (cp >> 18));
-    s += char(0x80 | ((cp >> 12) & 0x3f));
-    s += char(0x80 | ((cp >> 6) & 0x3f));
-    s += char(0x80 | (cp & 0x3f));
-  }
-}
+using testing::append_utf8;
 
 // With byte fallback for every byte, valid UTF-8 always comes back unchanged (invalid UTF-8
 // need not: a broken lead byte swallows the bytes of the escaped space after it).
