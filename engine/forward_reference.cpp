@@ -109,34 +109,60 @@ void attention(const ModelConfig& c, const KvCache& cache, int64_t layer, const 
   });
 }
 
-// One projection: f32 weights through the reference matmul, or bit-split planes through the
-// plane kernels (D + R for the target, D alone for the draft), then the bias.
-Status linear(const Model& model, Tier tier, const std::string& name, const Activations& x, const std::vector<float>& w,
-              const std::vector<float>& bias, Activations& y) {
-  const SplitProjection* planes = model.split(name);
-  if (!planes && model.activation_rounding() > 0) {
-    // int8 round trip of the activations per block, as llama.cpp's CPU quantised matmuls do.
-    std::vector<float> xq = x.data;
-    const int64_t g = model.activation_rounding();
-    for (int64_t r = 0; r < x.rows; ++r) {
-      for (int64_t b = 0; b < x.width; b += g) {
-        float* v = xq.data() + r * x.width + b;
-        const int64_t n = std::min(g, x.width - b);
+// The input of one or more projections. Its int8 form (plane kernels) or int8-rounded f32
+// form (llama.cpp emulation) is made at most once, however many projections read it: q, k
+// and v share one input, gate and up another.
+class ProjectionInput {
+ public:
+  explicit ProjectionInput(const Activations& x) : x_(x) {}
+  const Activations& f32() const { return x_; }
+
+  const cpu::QuantizedActivations& quantized(const Model& model, int group) {
+    if (qa_group_ != group) {
+      cpu::quantize_activations(model.cpu(), x_.data.data(), x_.rows, x_.width, group, qa_);
+      qa_group_ = group;
+    }
+    return qa_;
+  }
+
+  // int8 round trip of the activations per block, as llama.cpp's CPU quantised matmuls do.
+  const std::vector<float>& rounded(int64_t group) {
+    if (rounded_group_ == group) return rounded_;
+    rounded_ = x_.data;
+    for (int64_t r = 0; r < x_.rows; ++r) {
+      for (int64_t b = 0; b < x_.width; b += group) {
+        float* v = rounded_.data() + r * x_.width + b;
+        const int64_t n = std::min(group, x_.width - b);
         float amax = 0.0f;
         for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(v[i]));
         const float d = amax / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
         for (int64_t i = 0; i < n; ++i) v[i] = d * std::round(v[i] * inv);
       }
     }
-    cpu::matmul_f32(xq, x.rows, x.width, w, y.width, bias, y.data);
-    return Status::ok();
+    rounded_group_ = group;
+    return rounded_;
   }
+
+ private:
+  const Activations& x_;
+  cpu::QuantizedActivations qa_;
+  int qa_group_ = 0;
+  std::vector<float> rounded_;
+  int64_t rounded_group_ = 0;
+};
+
+// One projection: f32 weights through the reference matmul, or bit-split planes through the
+// plane kernels (D + R for the target, D alone for the draft), then the bias.
+Status linear(const Model& model, Tier tier, const std::string& name, ProjectionInput& in, const std::vector<float>& w,
+              const std::vector<float>& bias, Activations& y) {
+  const Activations& x = in.f32();
+  const SplitProjection* planes = model.split(name);
   if (!planes) {
-    cpu::matmul_f32(x.data, x.rows, x.width, w, y.width, bias, y.data);
+    const std::vector<float>& xs = model.activation_rounding() > 0 ? in.rounded(model.activation_rounding()) : x.data;
+    cpu::matmul_f32(xs, x.rows, x.width, w, y.width, bias, y.data);
     return Status::ok();
   }
-  cpu::QuantizedActivations qa;
-  cpu::quantize_activations(model.cpu(), x.data.data(), x.rows, x.width, planes->group, qa);
+  const cpu::QuantizedActivations& qa = in.quantized(model, planes->group);
   // The two tiers: D·X on the draft tier (CPU or GPU), R·X on the CPU, summed draft first
   // (the same order as cpu::target_matmul).
   BITSPLIT_RETURN_IF_ERROR(model.draft_tier().draft_matmul(*planes, qa, y.data.data()));
@@ -177,9 +203,10 @@ Result<std::vector<float>> forward_reference(const Model& model, KvCache& cache,
     observe(l, "attn_q", h);
     observe(l, "attn_k", h);
     observe(l, "attn_v", h);
-    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, name(l, "attn_q"), h, w.wq, w.bq, q));
-    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, name(l, "attn_k"), h, w.wk, w.bk, k));
-    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, name(l, "attn_v"), h, w.wv, w.bv, v));
+    ProjectionInput attn_in(h);
+    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, name(l, "attn_q"), attn_in, w.wq, w.bq, q));
+    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, name(l, "attn_k"), attn_in, w.wk, w.bk, k));
+    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, name(l, "attn_v"), attn_in, w.wv, w.bv, v));
     for (int64_t i = 0; i < n; ++i) {
       const float pos = float(batch.positions[size_t(i)]);
       for (int64_t hd = 0; hd < c.n_heads; ++hd) {
@@ -197,17 +224,20 @@ Result<std::vector<float>> forward_reference(const Model& model, KvCache& cache,
     }
     attention(c, cache, l, batch, q, attn);
     observe(l, "attn_output", attn);
-    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, name(l, "attn_output"), attn, w.wo, no_bias, proj));
+    ProjectionInput out_in(attn);
+    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, name(l, "attn_output"), out_in, w.wo, no_bias, proj));
     for (size_t e = 0; e < x.data.size(); ++e) x.data[e] += proj.data[e];
 
     for (int64_t i = 0; i < n; ++i) cpu::rms_norm_f32(x.row(i), w.ffn_norm.data(), c.n_embd, c.rms_eps, h.row(i));
     observe(l, "ffn_gate", h);
     observe(l, "ffn_up", h);
-    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, name(l, "ffn_gate"), h, w.w_gate, no_bias, gate));
-    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, name(l, "ffn_up"), h, w.w_up, no_bias, up));
+    ProjectionInput ffn_in(h);
+    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, name(l, "ffn_gate"), ffn_in, w.w_gate, no_bias, gate));
+    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, name(l, "ffn_up"), ffn_in, w.w_up, no_bias, up));
     for (size_t e = 0; e < gate.data.size(); ++e) gate.data[e] = cpu::silu(gate.data[e]) * up.data[e];
     observe(l, "ffn_down", gate);
-    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, name(l, "ffn_down"), gate, w.w_down, no_bias, proj));
+    ProjectionInput down_in(gate);
+    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, name(l, "ffn_down"), down_in, w.w_down, no_bias, proj));
     for (size_t e = 0; e < x.data.size(); ++e) x.data[e] += proj.data[e];
   }
 
@@ -219,7 +249,10 @@ Result<std::vector<float>> forward_reference(const Model& model, KvCache& cache,
   }
   Activations logits(n_out, c.n_vocab);
   if (observer && n_out > 0) (*observer)("output.weight", last.data.data(), last.rows, last.width);
-  if (n_out > 0) linear(model, tier, "output.weight", last, model.output(), no_bias, logits);
+  if (n_out > 0) {
+    ProjectionInput head_in(last);
+    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, "output.weight", head_in, model.output(), no_bias, logits));
+  }
   return std::move(logits.data);
 }
 
