@@ -37,7 +37,10 @@ std::vector<float> softmax(std::span<const float> logits) {
 }
 
 // Tokens of the committed history plus the path to `node` (for penalties in the sampler).
-std::vector<int32_t> history_at(const std::vector<int32_t>& history, const spec::TokenTree& tree, int32_t node) {
+// Only the repetition penalty reads it, so without one nothing is copied.
+std::vector<int32_t> history_at(const std::vector<int32_t>& history, const spec::TokenTree& tree, int32_t node,
+                                const Sampler& sampler) {
+  if (sampler.params().repeat_penalty == 1.0f || sampler.params().repeat_last_n == 0) return {};
   std::vector<int32_t> h = history;
   const auto path = tree.path_to(node);
   for (size_t i = 1; i < path.size(); ++i) h.push_back(tree.node(path[i]).token);  // root is already in history
@@ -119,7 +122,7 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
         const int32_t node = frontier[r];
         // The proposal distribution: the sampler's own (so acceptance ratios are exact) or,
         // for greedy decoding, the plain softmax (only the ranking matters there).
-        auto q = greedy ? softmax(l) : sampler.distribution(l, history_at(history, tree, node));
+        auto q = greedy ? softmax(l) : sampler.distribution(l, history_at(history, tree, node, sampler));
         const int32_t k = policy.shape == spec::DraftShape::kChain ? 1 : policy.top_k;
         auto proposed = spec::propose_children(tree, node, q, k, !greedy, rng);
         std::vector<int32_t> tokens;
@@ -148,18 +151,18 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
     spec::Verdict verdict;
     if (greedy) {
       std::vector<int32_t> best(all.size());
-      const bool penalised = sampler.params().repeat_penalty != 1.0f;
+      const bool penalised = sampler.params().repeat_penalty != 1.0f && sampler.params().repeat_last_n > 0;
       for (int32_t i = 0; i < tree.size(); ++i) {
         const std::span<const float> l(logits.data() + size_t(i) * size_t(c.n_vocab), size_t(c.n_vocab));
         // The same choice as plain greedy decoding (argmax after the repetition penalty).
-        best[size_t(i)] = penalised ? argmax(sampler.distribution(l, history_at(history, tree, i))) : argmax(l);
+        best[size_t(i)] = penalised ? argmax(sampler.distribution(l, history_at(history, tree, i, sampler))) : argmax(l);
       }
       verdict = spec::verify_greedy(tree, best);
     } else {
       std::vector<std::vector<float>> p(all.size());
       for (int32_t i = 0; i < tree.size(); ++i) {
         const std::span<const float> l(logits.data() + size_t(i) * size_t(c.n_vocab), size_t(c.n_vocab));
-        p[size_t(i)] = sampler.distribution(l, history_at(history, tree, i));
+        p[size_t(i)] = sampler.distribution(l, history_at(history, tree, i, sampler));
       }
       verdict = spec::verify_sampling(tree, p, draft_q, rng, options.verify);
     }

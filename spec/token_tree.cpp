@@ -91,3 +91,18 @@ void AcceptanceStats::record(int32_t accepted_in_check, int32_t drafted_in_check
 }
 
 }  // namespace bitsplit::spec
+
+namespace bitsplit::spec {
+
+void AcceptanceStats::add(const AcceptanceStats& o) {
+  checks += o.checks;
+  accepted += o.accepted;
+  emitted += o.emitted;
+  drafted += o.drafted;
+  draft_seconds += o.draft_seconds;
+  verify_seconds += o.verify_seconds;
+  if (histogram.size() < o.histogram.size()) histogram.resize(o.histogram.size(), 0);
+  for (size_t k = 0; k < o.histogram.size(); ++k) histogram[k] += o.histogram[k];
+}
+
+}  // namespace bitsplit::spec

@@ -183,6 +183,12 @@ TEST(AcceptanceStats, Histogram) {
   EXPECT_EQ(s.histogram, (std::vector<int64_t>{1, 0, 2}));
   EXPECT_DOUBLE_EQ(s.accepted_per_check(), 4.0 / 3.0);
   EXPECT_DOUBLE_EQ(s.tokens_per_check(), 7.0 / 3.0);
+  AcceptanceStats t;
+  t.record(3, 8);
+  s.add(t);
+  EXPECT_EQ(s.checks, 4);
+  EXPECT_EQ(s.accepted, 7);
+  EXPECT_EQ(s.histogram, (std::vector<int64_t>{1, 0, 2, 1}));
 }
 
 }  // namespace

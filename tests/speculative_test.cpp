@@ -108,6 +108,32 @@ TEST(Speculative, GreedyEqualsPlainTargetOnStories260K) {
   expect_lossless(converted(**source, 6), {prompts[0], prompts[2]}, 256, {16});
 }
 
+// With a repetition penalty the target's choice depends on the path to each tree node; the
+// speculative output must still equal plain decoding.
+TEST(Speculative, GreedyWithRepetitionPenaltyEqualsPlain) {
+  auto source = testing::tiny_weights({});
+  const Pair p = converted(*source);
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.repeat_penalty = 1.5f;
+  sp.repeat_last_n = 16;
+  const std::vector<int32_t> prompt = {1, 5, 9, 5};
+  Sampler plain_sampler(sp);
+  GenerateOptions g;
+  g.n_predict = 40;
+  std::vector<int32_t> plain, fast;
+  ASSERT_TRUE(generate(p.target, prompt, g, plain_sampler, [&](int32_t t) { plain.push_back(t); return true; }).is_ok());
+  Sampler spec_sampler(sp);
+  SpeculativeOptions o;
+  o.n_predict = 40;
+  o.policy.budget = 16;
+  ASSERT_TRUE(generate_speculative(p.target, p.draft, prompt, o, spec_sampler,
+                                   [&](int32_t t) { fast.push_back(t); return true; }).is_ok());
+  EXPECT_EQ(fast, plain);
+  // The penalty really changes the text here, so the path-dependent history is exercised.
+  EXPECT_NE(plain, plain_greedy(p.target, prompt, 40));
+}
+
 // The trained fixture models (context 256, so 230 new tokens after the prompt).
 TEST(Speculative, GreedyEqualsPlainTargetOnFixtureModels) {
   for (const char* name : {"bible-base", "bible-devil"}) {

@@ -85,13 +85,7 @@ int bench_accept(const BenchAcceptArgs& a) {
       const auto& g = r->generation;
       row.tokens += g.generated_tokens;
       row.seconds += g.generate_seconds;
-      auto& acc = row.acc;
-      acc.checks += r->acceptance.checks;
-      acc.accepted += r->acceptance.accepted;
-      acc.emitted += r->acceptance.emitted;
-      acc.drafted += r->acceptance.drafted;
-      acc.draft_seconds += r->acceptance.draft_seconds;
-      acc.verify_seconds += r->acceptance.verify_seconds;
+      row.acc.add(r->acceptance);
       bar.update(double(++done), double(settings.size() * prompts.size()));
     }
     rows.push_back(row);

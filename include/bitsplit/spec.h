@@ -142,6 +142,7 @@ struct AcceptanceStats {
   std::vector<int64_t> histogram;      // histogram[k]: checks that accepted k drafted tokens
   double draft_seconds = 0, verify_seconds = 0;
   void record(int32_t accepted_in_check, int32_t drafted_in_check);
+  void add(const AcceptanceStats& other);  // merges another run's statistics
   double accepted_per_check() const { return checks ? double(accepted) / double(checks) : 0.0; }
   double tokens_per_check() const { return checks ? double(emitted) / double(checks) : 0.0; }
 };
