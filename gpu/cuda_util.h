@@ -61,4 +61,27 @@ class DeviceBuffer {
   size_t count_ = 0;
 };
 
+// Times `body` (called `iterations` times) on the device with RAII-held CUDA events;
+// milliseconds per iteration.
+template <typename Body>
+Result<double> time_on_device(int iterations, Body body) {
+  struct Event {
+    cudaEvent_t e = nullptr;
+    Event() { cudaEventCreate(&e); }
+    ~Event() {
+      if (e) cudaEventDestroy(e);
+    }
+    Event(const Event&) = delete;
+    Event& operator=(const Event&) = delete;
+  } start, stop;
+  cudaEventRecord(start.e);
+  for (int i = 0; i < iterations; ++i) body();
+  cudaEventRecord(stop.e);
+  cudaEventSynchronize(stop.e);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start.e, stop.e);
+  BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "timed device work"));
+  return double(ms) / iterations;
+}
+
 }  // namespace bitsplit::gpu

@@ -107,9 +107,7 @@ class CudaDraftMatmul final : public DraftMatmul {
     BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaMemcpy(dsum_.get(), x.sum, s_count * 4, cudaMemcpyHostToDevice), "copy sums"));
     counters_.activation_bytes_to_device += q_bytes + 8 * s_count;
     if (p.out > 0x7fffffff) return Status::error("too many output rows for one launch");
-    draft_matmul_kernel<<<unsigned(p.out), kThreads>>>(p.codes.get(), p.scales.get(), p.offsets.get(), p.out, p.groups,
-                                                         p.group, dq_.get(), dscale_.get(), dsum_.get(), x.rows,
-                                                         x.padded, dy_.get());
+    launch(p, x.rows);
     BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "draft_matmul_kernel launch"));
     BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaMemcpy(y, dy_.get(), y_count * 4, cudaMemcpyDeviceToHost), "copy results"));
     counters_.result_bytes_to_host += y_count * 4;
@@ -124,26 +122,21 @@ class CudaDraftMatmul final : public DraftMatmul {
     if (dq_.size() < size_t(rows * p.groups * p.group) || dy_.size() < size_t(rows * p.out)) {
       return Status::error("run() the plane with at least this many rows first");
     }
-    cudaEvent_t start, stop;
-    cudaEventCreate(&start);
-    cudaEventCreate(&stop);
-    cudaEventRecord(start);
-    for (int i = 0; i < iterations; ++i) {
-      draft_matmul_kernel<<<unsigned(p.out), kThreads>>>(p.codes.get(), p.scales.get(), p.offsets.get(), p.out,
-                                                           p.groups, p.group, dq_.get(), dscale_.get(), dsum_.get(),
-                                                           rows, p.groups * p.group, dy_.get());
-    }
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "draft_matmul_kernel"));
-    return double(ms) / 1e3 / iterations;
+    BITSPLIT_ASSIGN_OR_RETURN(double ms, time_on_device(iterations, [&] { launch(p, rows); }));
+    return ms / 1e3;
   }
 
   TransferCounters counters() const override { return counters_; }
+
+ private:
+  // The one launch of the kernel on the staged activations of `rows` rows.
+  void launch(const ResidentPlane& p, int64_t rows) {
+    draft_matmul_kernel<<<unsigned(p.out), kThreads>>>(p.codes.get(), p.scales.get(), p.offsets.get(), p.out, p.groups,
+                                                         p.group, dq_.get(), dscale_.get(), dsum_.get(), rows,
+                                                         p.groups * p.group, dy_.get());
+  }
+
+ public:
   uint64_t resident_bytes() const override { return resident_; }
 
  private:
@@ -176,19 +169,10 @@ Result<double> measure_copy_bandwidth(uint64_t bytes, int iterations, int device
   BITSPLIT_RETURN_IF_ERROR(a.allocate(bytes));
   BITSPLIT_RETURN_IF_ERROR(b.allocate(bytes));
   cudaMemset(a.get(), 1, bytes);
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  cudaEventRecord(start);
-  for (int i = 0; i < iterations; ++i) cudaMemcpy(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice);
-  cudaEventRecord(stop);
-  cudaEventSynchronize(stop);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, start, stop);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  // A copy reads and writes every byte.
-  return 2.0 * double(bytes) * iterations / (double(ms) / 1e3);
+  BITSPLIT_ASSIGN_OR_RETURN(double ms, time_on_device(iterations, [&] {
+    cudaMemcpy(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice);
+  }));
+  return 2.0 * double(bytes) / (ms / 1e3);  // a copy reads and writes every byte
 }
 
 }  // namespace bitsplit::gpu
