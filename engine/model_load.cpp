@@ -246,22 +246,28 @@ std::shared_ptr<DraftTier> make_cpu_draft_tier(std::shared_ptr<cpu::CpuContext> 
   return std::make_shared<CpuDraftTier>(std::move(cpu));
 }
 
+SplitProjection SplitProjection::sized(int64_t out, int64_t in, int group, int draft_bits, int residual_bits) {
+  SplitProjection p;
+  p.out = out;
+  p.in = in;
+  p.group = group;
+  p.draft_bits = draft_bits;
+  p.residual_bits = residual_bits;
+  const int64_t groups = quant::groups_per_row(in, group);
+  p.draft_codes.resize(size_t(out * quant::code_row_bytes(in, group, draft_bits)));
+  p.resid_codes.resize(size_t(out * quant::code_row_bytes(in, group, residual_bits)));
+  p.draft_scales.resize(size_t(out * groups));
+  p.draft_offsets.resize(p.draft_scales.size());
+  p.resid_scales.resize(p.draft_scales.size());
+  return p;
+}
+
 SplitProjection split_projection(const std::vector<float>& w, int64_t rows, int64_t cols, const quant::SplitParams& params,
                                  const float* importance) {
-  SplitProjection p;
-  p.out = rows;
-  p.in = cols;
-  p.group = params.group;
-  p.draft_bits = params.draft_bits;
-  p.residual_bits = params.residual_bits;
+  SplitProjection p = SplitProjection::sized(rows, cols, params.group, params.draft_bits, params.residual_bits);
   const int64_t groups = quant::groups_per_row(cols, params.group);
   const int64_t d_bytes = quant::code_row_bytes(cols, params.group, params.draft_bits);
   const int64_t r_bytes = quant::code_row_bytes(cols, params.group, params.residual_bits);
-  p.draft_codes.resize(size_t(rows * d_bytes));
-  p.resid_codes.resize(size_t(rows * r_bytes));
-  p.draft_scales.resize(size_t(rows * groups));
-  p.draft_offsets.resize(p.draft_scales.size());
-  p.resid_scales.resize(p.draft_scales.size());
   tbb::parallel_for(int64_t{0}, rows, [&](int64_t o) {
     quant::split_row_ref(w.data() + o * cols, importance, cols, params,
                          {p.draft_codes.data() + o * d_bytes, p.draft_scales.data() + o * groups,

@@ -69,38 +69,29 @@ Result<SplitProjection> load_split_planes(const WeightSource& source, const std:
   const auto names = split_tensor_names(base);
   const int64_t groups = quant::groups_per_row(in, f.group);
   using gguf::TensorType;
-  // Planes are read through load_f32 (I8 codes and F16 scales convert to f32 and back
-  // exactly), which keeps every container's checks in one place.
-  auto fetch = [&](const std::string& name, TensorType type, int64_t row_elems) -> Result<std::vector<float>> {
+  SplitProjection p = SplitProjection::sized(out, in, f.group, f.draft_bits, f.residual_bits);
+  // Each plane's bytes are copied as stored (I8 codes, little-endian F16 scales) into the
+  // buffers sized for the shape; check_plane has already matched the sizes.
+  auto fetch = [&](const std::string& name, TensorType type, int64_t row_elems, void* dest, size_t bytes) -> Status {
     BITSPLIT_RETURN_IF_ERROR(check_plane(source, name, type, row_elems, out));
-    return source.load_f32(*source.find_tensor(name));
+    const gguf::TensorInfo& t = *source.find_tensor(name);
+    BITSPLIT_ASSIGN_OR_RETURN(std::span<const uint8_t> raw, source.raw_bytes(t));
+    BITSPLIT_CHECK(raw.size() == bytes, "plane size checked above");
+    std::memcpy(dest, raw.data(), bytes);
+    source.release(t);
+    return Status::ok();
   };
-  auto to_bytes = [](const std::vector<float>& v) {
-    std::vector<uint8_t> b(v.size());
-    for (size_t i = 0; i < v.size(); ++i) b[i] = uint8_t(int8_t(v[i]));
-    return b;
+  auto fetch_codes = [&](const std::string& name, int bits, std::vector<uint8_t>& dest) {
+    return fetch(name, TensorType::I8, quant::code_row_bytes(in, f.group, bits), dest.data(), dest.size());
   };
-  auto to_half = [](const std::vector<float>& v) {
-    std::vector<uint16_t> h(v.size());
-    for (size_t i = 0; i < v.size(); ++i) h[i] = quant::fp32_to_fp16(v[i]);
-    return h;
+  auto fetch_halves = [&](const std::string& name, std::vector<uint16_t>& dest) {
+    return fetch(name, TensorType::F16, groups, dest.data(), dest.size() * 2);
   };
-  SplitProjection p;
-  p.out = out;
-  p.in = in;
-  p.group = f.group;
-  p.draft_bits = f.draft_bits;
-  p.residual_bits = f.residual_bits;
-  BITSPLIT_ASSIGN_OR_RETURN(auto dc, fetch(names.draft_codes, TensorType::I8, quant::code_row_bytes(in, f.group, f.draft_bits)));
-  BITSPLIT_ASSIGN_OR_RETURN(auto ds, fetch(names.draft_scales, TensorType::F16, groups));
-  BITSPLIT_ASSIGN_OR_RETURN(auto dof, fetch(names.draft_offsets, TensorType::F16, groups));
-  BITSPLIT_ASSIGN_OR_RETURN(auto rc, fetch(names.resid_codes, TensorType::I8, quant::code_row_bytes(in, f.group, f.residual_bits)));
-  BITSPLIT_ASSIGN_OR_RETURN(auto rs, fetch(names.resid_scales, TensorType::F16, groups));
-  p.draft_codes = to_bytes(dc);
-  p.draft_scales = to_half(ds);
-  p.draft_offsets = to_half(dof);
-  p.resid_codes = to_bytes(rc);
-  p.resid_scales = to_half(rs);
+  BITSPLIT_RETURN_IF_ERROR(fetch_codes(names.draft_codes, f.draft_bits, p.draft_codes));
+  BITSPLIT_RETURN_IF_ERROR(fetch_halves(names.draft_scales, p.draft_scales));
+  BITSPLIT_RETURN_IF_ERROR(fetch_halves(names.draft_offsets, p.draft_offsets));
+  BITSPLIT_RETURN_IF_ERROR(fetch_codes(names.resid_codes, f.residual_bits, p.resid_codes));
+  BITSPLIT_RETURN_IF_ERROR(fetch_halves(names.resid_scales, p.resid_scales));
   return p;
 }
 

@@ -113,6 +113,8 @@ struct SplitProjection {
   int group = 64, draft_bits = 2, residual_bits = 8;
   std::vector<uint8_t> draft_codes, resid_codes;
   std::vector<uint16_t> draft_scales, draft_offsets, resid_scales;
+  // A projection of this shape and format with every plane sized (and zeroed).
+  static SplitProjection sized(int64_t out, int64_t in, int group, int draft_bits, int residual_bits);
   cpu::DraftPlaneView draft() const {
     return {draft_codes.data(), draft_scales.data(), draft_offsets.data(), out, in, group, draft_bits};
   }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,11 @@ class WeightSource {
   virtual Result<std::vector<float>> load_f32(const gguf::TensorInfo& tensor) const = 0;
   // A short description of the container ("GGUF v3, 48 tensors").
   virtual std::string describe() const = 0;
+  // The tensor's bytes as stored (for packed planes that need no conversion), or an error
+  // when the container cannot hand them out.
+  virtual Result<std::span<const uint8_t>> raw_bytes(const gguf::TensorInfo& tensor) const {
+    return Status::error("tensor '" + tensor.name + "': raw bytes are not available from this container");
+  }
   // Lets the OS drop a tensor's pages once it has been consumed (streaming conversion).
   virtual void release(const gguf::TensorInfo& tensor) const { (void)tensor; }
   // Hex SHA-256 of the model file's bytes (identifies a base model).
