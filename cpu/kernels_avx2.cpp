@@ -262,11 +262,7 @@ void quantize_group(const float* x, int64_t n, int group, int8_t* q, float* scal
 
 void quantize_avx2(const float* x, int64_t rows, int64_t in, int group, QuantizedActivations& qa) {
   if (group % 8 != 0) return quantize_activations_ref(x, rows, in, group, qa);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t k = 0; k < qa.groups; ++k)
-      quantize_group(x + r * in + k * group, std::min<int64_t>(group, in - k * group), group,
-                     qa.q.data() + r * qa.padded + k * group, &qa.scale[size_t(r * qa.groups + k)],
-                     &qa.sum[size_t(r * qa.groups + k)]);
+  quantize_rows(x, rows, in, group, qa, quantize_group);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // pieces of the arithmetic every tier shares (so the definition is written once).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -33,6 +34,21 @@ inline float round_half_away(float v) {
   const float t = std::trunc(v);
   return std::fabs(v - t) >= 0.5f ? t + std::copysign(1.0f, v) : t;
 }
+
+// Quantises every (row, group) of x with an ISA tier's single-group quantiser. In an unnamed
+// namespace on purpose: each tier's file, compiled with its own -m flags, gets its own copy,
+// so the linker can never hand one tier the other's instructions.
+namespace {
+template <typename GroupQuantizer>
+void quantize_rows(const float* x, int64_t rows, int64_t in, int group, QuantizedActivations& qa,
+                   GroupQuantizer quantize_group) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < qa.groups; ++k)
+      quantize_group(x + r * in + k * group, std::min<int64_t>(group, in - k * group), group,
+                     qa.q.data() + r * qa.padded + k * group, &qa.scale[size_t(r * qa.groups + k)],
+                     &qa.sum[size_t(r * qa.groups + k)]);
+}
+}  // namespace
 
 // Row-range versions of the _ref kernels (the scalar tier).
 void residual_rows_ref(const ResidualPlaneView& r, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
