@@ -164,6 +164,56 @@ void plane_args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_PlaneMatmul)->Apply(plane_args)->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(0.2);
 
+// The Q8_0 baseline (llama.cpp's format, issue 7) on the same shapes: compare its GB/s of weight
+// bytes with BM_PlaneMatmul's 8-bit residual. args: shape index, rows n, all threads (0/1).
+void BM_Q8_0Matmul(benchmark::State& state) {
+  const Shape s = kShapes[state.range(0)];
+  const int64_t n = state.range(1);
+  const bool all = state.range(2) != 0;
+  CpuContext& ctx = context(all);
+  const size_t bytes = size_t(s.out * s.in / 32 * 34);
+  const int copies = int(std::max<size_t>(1, (kWorkingSet + bytes - 1) / bytes));
+  static std::vector<PlaneBuffer> w;  // kept while consecutive runs share the shape
+  static int64_t w_shape = -1;
+  if (w_shape != state.range(0)) {
+    w.clear();
+    for (int c = 0; c < copies; ++c) {
+      w.emplace_back(context(true), bytes);
+      for (size_t b = 0; b < bytes; b += 34) {  // d = 0.01 (finite timing), codes 0x5A
+        const uint16_t d = quant::fp32_to_fp16(0.01f);
+        std::memcpy(w.back().data() + b, &d, 2);
+        std::memset(w.back().data() + b + 2, 0x5A, 32);
+      }
+    }
+    w_shape = state.range(0);
+  }
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  std::vector<float> x(size_t(n * s.in)), y(size_t(n * s.out));
+  for (auto& v : x) v = nd(rng);
+  bitsplit::cpu::Q8_0Activations qa;
+  bitsplit::cpu::quantize_activations_q8_0(ctx, x.data(), n, s.in, qa);
+  int c = 0;
+  double seconds = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    bitsplit::cpu::q8_0_matmul(ctx, {w[size_t(c)].data(), s.out, s.in}, qa, y.data());
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    benchmark::DoNotOptimize(y.data());
+    if (++c == copies) c = 0;
+  }
+  const double gbps = double(bytes) / (seconds / double(state.iterations())) / 1e9;
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(bytes));
+  state.counters["GB/s"] = gbps;
+  state.counters["of_stream"] = gbps / stream_read_gbps(all);
+  state.counters["threads"] = ctx.threads();
+}
+BENCHMARK(BM_Q8_0Matmul)
+    ->ArgsProduct({{0, 1}, {1, 16}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime()
+    ->MinTime(0.2);
+
 // The per-call activation quantisation (not included above: one X feeds several projections).
 void BM_QuantizeActivations(benchmark::State& state) {
   const int64_t n = state.range(0), in = state.range(1);

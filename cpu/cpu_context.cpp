@@ -250,19 +250,25 @@ void residual_matmul(CpuContext& ctx, const ResidualPlaneView& r, const Quantize
   ctx.run_slices(r.out, 16, [&](int64_t b, int64_t e) { k.residual(r, qa, b, e, y); });
 }
 
-void draft_matmul(CpuContext& ctx, const DraftPlaneView& d, const QuantizedActivations& qa, float* y) {
+void draft_matmul(CpuContext& ctx, const DraftPlaneView& d, const QuantizedActivations& qa, float* y,
+                  const SignPlaneView* delta) {
   BITSPLIT_CHECK(qa.in == d.in && qa.group == d.group && (d.bits == 2 || d.bits == 3 || d.bits == 4));
+  detail::check_delta(d, delta);
   const auto& k = detail::kernels_of(ctx);
-  ctx.run_slices(d.out, 16, [&](int64_t b, int64_t e) { k.draft(d, qa, b, e, y); });
+  ctx.run_slices(d.out, 16, [&](int64_t b, int64_t e) { k.draft(d, qa, b, e, y, delta); });
 }
 
 void target_matmul(CpuContext& ctx, const DraftPlaneView& d, const ResidualPlaneView& r,
-                   const QuantizedActivations& qa, float* y, std::vector<float>& scratch) {
+                   const QuantizedActivations& qa, float* y, std::vector<float>& scratch, const SignPlaneView* delta) {
   BITSPLIT_CHECK(d.out == r.out && d.in == r.in);
   scratch.resize(size_t(qa.rows * r.out));
-  draft_matmul(ctx, d, qa, y);
+  draft_matmul(ctx, d, qa, y, delta);
   residual_matmul(ctx, r, qa, scratch.data());
   for (size_t i = 0; i < scratch.size(); ++i) y[i] = y[i] + scratch[i];
+}
+
+void sign_delta_accumulate(CpuContext& ctx, const SignPlaneView& s, const QuantizedActivations& qa, float* y) {
+  ctx.run_slices(s.out, 16, [&](int64_t b, int64_t e) { detail::sign_rows_ref(s, qa, b, e, y); });
 }
 
 }  // namespace bitsplit::cpu

@@ -2,6 +2,8 @@
 // A tile of 8 rows x 32 codes is transposed so each vector holds one 4-code chunk of every row;
 // vpmaddubsw + vpmaddwd replace vpdpbusd. vpmaddubsw saturates at 16 bits, so 8-bit codes are
 // split as u = (u & 127) + 128 * (u >> 7), which keeps every pair sum exact (<= 2 * 127 * 127).
+// A BitDelta sign plane is loaded per group for the block's 8 rows and expanded to 0/1 bytes in
+// the transposed layout, so its signs are read once per output row for all activation rows.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -13,6 +15,9 @@ namespace bitsplit::cpu::detail {
 namespace {
 
 constexpr int kLanes = 8;  // output rows per block
+// Activation rows per block with a sign plane: 16 would spill the sign accumulators and, with
+// 4096-wide rows, put 16 activation rows on one L1 set (measured twice as slow at n = 16).
+constexpr int kDeltaChunkRows = 8;
 
 inline int32_t load_i32(const int8_t* p) {
   int32_t v;
@@ -146,23 +151,76 @@ inline void group_rows(const __m256i* w, int chunks, const RowChunk& rc, int64_t
   }
 }
 
+// The sign bytes of one group of the block's rows (from `first`, row_bytes apart; at most
+// `readable` bytes each) as 0/1 bytes in the transposed code layout: ws[c] lane l = the signs of
+// codes 4c .. 4c + 3 of row o0 + l (1 = negative).
+template <int kGroup>
+inline void load_group_signs(const uint8_t* first, int64_t row_bytes, int64_t readable, int valid, __m256i* ws) {
+  constexpr int kBytes = kGroup / 8, kDwords = kGroup / 32;
+  alignas(32) uint32_t d[kDwords][kLanes] = {};
+  for (int l = 0; l < valid; ++l) {
+    uint8_t bytes[kBytes] = {};
+    if (readable >= kBytes) std::memcpy(bytes, first + l * row_bytes, kBytes);
+    else std::memcpy(bytes, first + l * row_bytes, size_t(readable));
+    for (int j = 0; j < kDwords; ++j) std::memcpy(&d[j][l], bytes + 4 * j, 4);
+  }
+  __m256i sd[kDwords];
+  for (int j = 0; j < kDwords; ++j) sd[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(d[j]));
+  // Chunk c's nibble is half of byte (c % 8) / 2 of dword c / 8: copy that byte to all 4 bytes of
+  // the dword, keep bit b in byte b, and clamp to 0/1.
+  const __m256i bit_lo = _mm256_set1_epi32(0x08040201), bit_hi = _mm256_set1_epi32(int32_t(0x80402010u));
+  const __m256i one = _mm256_set1_epi8(1);
+  // pshufb indices: byte b of each dword (4d + b within each 128-bit half) into all 4 of its bytes.
+  __m256i sel[4];
+  for (int b = 0; b < 4; ++b)
+    sel[b] = _mm256_add_epi8(_mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 0, 0, 0, 0, 4, 4, 4,
+                                              4, 8, 8, 8, 8, 12, 12, 12, 12),
+                             _mm256_set1_epi8(char(b)));
+  for (int c = 0; c < kGroup / 4; ++c) {
+    const __m256i bytes = _mm256_shuffle_epi8(sd[c / 8], sel[(c % 8) / 2]);
+    ws[c] = _mm256_min_epu8(_mm256_and_si256(bytes, c % 2 ? bit_hi : bit_lo), one);
+  }
+}
+
+// Step 5's integer sums for NR activation rows: sum of q where the sign is negative, in 16 bits
+// across the group's chunks (at most 32 chunks x 2 x 127 < 2^15, so exact), then Ss = sum(q) - 2
+// of that into dacc with the reference's fmaf.
+template <int NR, int kGroup>
+inline void group_signs(const __m256i* ws, const RowChunk& rc, int64_t k, __m256* dacc) {
+  __m256i acc[NR];
+  for (int r = 0; r < NR; ++r) acc[r] = _mm256_setzero_si256();
+  const int8_t* q = rc.q + k * kGroup;
+  for (int c = 0; c < kGroup / 4; ++c)
+    for (int r = 0; r < NR; ++r)
+      acc[r] = _mm256_add_epi16(
+          acc[r], _mm256_maddubs_epi16(ws[c], _mm256_set1_epi32(load_i32(q + r * rc.q_stride + 4 * c))));
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  for (int r = 0; r < NR; ++r) {
+    const __m256i neg = _mm256_madd_epi16(acc[r], ones16);
+    const __m256i ss = _mm256_sub_epi32(_mm256_set1_epi32(rc.sum[r * rc.groups + k]), _mm256_add_epi32(neg, neg));
+    dacc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ss), _mm256_set1_ps(rc.scale[r * rc.groups + k]), dacc[r]);
+  }
+}
+
 struct PlaneArgs {
   const uint8_t* codes;
   const uint16_t* scales;
   const uint16_t* offsets;
   int64_t out, in;
   int group, bits;
+  const SignPlaneView* delta;  // draft only, may be null
 };
 
-template <int NR, int kBits>
+template <int NR, int kBits, bool kDelta>
 void block_rows(const PlaneArgs& p, const QuantizedActivations& qa, int64_t o0, int valid, int64_t r0, float* y) {
   const int64_t row_bytes = quant::code_row_bytes(p.in, p.group, p.bits), groups = qa.groups;
   const int gbytes = p.group * p.bits / 8, pieces = p.group / 32;
   const RowChunk rc{qa.q.data() + r0 * qa.padded, qa.padded, qa.scale.data() + r0 * groups,
                     qa.sum.data() + r0 * groups, groups};
-  __m256 facc[NR];
+  __m256 facc[NR], dacc[kDelta ? NR : 1];
   for (int r = 0; r < NR; ++r) facc[r] = _mm256_setzero_ps();
-  __m256i tile[4][kLanes], w[4 * kLanes];
+  for (auto& v : dacc) v = _mm256_setzero_ps();
+  __m256i tile[4][kLanes], w[4 * kLanes], ws[kDelta ? 32 : 1];
   for (int l = valid; l < kLanes; ++l)
     for (int i = 0; i < 4; ++i) tile[i][l] = _mm256_setzero_si256();
   for (int64_t k = 0; k < groups; ++k) {
@@ -175,8 +233,28 @@ void block_rows(const PlaneArgs& p, const QuantizedActivations& qa, int64_t o0, 
     const __m256 tv = gather_fp16(p.scales + o0 * groups + k, groups, valid);
     const __m256 mv = kBits == 2 ? gather_fp16(p.offsets + o0 * groups + k, groups, valid) : _mm256_setzero_ps();
     group_rows<NR, kBits>(w, p.group / 4, rc, k, p.group, tv, mv, facc);
+    if constexpr (kDelta) {
+      const int64_t byte0 = k * p.group / 8;
+      const uint8_t* first = p.delta->signs + o0 * p.delta->row_bytes + byte0;
+      const int64_t readable = sign_bytes_read(p.in) - byte0, stride = p.delta->row_bytes;
+      if (p.group == 32) {
+        load_group_signs<32>(first, stride, readable, valid, ws);
+        group_signs<NR, 32>(ws, rc, k, dacc);
+      } else if (p.group == 64) {
+        load_group_signs<64>(first, stride, readable, valid, ws);
+        group_signs<NR, 64>(ws, rc, k, dacc);
+      } else {
+        load_group_signs<128>(first, stride, readable, valid, ws);
+        group_signs<NR, 128>(ws, rc, k, dacc);
+      }
+    }
   }
   alignas(32) float tmp[kLanes];
+  if constexpr (kDelta) {
+    for (int l = 0; l < kLanes; ++l) tmp[l] = l < valid ? delta_alpha(*p.delta, o0 + l) : 0.0f;
+    const __m256 alpha = _mm256_load_ps(tmp);
+    for (int r = 0; r < NR; ++r) facc[r] = _mm256_fmadd_ps(alpha, dacc[r], facc[r]);
+  }
   for (int r = 0; r < NR; ++r) {
     float* dst = y + (r0 + r) * p.out + o0;
     if (valid == kLanes) {
@@ -188,19 +266,20 @@ void block_rows(const PlaneArgs& p, const QuantizedActivations& qa, int64_t o0, 
   }
 }
 
-template <int kBits, int... NRs>
+template <int kBits, bool kDelta, int... NRs>
 void block_dispatch(int nr, const PlaneArgs& p, const QuantizedActivations& qa, int64_t o0, int valid, int64_t r0,
                     float* y, std::integer_sequence<int, NRs...>) {
-  ((nr == NRs + 1 ? block_rows<NRs + 1, kBits>(p, qa, o0, valid, r0, y) : void()), ...);
+  ((nr == NRs + 1 ? block_rows<NRs + 1, kBits, kDelta>(p, qa, o0, valid, r0, y) : void()), ...);
 }
 
-template <int kBits>
+template <int kBits, bool kDelta = false>
 void plane_rows(const PlaneArgs& p, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end, float* y) {
+  constexpr int kChunkRows = kDelta ? kDeltaChunkRows : 16;
   for (int64_t o0 = o_begin; o0 < o_end; o0 += kLanes) {
     const int valid = int(std::min<int64_t>(kLanes, o_end - o0));
-    for (int64_t r0 = 0; r0 < qa.rows; r0 += 16) {
-      const int nr = int(std::min<int64_t>(16, qa.rows - r0));
-      block_dispatch<kBits>(nr, p, qa, o0, valid, r0, y, std::make_integer_sequence<int, 16>{});
+    for (int64_t r0 = 0; r0 < qa.rows; r0 += kChunkRows) {
+      const int nr = int(std::min<int64_t>(kChunkRows, qa.rows - r0));
+      block_dispatch<kBits, kDelta>(nr, p, qa, o0, valid, r0, y, std::make_integer_sequence<int, kChunkRows>{});
     }
   }
 }
@@ -210,14 +289,17 @@ bool simd_group(int group) { return group == 32 || group == 64 || group == 128; 
 void residual_avx2(const ResidualPlaneView& r, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
                    float* y) {
   if (!simd_group(r.group)) return residual_rows_ref(r, qa, o_begin, o_end, y);
-  const PlaneArgs p{r.codes, r.scales, nullptr, r.out, r.in, r.group, r.bits};
+  const PlaneArgs p{r.codes, r.scales, nullptr, r.out, r.in, r.group, r.bits, nullptr};
   if (r.bits == 8) plane_rows<8>(p, qa, o_begin, o_end, y);
   else plane_rows<6>(p, qa, o_begin, o_end, y);
 }
 
-void draft_avx2(const DraftPlaneView& d, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end, float* y) {
-  if (!simd_group(d.group) || d.bits != 2) return draft_rows_ref(d, qa, o_begin, o_end, y);
-  plane_rows<2>({d.codes, d.scales, d.offsets, d.out, d.in, d.group, d.bits}, qa, o_begin, o_end, y);
+void draft_avx2(const DraftPlaneView& d, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end, float* y,
+                const SignPlaneView* delta) {
+  if (!simd_group(d.group) || d.bits != 2) return draft_rows_ref(d, qa, o_begin, o_end, y, delta);
+  const PlaneArgs p{d.codes, d.scales, d.offsets, d.out, d.in, d.group, d.bits, delta};
+  if (delta) plane_rows<2, true>(p, qa, o_begin, o_end, y);
+  else plane_rows<2>(p, qa, o_begin, o_end, y);
 }
 
 // The reference quantiser's arithmetic on 8 lanes (see quantize_activations_ref).

@@ -3,6 +3,8 @@
 // vpdpbusd multiplies it by that chunk of an activation row broadcast from memory. The integer
 // sums are exact and the float steps run lane-wise in the order of the reference, so the result
 // equals residual_matmul_ref / draft_matmul_ref bit for bit (docs/FORMAT.md, "Kernel arithmetic").
+// A BitDelta sign plane rides in bit 7 of the code bytes before the transpose (one byte-masked
+// add per row and span), so its signs are read once per output row for all activation rows.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -170,29 +172,43 @@ struct RowChunk {
 // One group for NR activation rows: exact int32 dot products over the group's 4-code chunks, then
 // the group's float step into facc[r] (16 outputs per row). Integer sums may be split into
 // partial accumulators freely (they are exact); the float step is the reference's, lane-wise.
-template <int NR, bool kDraft, int kChunks>
+// kDelta: each code byte also carries its sign in bit 7 (c + 128 s, s = 1 when negative), so one
+// product gives Sq + 128 Sneg and a second, of the bit alone, 128 Sneg (Sneg = sum of q where
+// s = 1); then Ss = sum(q) - 2 Sneg feeds dacc[r] with the reference's fmaf. All exact in int32.
+template <int NR, bool kDraft, int kChunks, bool kDelta>
 inline void group_rows(const __m512i* w, const RowChunk& rc, int64_t k, int32_t half, __m512 tv, __m512 mv,
-                       __m512* facc) {
+                       __m512* facc, __m512* dacc) {
   constexpr int kSplit = NR == 1 ? 4 : NR == 2 ? 2 : 1;
-  __m512i acc[kSplit][NR];
+  constexpr int kSignSplit = kDelta ? kSplit : 1;
+  __m512i acc[kSplit][NR], sacc[kSignSplit][NR];
   const int32_t* sum = rc.sum + k * NR;
   const float* scale = rc.scale + k * NR;
   for (int r = 0; r < NR; ++r) {
     acc[0][r] = kDraft ? _mm512_setzero_si512() : _mm512_set1_epi32(-half * sum[r]);
     for (int s = 1; s < kSplit; ++s) acc[s][r] = _mm512_setzero_si512();
+    for (int s = 0; s < kSignSplit; ++s) sacc[s][r] = _mm512_setzero_si512();
   }
   const int32_t* q = rc.q + k * kChunks * NR;
+  const __m512i sign_bit = _mm512_set1_epi8(char(0x80));
 #pragma GCC unroll 32
   for (int c = 0; c < kChunks; c += kSplit) {
     for (int s = 0; s < kSplit; ++s) {
       const __m512i wc = w[c + s];
-      for (int r = 0; r < NR; ++r)
-        acc[s][r] = _mm512_dpbusd_epi32(acc[s][r], wc, _mm512_set1_epi32(q[(c + s) * NR + r]));
+      const __m512i ws = kDelta ? _mm512_and_si512(wc, sign_bit) : wc;
+      for (int r = 0; r < NR; ++r) {
+        const __m512i x = _mm512_set1_epi32(q[(c + s) * NR + r]);
+        acc[s][r] = _mm512_dpbusd_epi32(acc[s][r], wc, x);
+        if constexpr (kDelta) sacc[s][r] = _mm512_dpbusd_epi32(sacc[s][r], ws, x);
+      }
     }
   }
   for (int r = 0; r < NR; ++r) {
-    __m512i a = acc[0][r];
+    __m512i a = acc[0][r], neg128 = sacc[0][r];
     for (int s = 1; s < kSplit; ++s) a = _mm512_add_epi32(a, acc[s][r]);
+    if constexpr (kDelta) {
+      for (int s = 1; s < kSignSplit; ++s) neg128 = _mm512_add_epi32(neg128, sacc[s][r]);
+      a = _mm512_sub_epi32(a, neg128);
+    }
     if constexpr (kDraft) {
       const __m512 msx = _mm512_mul_ps(mv, _mm512_set1_ps(float(sum[r])));
       const __m512 inner = _mm512_fmadd_ps(tv, _mm512_cvtepi32_ps(a), msx);
@@ -200,7 +216,25 @@ inline void group_rows(const __m512i* w, const RowChunk& rc, int64_t k, int32_t 
     } else {
       facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(tv, _mm512_set1_ps(scale[r])), facc[r]);
     }
+    if constexpr (kDelta) {
+      const __m512i ss = _mm512_sub_epi32(_mm512_set1_epi32(sum[r]), _mm512_srai_epi32(neg128, 6));
+      dacc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ss), _mm512_set1_ps(scale[r]), dacc[r]);
+    }
   }
+}
+
+// Sets bit 7 of each code byte of one output row's span whose sign is negative: the span's
+// 64 or 128 sign bits (from byte0 of the row) are the byte masks. Reads stay within the row's
+// first `readable` bytes (the last span may have fewer).
+template <int kSpanVectors>
+inline void merge_signs(const uint8_t* row, int64_t readable, int64_t byte0, __m512i* v) {
+  uint64_t bits[kSpanVectors] = {};
+  const int64_t avail = readable - byte0;
+  if (avail >= 8 * kSpanVectors) std::memcpy(bits, row + byte0, 8 * kSpanVectors);
+  else std::memcpy(bits, row + byte0, size_t(avail));
+  // Codes are below 128, so adding 128 sets bit 7.
+  const __m512i sign_bit = _mm512_set1_epi8(char(0x80));
+  for (int i = 0; i < kSpanVectors; ++i) v[i] = _mm512_mask_add_epi8(v[i], _cvtu64_mask64(bits[i]), v[i], sign_bit);
 }
 
 struct PlaneArgs {
@@ -209,17 +243,19 @@ struct PlaneArgs {
   const uint16_t* offsets;  // draft only
   int64_t out, in;
   int group, bits;
+  const SignPlaneView* delta;  // draft only, may be null
 };
 
 // Output rows [o0, o0 + valid) (valid <= 16) for the NR activation rows of one row chunk.
-template <int NR, bool kDraft, int kGroup>
+template <int NR, bool kDraft, int kGroup, bool kDelta>
 void block_rows(const PlaneArgs& p, int64_t groups, const RowChunk& rc, int64_t o0, int valid, int64_t r0,
                 float* y) {
   constexpr int kSpanGroups = kGroup == 32 ? 2 : 1, kSpanVectors = kGroup == 128 ? 2 : 1, kChunks = kGroup / 4;
   const int64_t row_bytes = quant::code_row_bytes(p.in, kGroup, p.bits);
   const int32_t half = kDraft ? 0 : 1 << (p.bits - 1);
-  __m512 facc[NR];
+  __m512 facc[NR], dacc[kDelta ? NR : 1];
   for (int r = 0; r < NR; ++r) facc[r] = _mm512_setzero_ps();
+  for (auto& v : dacc) v = _mm512_setzero_ps();
   __m512i tile[2][kLanes], w[2 * kLanes];
   for (int l = valid; l < kLanes; ++l) tile[0][l] = tile[1][l] = _mm512_setzero_si512();
   for (int64_t k0 = 0; k0 < groups; k0 += kSpanGroups) {
@@ -227,6 +263,9 @@ void block_rows(const PlaneArgs& p, int64_t groups, const RowChunk& rc, int64_t 
     for (int l = 0; l < valid; ++l) {
       __m512i v[2];
       load_span(p.codes + (o0 + l) * row_bytes, p.bits, kGroup, k0, two, v);
+      if constexpr (kDelta)
+        merge_signs<kSpanVectors>(p.delta->signs + (o0 + l) * p.delta->row_bytes, sign_bytes_read(p.in),
+                                  k0 * kGroup / 8, v);
       tile[0][l] = v[0];
       if (kSpanVectors == 2) tile[1][l] = v[1];
     }
@@ -237,17 +276,22 @@ void block_rows(const PlaneArgs& p, int64_t groups, const RowChunk& rc, int64_t 
       const __m512 tv = gather_fp16(p.scales + o0 * groups + k, groups, valid, k, groups);
       const __m512 mv =
           kDraft ? gather_fp16(p.offsets + o0 * groups + k, groups, valid, k, groups) : _mm512_setzero_ps();
-      group_rows<NR, kDraft, kChunks>(w + g * kChunks, rc, k, half, tv, mv, facc);
+      group_rows<NR, kDraft, kChunks, kDelta>(w + g * kChunks, rc, k, half, tv, mv, facc, dacc);
     }
   }
   const __mmask16 mask = __mmask16((1u << valid) - 1);
+  if constexpr (kDelta) {
+    const __m512 alpha = p.delta->alpha_per_row ? _mm512_maskz_loadu_ps(mask, p.delta->alpha + o0)
+                                                : _mm512_set1_ps(p.delta->alpha[0]);
+    for (int r = 0; r < NR; ++r) facc[r] = _mm512_fmadd_ps(alpha, dacc[r], facc[r]);
+  }
   for (int r = 0; r < NR; ++r) _mm512_mask_storeu_ps(y + (r0 + r) * p.out + o0, mask, facc[r]);
 }
 
-template <bool kDraft, int kGroup, int... NRs>
+template <bool kDraft, int kGroup, bool kDelta, int... NRs>
 void block_dispatch(int nr, const PlaneArgs& p, int64_t groups, const RowChunk& rc, int64_t o0, int valid,
                     int64_t r0, float* y, std::integer_sequence<int, NRs...>) {
-  ((nr == NRs + 1 ? block_rows<NRs + 1, kDraft, kGroup>(p, groups, rc, o0, valid, r0, y) : void()), ...);
+  ((nr == NRs + 1 ? block_rows<NRs + 1, kDraft, kGroup, kDelta>(p, groups, rc, o0, valid, r0, y) : void()), ...);
 }
 
 // Per-thread scratch for the re-laid-out activations (reused across calls).
@@ -256,7 +300,7 @@ struct Scratch {
   std::vector<float> scale;
 };
 
-template <bool kDraft, int kGroup>
+template <bool kDraft, int kGroup, bool kDelta>
 void plane_rows(const PlaneArgs& p, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end, float* y) {
   constexpr int kChunks = kGroup / 4;
   const int64_t groups = qa.groups, rows = qa.rows;
@@ -282,17 +326,18 @@ void plane_rows(const PlaneArgs& p, const QuantizedActivations& qa, int64_t o_be
       const int nr = int(std::min<int64_t>(16, rows - r0));
       const RowChunk rc{scratch.q.data() + r0 * groups * kChunks, scratch.scale.data() + r0 * groups,
                         scratch.sum.data() + r0 * groups};
-      block_dispatch<kDraft, kGroup>(nr, p, groups, rc, o0, valid, r0, y, std::make_integer_sequence<int, 16>{});
+      block_dispatch<kDraft, kGroup, kDelta>(nr, p, groups, rc, o0, valid, r0, y,
+                                             std::make_integer_sequence<int, 16>{});
     }
   }
 }
 
-template <bool kDraft>
+template <bool kDraft, bool kDelta = false>
 void plane_rows_any_group(const PlaneArgs& p, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
                           float* y) {
-  if (p.group == 32) plane_rows<kDraft, 32>(p, qa, o_begin, o_end, y);
-  else if (p.group == 64) plane_rows<kDraft, 64>(p, qa, o_begin, o_end, y);
-  else plane_rows<kDraft, 128>(p, qa, o_begin, o_end, y);
+  if (p.group == 32) plane_rows<kDraft, 32, kDelta>(p, qa, o_begin, o_end, y);
+  else if (p.group == 64) plane_rows<kDraft, 64, kDelta>(p, qa, o_begin, o_end, y);
+  else plane_rows<kDraft, 128, kDelta>(p, qa, o_begin, o_end, y);
 }
 
 bool simd_group(int group) { return group == 32 || group == 64 || group == 128; }
@@ -300,13 +345,16 @@ bool simd_group(int group) { return group == 32 || group == 64 || group == 128; 
 void residual_avx512(const ResidualPlaneView& r, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
                      float* y) {
   if (!simd_group(r.group)) return residual_rows_ref(r, qa, o_begin, o_end, y);
-  plane_rows_any_group<false>({r.codes, r.scales, nullptr, r.out, r.in, r.group, r.bits}, qa, o_begin, o_end, y);
+  plane_rows_any_group<false>({r.codes, r.scales, nullptr, r.out, r.in, r.group, r.bits, nullptr}, qa, o_begin,
+                              o_end, y);
 }
 
-void draft_avx512(const DraftPlaneView& d, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
-                  float* y) {
-  if (!simd_group(d.group) || d.bits != 2) return draft_rows_ref(d, qa, o_begin, o_end, y);
-  plane_rows_any_group<true>({d.codes, d.scales, d.offsets, d.out, d.in, d.group, d.bits}, qa, o_begin, o_end, y);
+void draft_avx512(const DraftPlaneView& d, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end, float* y,
+                  const SignPlaneView* delta) {
+  if (!simd_group(d.group) || d.bits != 2) return draft_rows_ref(d, qa, o_begin, o_end, y, delta);
+  const PlaneArgs p{d.codes, d.scales, d.offsets, d.out, d.in, d.group, d.bits, delta};
+  if (delta) plane_rows_any_group<true, true>(p, qa, o_begin, o_end, y);
+  else plane_rows_any_group<true>(p, qa, o_begin, o_end, y);
 }
 
 // Quantises one group of n <= group valid values (the rest of the group is zero padding), with

@@ -18,7 +18,9 @@ struct KernelTable {
   void (*quantize)(const float* x, int64_t rows, int64_t in, int group, QuantizedActivations& qa);
   void (*residual)(const ResidualPlaneView& r, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
                    float* y);
-  void (*draft)(const DraftPlaneView& d, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end, float* y);
+  // delta (may be null): the variant's sign plane, fused into the same pass ("Kernel arithmetic" 5).
+  void (*draft)(const DraftPlaneView& d, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end, float* y,
+                const SignPlaneView* delta);
 };
 
 const KernelTable& scalar_kernels();
@@ -54,7 +56,17 @@ void quantize_rows(const float* x, int64_t rows, int64_t in, int group, Quantize
 void residual_rows_ref(const ResidualPlaneView& r, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
                        float* y);
 void draft_rows_ref(const DraftPlaneView& d, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
-                    float* y);
+                    float* y, const SignPlaneView* delta);
+// Aborts unless delta (when not null) fits the draft plane.
+void check_delta(const DraftPlaneView& d, const SignPlaneView* delta);
+// Step 5 alone for output rows [o_begin, o_end): y holds the plain draft result and gets the signs.
+void sign_rows_ref(const SignPlaneView& s, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
+                   float* y);
+
+// The sign bytes a kernel may read per row: bits at i >= in are ignored, and a view's row_bytes
+// may be a wider stride, so nothing past ceil(in / 8) is ever needed or touched.
+inline int64_t sign_bytes_read(int64_t in) { return (in + 7) / 8; }
+inline float delta_alpha(const SignPlaneView& s, int64_t o) { return s.alpha[s.alpha_per_row ? o : 0]; }
 
 }  // namespace bitsplit::cpu::detail
 

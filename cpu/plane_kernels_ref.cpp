@@ -2,6 +2,7 @@
 // bit for bit; docs/FORMAT.md, "Kernel arithmetic") and the scalar tier's kernel table.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "bitsplit/status.h"
 #include "plane_kernels.h"
@@ -56,6 +57,18 @@ void check_shapes(int64_t in, int group, const QuantizedActivations& qa) {
   BITSPLIT_CHECK(qa.in == in && qa.group == group, "activations quantised for another plane shape");
 }
 
+// The 0/1 signs (1 = negative) of positions begin .. begin + group of one sign row; 0 at i >= in.
+void group_signs(const uint8_t* row, int64_t in, int64_t begin, int group, uint8_t* neg) {
+  for (int64_t i = 0, at = begin; i < group; ++i, ++at) neg[i] = at < in ? (row[at / 8] >> (at % 8)) & 1 : 0;
+}
+
+// Ss_k (step 5): sum_i s_i q_i = sum(q) - 2 * (sum of q where the sign is negative), exact.
+int32_t signed_sum(const uint8_t* neg, const int8_t* q, int group, int32_t sum_q) {
+  int32_t sneg = 0;
+  for (int i = 0; i < group; ++i) sneg += neg[i] ? int32_t(q[i]) : 0;
+  return sum_q - 2 * sneg;
+}
+
 }  // namespace
 
 void residual_rows_ref(const ResidualPlaneView& r, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
@@ -82,18 +95,29 @@ void residual_rows_ref(const ResidualPlaneView& r, const QuantizedActivations& q
   }
 }
 
+void check_delta(const DraftPlaneView& d, const SignPlaneView* delta) {
+  if (!delta) return;
+  BITSPLIT_CHECK(delta->out == d.out && delta->in == d.in && delta->row_bytes >= sign_bytes_read(d.in) &&
+                     delta->signs != nullptr && delta->alpha != nullptr,
+                 "sign plane does not match the draft plane's shape");
+}
+
 void draft_rows_ref(const DraftPlaneView& d, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
-                    float* y) {
+                    float* y, const SignPlaneView* delta) {
   check_shapes(d.in, d.group, qa);
+  check_delta(d, delta);
   BITSPLIT_CHECK(d.bits == 2 || d.bits == 3 || d.bits == 4);
   const int64_t row_bytes = quant::code_row_bytes(d.in, d.group, d.bits), groups = qa.groups;
-  uint8_t c[quant::kMaxGroup];
+  uint8_t c[quant::kMaxGroup], neg[quant::kMaxGroup];
+  std::vector<float> dacc(size_t(delta ? qa.rows : 0));
   for (int64_t o = o_begin; o < o_end; ++o) {
     for (int64_t n = 0; n < qa.rows; ++n) y[n * d.out + o] = 0.0f;
+    std::fill(dacc.begin(), dacc.end(), 0.0f);
     for (int64_t k = 0; k < groups; ++k) {
       quant::unpack_group_codes(d.codes + o * row_bytes + k * d.group * d.bits / 8, d.group, d.bits, c);
       const float s = quant::fp16_to_fp32(d.scales[o * groups + k]);
       const float m = quant::fp16_to_fp32(d.offsets[o * groups + k]);
+      if (delta) group_signs(delta->signs + o * delta->row_bytes, d.in, k * d.group, d.group, neg);
       for (int64_t n = 0; n < qa.rows; ++n) {
         const int8_t* q = qa.row_q(n) + k * d.group;
         int32_t sq = 0;
@@ -102,8 +126,36 @@ void draft_rows_ref(const DraftPlaneView& d, const QuantizedActivations& qa, int
         const float inner = std::fma(s, float(sq), m * sx);
         float& acc = y[n * d.out + o];
         acc = std::fma(qa.scale[size_t(n * groups + k)], inner, acc);
+        if (delta) {
+          const int32_t ss = signed_sum(neg, q, d.group, qa.sum[size_t(n * groups + k)]);
+          dacc[size_t(n)] = std::fma(float(ss), qa.scale[size_t(n * groups + k)], dacc[size_t(n)]);
+        }
       }
     }
+    if (delta) {
+      const float alpha = delta_alpha(*delta, o);
+      for (int64_t n = 0; n < qa.rows; ++n) y[n * d.out + o] = std::fma(alpha, dacc[size_t(n)], y[n * d.out + o]);
+    }
+  }
+}
+
+void sign_rows_ref(const SignPlaneView& s, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
+                   float* y) {
+  BITSPLIT_CHECK(s.in == qa.in && s.row_bytes >= sign_bytes_read(s.in), "sign plane does not match the activations");
+  const int64_t groups = qa.groups;
+  uint8_t neg[quant::kMaxGroup];
+  std::vector<float> dacc(size_t(qa.rows));
+  for (int64_t o = o_begin; o < o_end; ++o) {
+    std::fill(dacc.begin(), dacc.end(), 0.0f);
+    for (int64_t k = 0; k < groups; ++k) {
+      group_signs(s.signs + o * s.row_bytes, s.in, k * qa.group, qa.group, neg);
+      for (int64_t n = 0; n < qa.rows; ++n) {
+        const int32_t ss = signed_sum(neg, qa.row_q(n) + k * qa.group, qa.group, qa.sum[size_t(n * groups + k)]);
+        dacc[size_t(n)] = std::fma(float(ss), qa.scale[size_t(n * groups + k)], dacc[size_t(n)]);
+      }
+    }
+    const float alpha = delta_alpha(s, o);
+    for (int64_t n = 0; n < qa.rows; ++n) y[n * s.out + o] = std::fma(alpha, dacc[size_t(n)], y[n * s.out + o]);
   }
 }
 
@@ -124,8 +176,8 @@ void residual_matmul_ref(const ResidualPlaneView& r, const QuantizedActivations&
   detail::residual_rows_ref(r, qa, 0, r.out, y);
 }
 
-void draft_matmul_ref(const DraftPlaneView& d, const QuantizedActivations& qa, float* y) {
-  detail::draft_rows_ref(d, qa, 0, d.out, y);
+void draft_matmul_ref(const DraftPlaneView& d, const QuantizedActivations& qa, float* y, const SignPlaneView* delta) {
+  detail::draft_rows_ref(d, qa, 0, d.out, y, delta);
 }
 
 }  // namespace bitsplit::cpu

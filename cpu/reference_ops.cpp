@@ -35,6 +35,25 @@ void matmul_f32(std::span<const float> x, int64_t rows, int64_t in, std::span<co
   });
 }
 
+void sign_matmul_add_f32(const SignPlaneView& s, const float* x, int64_t rows, float* y) {
+  BITSPLIT_CHECK(s.row_bytes >= (s.in + 7) / 8 && rows >= 0);
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(s.in, 1));
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, s.out, grain), [&](const tbb::blocked_range<int64_t>& r) {
+    for (int64_t o = r.begin(); o != r.end(); ++o) {
+      const uint8_t* so = s.signs + o * s.row_bytes;
+      const float alpha = s.alpha[s.alpha_per_row ? o : 0];
+      for (int64_t row = 0; row < rows; ++row) {
+        const float* xr = x + row * s.in;
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int64_t i = 0; i < s.in; ++i) acc[i % 8] += (so[i / 8] >> (i % 8)) & 1 ? -xr[i] : xr[i];
+        const float t = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+        float& out = y[row * s.out + o];
+        out = std::fma(alpha, t, out);
+      }
+    }
+  });
+}
+
 void rms_norm_f32(const float* x, const float* weight, int64_t n, float eps, float* y) {
   double sum = 0.0;
   for (int64_t i = 0; i < n; ++i) sum += double(x[i]) * double(x[i]);

@@ -166,6 +166,9 @@ Status convert_model(const WeightSource& source, const std::string& out_path, co
   writer.metadata().set("bitsplit.residual_bits", Value::u32(uint32_t(p.residual_bits)));
   writer.metadata().set("bitsplit.quantizer", Value::string(params_description(options)));
   writer.metadata().set("bitsplit.source_sha256", Value::string(rep.source_sha256));
+  // The head's planes were split from the embedding: a BitDelta variant's embedding delta
+  // applies to both (engine/variant.cpp).
+  if (config.tied_output) writer.metadata().set("bitsplit.output_from_embedding", Value::boolean(true));
   std::string types;
   for (const auto& [type, n] : rep.source_types) types += (types.empty() ? "" : ",") + type;
   writer.metadata().set("bitsplit.source_types", Value::string(types));
@@ -220,6 +223,43 @@ Status convert_model(const WeightSource& source, const std::string& out_path, co
   getrusage(RUSAGE_SELF, &usage);
   rep.peak_rss_bytes = uint64_t(usage.ru_maxrss) * 1024;
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return Status::ok();
+}
+
+Status quantize_model_q8_0(const WeightSource& source, const std::string& out_path,
+                           const std::function<void(size_t, size_t)>& on_progress, uint64_t* output_bytes) {
+  auto split = read_split_format(source.metadata());
+  if (!split) return split.status().with_context(source.path());
+  if (split->has_value()) return Status::error(source.path() + ": is a converted bit-split model; quantize the original");
+  gguf::Writer writer;
+  std::vector<bool> to_q8;
+  for (const auto& t : source.tensors()) {
+    if (!gguf::File::can_read_f32(t.type)) {
+      return Status::error(source.path() + ": tensor '" + t.name + "' has type " + gguf::tensor_type_name(t.type) +
+                           ", which cannot be read");
+    }
+    const bool q8 = is_split_projection(t.name) && t.dims.size() == 2 && t.dims[0] % quant::BlockQ8_0::kWeights == 0;
+    BITSPLIT_RETURN_IF_ERROR(writer.add_tensor_info(t.name, q8 ? TensorType::Q8_0 : TensorType::F32, t.dims));
+    to_q8.push_back(q8);
+  }
+  for (const auto& [key, value] : source.metadata().entries()) {
+    if (key != "general.alignment" && key != "general.file_type") writer.metadata().set(key, value);
+  }
+  writer.metadata().set("general.file_type", gguf::Value::u32(7));  // llama.cpp's MOSTLY_Q8_0
+  BITSPLIT_RETURN_IF_ERROR(writer.write_file_streaming(out_path, [&](size_t i, const gguf::TensorInfo&) -> Result<std::vector<uint8_t>> {
+    const gguf::TensorInfo& t = source.tensors()[i];
+    if (on_progress) on_progress(i + 1, source.tensors().size());
+    if (to_q8[i]) return q8_0_tensor(source, t);
+    BITSPLIT_ASSIGN_OR_RETURN(auto w, source.load_f32(t));
+    source.release(t);
+    std::vector<uint8_t> bytes(w.size() * 4);
+    std::memcpy(bytes.data(), w.data(), bytes.size());
+    return bytes;
+  }));
+  if (output_bytes) {
+    *output_bytes = 0;
+    for (const auto& info : writer.tensor_infos()) *output_bytes += info.nbytes;
+  }
   return Status::ok();
 }
 

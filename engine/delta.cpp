@@ -124,6 +124,7 @@ Status make_delta(const WeightSource& base, const WeightSource& ft, const std::s
   m.set("bitsplit.delta.base_sha256", Value::string(rep.base_sha256));
   m.set("bitsplit.delta.base_name", Value::string(base_name));
   m.set("bitsplit.delta.finetuned_sha256", Value::string(rep.finetuned_sha256));
+  if (options.alpha_override) m.set("bitsplit.delta.alpha_fit", Value::string(options.alpha_fit));
 
   std::vector<float> pending_alpha;  // the alpha of the sign plane just written
   BITSPLIT_RETURN_IF_ERROR(writer.write_file_streaming(
@@ -145,6 +146,15 @@ Status make_delta(const WeightSource& base, const WeightSource& ft, const std::s
             std::vector<uint8_t> signs(size_t(out * quant::delta_sign_row_bytes(in)));
             pending_alpha.assign(size_t(per_row ? out : 1), 0.0f);
             quant::bitdelta_encode_ref(delta.data(), out, in, options.alpha, signs.data(), pending_alpha.data());
+            if (options.alpha_override) {
+              auto it = options.alpha_override->find(p.ft->name);
+              if (it != options.alpha_override->end()) {
+                if (it->second.size() != pending_alpha.size()) {
+                  return Status::error("distilled scales of '" + p.ft->name + "' have the wrong length");
+                }
+                pending_alpha = it->second;
+              }
+            }
             return signs;
           }
           case PlanKind::kAlpha:

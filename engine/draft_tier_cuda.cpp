@@ -22,12 +22,17 @@ class CudaDraftTier final : public DraftTier {
                              p.draft_bits});
   }
 
-  Status draft_matmul(const SplitProjection& p, const cpu::QuantizedActivations& x, float* y) override {
+  Status draft_matmul(const SplitProjection& p, const cpu::QuantizedActivations& x, float* y,
+                      const cpu::SignPlaneView* delta) override {
     if (p.draft_bits != 2) {
-      cpu::draft_matmul(*cpu_, p.draft(), x, y);
+      cpu::draft_matmul(*cpu_, p.draft(), x, y, delta);
       return Status::ok();
     }
-    return gpu_->run(&p, {x.q.data(), x.scale.data(), x.sum.data(), x.rows, x.padded, x.groups}, y);
+    BITSPLIT_RETURN_IF_ERROR(gpu_->run(&p, {x.q.data(), x.scale.data(), x.sum.data(), x.rows, x.padded, x.groups}, y));
+    // A variant's signs are not on the device yet: the CPU adds them to D·X with the same
+    // arithmetic as the fused kernel (the result is identical, the pass is not fused).
+    if (delta) cpu::sign_delta_accumulate(*cpu_, *delta, x, y);
+    return Status::ok();
   }
 
   Transfers transfers() const override {

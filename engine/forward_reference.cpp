@@ -3,8 +3,10 @@
 #include <tbb/parallel_for.h>
 
 #include <cmath>
+#include <optional>
 
 #include "bitsplit/model.h"
+#include "bitsplit/variant.h"
 
 namespace bitsplit {
 
@@ -125,6 +127,15 @@ class ProjectionInput {
     return qa_;
   }
 
+  // The Q8_0 kernel; the input is quantised once for every projection that reads it.
+  void q8_0_kernel(const Model& model, const cpu::Q8_0PlaneView& w, float* y) {
+    if (!q8_ready_) {
+      cpu::quantize_activations_q8_0(model.cpu(), x_.data.data(), x_.rows, x_.width, q8_);
+      q8_ready_ = true;
+    }
+    cpu::q8_0_matmul(model.cpu(), w, q8_, y);
+  }
+
   // int8 round trip of the activations per block, as llama.cpp's CPU quantised matmuls do.
   const std::vector<float>& rounded(int64_t group) {
     if (rounded_group_ == group) return rounded_;
@@ -149,27 +160,36 @@ class ProjectionInput {
   int qa_group_ = 0;
   std::vector<float> rounded_;
   int64_t rounded_group_ = 0;
+  cpu::Q8_0Activations q8_;
+  bool q8_ready_ = false;
 };
 
 // One projection: f32 weights through the reference matmul, or bit-split planes through the
-// plane kernels (D + R for the target, D alone for the draft), then the bias.
+// plane kernels (D + R for the target, D alone for the draft), then the bias. A variant's sign
+// plane joins D (fused into the draft kernel on the plane path).
 Status linear(const Model& model, Tier tier, const std::string& name, ProjectionInput& in, const std::vector<float>& w,
-              const std::vector<float>& bias, Activations& y) {
+              const std::vector<float>& bias, Activations& y, const VariantSigns* signs) {
   const Activations& x = in.f32();
   const SplitProjection* planes = model.split(name);
-  if (!planes) {
+  std::optional<cpu::SignPlaneView> delta;
+  if (signs) delta = signs->view();
+  if (const std::vector<uint8_t>* q8 = model.q8_0(name)) {
+    in.q8_0_kernel(model, cpu::Q8_0PlaneView{q8->data(), y.width, x.width}, y.data.data());
+    if (delta) cpu::sign_matmul_add_f32(*delta, x.data.data(), x.rows, y.data.data());
+  } else if (!planes) {
     const std::vector<float>& xs = model.activation_rounding() > 0 ? in.rounded(model.activation_rounding()) : x.data;
-    cpu::matmul_f32(xs, x.rows, x.width, w, y.width, bias, y.data);
-    return Status::ok();
-  }
-  const cpu::QuantizedActivations& qa = in.quantized(model, planes->group);
-  // The two tiers: D·X on the draft tier (CPU or GPU), R·X on the CPU, summed draft first
-  // (the same order as cpu::target_matmul).
-  BITSPLIT_RETURN_IF_ERROR(model.draft_tier().draft_matmul(*planes, qa, y.data.data()));
-  if (tier != Tier::kDraft) {
-    std::vector<float> residual(y.data.size());
-    cpu::residual_matmul(model.cpu(), planes->residual(), qa, residual.data());
-    for (size_t i = 0; i < residual.size(); ++i) y.data[i] += residual[i];
+    cpu::matmul_f32(xs, x.rows, x.width, w, y.width, {}, y.data);
+    if (delta) cpu::sign_matmul_add_f32(*delta, xs.data(), x.rows, y.data.data());
+  } else {
+    const cpu::QuantizedActivations& qa = in.quantized(model, planes->group);
+    // The two tiers: D·X (+ the variant's signs) on the draft tier (CPU or GPU), R·X on the
+    // CPU, summed draft first (the same order as cpu::target_matmul).
+    BITSPLIT_RETURN_IF_ERROR(model.draft_tier().draft_matmul(*planes, qa, y.data.data(), delta ? &*delta : nullptr));
+    if (tier != Tier::kDraft) {
+      std::vector<float> residual(y.data.size());
+      cpu::residual_matmul(model.cpu(), planes->residual(), qa, residual.data());
+      for (size_t i = 0; i < residual.size(); ++i) y.data[i] += residual[i];
+    }
   }
   if (!bias.empty()) {
     for (int64_t r = 0; r < y.rows; ++r)
@@ -181,42 +201,67 @@ Status linear(const Model& model, Tier tier, const std::string& name, Projection
 }  // namespace
 
 Result<std::vector<float>> forward_reference(const Model& model, KvCache& cache, const Batch& batch,
-                                             const ActivationObserver* observer, Tier tier) {
+                                             const ActivationObserver* observer, Tier tier, const Variant* variant) {
   if (tier == Tier::kDefault) tier = model.default_tier();
   const ModelConfig& c = model.config();
   BITSPLIT_RETURN_IF_ERROR(batch.validate(c, cache));
   const int64_t n = batch.size();
   Activations x(n, c.n_embd), h(n, c.n_embd), q(n, c.q_dim()), k(n, c.kv_dim()), v(n, c.kv_dim());
   Activations attn(n, c.q_dim()), proj(n, c.n_embd), gate(n, c.n_ff), up(n, c.n_ff);
+  // Every tensor a variant may change goes through these: base tensors unless it replaces
+  // them, and its sign planes where it has them.
+  auto pick = [&](const std::string& tensor, const std::vector<float>& base) -> const std::vector<float>& {
+    return variant ? variant->pick(tensor, base) : base;
+  };
+  auto signs_of = [&](const std::string& weight) { return variant ? variant->signs(weight) : nullptr; };
+  const std::vector<float>& embd = pick("token_embd.weight", model.token_embd());
+  const VariantSigns* embd_signs = signs_of("token_embd.weight");
   for (int64_t i = 0; i < n; ++i) {
-    const float* e = model.token_embd().data() + int64_t(batch.tokens[size_t(i)]) * c.n_embd;
+    const int64_t token = batch.tokens[size_t(i)];
+    const float* e = embd.data() + token * c.n_embd;
     std::copy(e, e + c.n_embd, x.row(i));
+    if (embd_signs) {
+      const uint8_t* s = embd_signs->signs.data() + token * embd_signs->row_bytes;
+      const float a = embd_signs->alpha_of(token);
+      for (int64_t j = 0; j < c.n_embd; ++j) x.row(i)[j] += (s[j / 8] >> (j % 8)) & 1 ? -a : a;
+    }
   }
   const std::vector<float> no_bias;
   auto name = [](int64_t layer, const char* weight) { return "blk." + std::to_string(layer) + "." + weight + ".weight"; };
+  auto bias_name = [](int64_t layer, const char* weight) { return "blk." + std::to_string(layer) + "." + weight + ".bias"; };
+  auto project = [&](int64_t layer, const char* weight, ProjectionInput& in, const std::vector<float>& w,
+                     const std::vector<float>& bias, Activations& y) {
+    const std::string n = name(layer, weight);
+    const std::vector<float>& b = bias.empty() ? bias : pick(bias_name(layer, weight), bias);
+    return linear(model, tier, n, in, w, b, y, signs_of(n));
+  };
   auto observe = [&](int64_t layer, const char* weight, const Activations& a) {
     if (observer) (*observer)(name(layer, weight), a.data.data(), a.rows, a.width);
   };
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = model.layer(l);
-    for (int64_t i = 0; i < n; ++i) cpu::rms_norm_f32(x.row(i), w.attn_norm.data(), c.n_embd, c.rms_eps, h.row(i));
+    const std::vector<float>& attn_norm = pick(name(l, "attn_norm"), w.attn_norm);
+    const std::vector<float>& ffn_norm = pick(name(l, "ffn_norm"), w.ffn_norm);
+    const std::vector<float>& q_norm = pick(name(l, "attn_q_norm"), w.q_norm);
+    const std::vector<float>& k_norm = pick(name(l, "attn_k_norm"), w.k_norm);
+    for (int64_t i = 0; i < n; ++i) cpu::rms_norm_f32(x.row(i), attn_norm.data(), c.n_embd, c.rms_eps, h.row(i));
     observe(l, "attn_q", h);
     observe(l, "attn_k", h);
     observe(l, "attn_v", h);
     ProjectionInput attn_in(h);
-    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, name(l, "attn_q"), attn_in, w.wq, w.bq, q));
-    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, name(l, "attn_k"), attn_in, w.wk, w.bk, k));
-    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, name(l, "attn_v"), attn_in, w.wv, w.bv, v));
+    BITSPLIT_RETURN_IF_ERROR(project(l, "attn_q", attn_in, w.wq, w.bq, q));
+    BITSPLIT_RETURN_IF_ERROR(project(l, "attn_k", attn_in, w.wk, w.bk, k));
+    BITSPLIT_RETURN_IF_ERROR(project(l, "attn_v", attn_in, w.wv, w.bv, v));
     for (int64_t i = 0; i < n; ++i) {
       const float pos = float(batch.positions[size_t(i)]);
       for (int64_t hd = 0; hd < c.n_heads; ++hd) {
         float* qh = q.row(i) + hd * c.head_dim;
-        if (c.has_qk_norm) cpu::rms_norm_f32(qh, w.q_norm.data(), c.head_dim, c.rms_eps, qh);
+        if (c.has_qk_norm) cpu::rms_norm_f32(qh, q_norm.data(), c.head_dim, c.rms_eps, qh);
         cpu::rope_f32(qh, c.n_rot, c.rope_order, pos, c.rope_base, c.rope_freq_scale, model.rope_freq_factors());
       }
       for (int64_t hd = 0; hd < c.n_kv_heads; ++hd) {
         float* kh = k.row(i) + hd * c.head_dim;
-        if (c.has_qk_norm) cpu::rms_norm_f32(kh, w.k_norm.data(), c.head_dim, c.rms_eps, kh);
+        if (c.has_qk_norm) cpu::rms_norm_f32(kh, k_norm.data(), c.head_dim, c.rms_eps, kh);
         cpu::rope_f32(kh, c.n_rot, c.rope_order, pos, c.rope_base, c.rope_freq_scale, model.rope_freq_factors());
       }
       std::copy(k.row(i), k.row(i) + c.kv_dim(), cache.k(l, batch.slots[size_t(i)]));
@@ -225,33 +270,38 @@ Result<std::vector<float>> forward_reference(const Model& model, KvCache& cache,
     attention(c, cache, l, batch, q, attn);
     observe(l, "attn_output", attn);
     ProjectionInput out_in(attn);
-    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, name(l, "attn_output"), out_in, w.wo, no_bias, proj));
+    BITSPLIT_RETURN_IF_ERROR(project(l, "attn_output", out_in, w.wo, no_bias, proj));
     for (size_t e = 0; e < x.data.size(); ++e) x.data[e] += proj.data[e];
 
-    for (int64_t i = 0; i < n; ++i) cpu::rms_norm_f32(x.row(i), w.ffn_norm.data(), c.n_embd, c.rms_eps, h.row(i));
+    for (int64_t i = 0; i < n; ++i) cpu::rms_norm_f32(x.row(i), ffn_norm.data(), c.n_embd, c.rms_eps, h.row(i));
     observe(l, "ffn_gate", h);
     observe(l, "ffn_up", h);
     ProjectionInput ffn_in(h);
-    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, name(l, "ffn_gate"), ffn_in, w.w_gate, no_bias, gate));
-    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, name(l, "ffn_up"), ffn_in, w.w_up, no_bias, up));
+    BITSPLIT_RETURN_IF_ERROR(project(l, "ffn_gate", ffn_in, w.w_gate, no_bias, gate));
+    BITSPLIT_RETURN_IF_ERROR(project(l, "ffn_up", ffn_in, w.w_up, no_bias, up));
     for (size_t e = 0; e < gate.data.size(); ++e) gate.data[e] = cpu::silu(gate.data[e]) * up.data[e];
     observe(l, "ffn_down", gate);
     ProjectionInput down_in(gate);
-    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, name(l, "ffn_down"), down_in, w.w_down, no_bias, proj));
+    BITSPLIT_RETURN_IF_ERROR(project(l, "ffn_down", down_in, w.w_down, no_bias, proj));
     for (size_t e = 0; e < x.data.size(); ++e) x.data[e] += proj.data[e];
   }
 
   int64_t n_out = 0;
   for (uint8_t want : batch.want_logits) n_out += want ? 1 : 0;
   Activations last(n_out, c.n_embd);
+  const std::vector<float>& output_norm = pick("output_norm.weight", model.output_norm());
   for (int64_t i = 0, r = 0; i < n; ++i) {
-    if (batch.want_logits[size_t(i)]) cpu::rms_norm_f32(x.row(i), model.output_norm().data(), c.n_embd, c.rms_eps, last.row(r++));
+    if (batch.want_logits[size_t(i)]) cpu::rms_norm_f32(x.row(i), output_norm.data(), c.n_embd, c.rms_eps, last.row(r++));
   }
   Activations logits(n_out, c.n_vocab);
   if (observer && n_out > 0) (*observer)("output.weight", last.data.data(), last.rows, last.width);
   if (n_out > 0) {
     ProjectionInput head_in(last);
-    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, "output.weight", head_in, model.output(), no_bias, logits));
+    // A tied head reads the embedding, so it takes the embedding's delta (full or signs).
+    const bool tied = c.tied_output;
+    const std::vector<float>& head = tied ? embd : model.output();
+    const VariantSigns* head_signs = tied ? embd_signs : signs_of("output.weight");
+    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, "output.weight", head_in, head, no_bias, logits, head_signs));
   }
   return std::move(logits.data);
 }

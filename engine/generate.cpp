@@ -29,7 +29,7 @@ Result<GenerationStats> generate(const Model& model, std::span<const int32_t> pr
   for (size_t start = 0; start < prompt.size(); start += size_t(options.prefill_chunk)) {
     const size_t n = std::min(prompt.size() - start, size_t(options.prefill_chunk));
     Batch batch = Batch::causal(prompt.subspan(start, n), int32_t(start));
-    BITSPLIT_ASSIGN_OR_RETURN(logits, forward_reference(model, cache, batch));
+    BITSPLIT_ASSIGN_OR_RETURN(logits, forward_reference(model, cache, batch, nullptr, Tier::kDefault, options.variant));
   }
   stats.prompt_seconds = seconds(t0, Clock::now());
   if (prompt_logits) *prompt_logits = logits;
@@ -47,7 +47,7 @@ Result<GenerationStats> generate(const Model& model, std::span<const int32_t> pr
     if (i + 1 == options.n_predict) break;
     const int32_t pos = int32_t(history.size() - 1);
     Batch batch = Batch::causal(std::span<const int32_t>(&history.back(), 1), pos);
-    BITSPLIT_ASSIGN_OR_RETURN(logits, forward_reference(model, cache, batch));
+    BITSPLIT_ASSIGN_OR_RETURN(logits, forward_reference(model, cache, batch, nullptr, Tier::kDefault, options.variant));
   }
   stats.generate_seconds = seconds(t1, Clock::now());
   return stats;

@@ -125,8 +125,8 @@ namespace {
 class TensorLoader {
  public:
   TensorLoader(const WeightSource& source, std::optional<SplitFormat> split, bool draft_only,
-               std::map<std::string, SplitProjection>* planes)
-      : source_(source), split_(split), draft_only_(draft_only), planes_(planes) {}
+               std::map<std::string, SplitProjection>* planes, std::map<std::string, std::vector<uint8_t>>* q8_0)
+      : source_(source), split_(split), draft_only_(draft_only), planes_(planes), q8_0_(q8_0) {}
 
   Status load(const std::string& name, std::vector<int64_t> dims, std::vector<float>* out, bool optional = false) {
     const gguf::TensorInfo* t = source_.find_tensor(name);
@@ -154,6 +154,14 @@ class TensorLoader {
       return Status::error(source_.path() + ": tensor '" + name + "' has shape " + t->shape_string() + ", expected " +
                            expected.shape_string());
     }
+    // Q8_0 projections keep their blocks for the Q8_0 kernel (llama.cpp's CPU arithmetic).
+    if (q8_0_ && t->type == gguf::TensorType::Q8_0 && dims.size() == 2 && dims[0] % 32 == 0 &&
+        is_split_projection(name)) {
+      BITSPLIT_ASSIGN_OR_RETURN(auto bytes, source_.raw_bytes(*t));
+      (*q8_0_)[name].assign(bytes.begin(), bytes.end());
+      out->clear();
+      return Status::ok();
+    }
     BITSPLIT_ASSIGN_OR_RETURN(*out, source_.load_f32(*t));
     return Status::ok();
   }
@@ -163,6 +171,7 @@ class TensorLoader {
   std::optional<SplitFormat> split_;
   bool draft_only_;
   std::map<std::string, SplitProjection>* planes_;
+  std::map<std::string, std::vector<uint8_t>>* q8_0_;
 };
 
 }  // namespace
@@ -177,13 +186,18 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
     return Status::error(source.path() + ": is not a bit-split model, so it has no draft plane; run `bitsplit convert` first");
   }
   const bool keep_planes = split->has_value() && options.keep_planes;
-  TensorLoader t(source, *split, options.draft_only, keep_planes ? &model.splits_ : nullptr);
-  if (keep_planes) {
+  const bool q8_0_kernels = !split->has_value() && options.q8_0_kernels;
+  TensorLoader t(source, *split, options.draft_only, keep_planes ? &model.splits_ : nullptr,
+                 q8_0_kernels ? &model.q8_0_ : nullptr);
+  if (keep_planes || q8_0_kernels) {
     model.cpu_ = options.cpu ? options.cpu : std::make_shared<cpu::CpuContext>();
     model.draft_tier_ = options.draft_tier ? options.draft_tier : make_cpu_draft_tier(model.cpu_);
     model.default_tier_ = options.draft_only ? Tier::kDraft : Tier::kTarget;
   }
 
+  auto from_embd = source.metadata().get_bool_or("bitsplit.output_from_embedding", false);
+  if (!from_embd) return from_embd.status().with_context(source.path());
+  model.output_from_embedding_ = *from_embd;
   BITSPLIT_RETURN_IF_ERROR(t.load("token_embd.weight", {c.n_embd, c.n_vocab}, &model.token_embd_));
   BITSPLIT_RETURN_IF_ERROR(t.load("output_norm.weight", {c.n_embd}, &model.output_norm_));
   if (!c.tied_output) BITSPLIT_RETURN_IF_ERROR(t.load("output.weight", {c.n_embd, c.n_vocab}, &model.output_));
@@ -231,8 +245,9 @@ class CpuDraftTier final : public DraftTier {
  public:
   explicit CpuDraftTier(std::shared_ptr<cpu::CpuContext> cpu) : cpu_(std::move(cpu)) {}
   std::string name() const override { return "cpu"; }
-  Status draft_matmul(const SplitProjection& planes, const cpu::QuantizedActivations& x, float* y) override {
-    cpu::draft_matmul(*cpu_, planes.draft(), x, y);
+  Status draft_matmul(const SplitProjection& planes, const cpu::QuantizedActivations& x, float* y,
+                      const cpu::SignPlaneView* delta) override {
+    cpu::draft_matmul(*cpu_, planes.draft(), x, y, delta);
     return Status::ok();
   }
 
@@ -295,6 +310,11 @@ std::vector<float> SplitProjection::dequantize(bool with_residual) const {
   return w;
 }
 
+const std::vector<uint8_t>* Model::q8_0(const std::string& weight) const {
+  auto it = q8_0_.find(weight);
+  return it == q8_0_.end() ? nullptr : &it->second;
+}
+
 const SplitProjection* Model::split(const std::string& weight) const {
   auto it = splits_.find(weight);
   return it == splits_.end() ? nullptr : &it->second;
@@ -325,13 +345,14 @@ Model Model::with_split_planes(const quant::SplitParams& params,
 }
 
 Model Model::transformed(const WeightTransform& projection, const WeightTransform& embedding) const {
-  BITSPLIT_CHECK(!has_planes(), "transformed() needs f32 projections");
+  BITSPLIT_CHECK(!has_planes() && !has_q8_0(), "transformed() needs f32 projections");
   Model m;
   m.config_ = config_;
   const ModelConfig& c = config_;
   m.token_embd_ = embedding("token_embd.weight", token_embd_, c.n_vocab, c.n_embd);
   m.output_ = projection("output.weight", output(), c.n_vocab, c.n_embd);
   m.config_.tied_output = false;
+  m.output_from_embedding_ = output_from_embedding_ || config_.tied_output;
   m.output_norm_ = output_norm_;
   m.rope_freqs_ = rope_freqs_;
   m.layers_.resize(layers_.size());

@@ -167,6 +167,74 @@ const std::vector<std::string>& eval_scheme_names() {
   return names;
 }
 
+Result<ScoreReport> score_against(const Model& reference, const std::vector<ScoredModel>& candidates,
+                                  const std::vector<int32_t>& tokens, int32_t ctx, int32_t bos, int64_t max_tokens,
+                                  const std::function<void(int64_t, int64_t)>& on_progress) {
+  BITSPLIT_RETURN_IF_ERROR(check_window_options(reference, ctx));
+  const std::vector<Window> windows = make_windows(tokens, ctx, bos, max_tokens);
+  if (windows.empty()) return Status::error("the text is too short: it needs at least 2 tokens");
+  const ModelConfig& c = reference.config();
+  for (const auto& cand : candidates) {
+    if (cand.model->config().n_vocab != c.n_vocab) return Status::error(cand.name + ": the vocabularies differ");
+  }
+  const size_t n_cand = candidates.size();
+  const int64_t V = c.n_vocab;
+  std::vector<double> nll(n_cand, 0.0), kl_sum(n_cand, 0.0);
+  std::vector<int64_t> agree(n_cand, 0);
+  std::vector<std::vector<double>> kls(n_cand);
+  double nll_ref = 0.0;
+  int64_t scored = 0;
+  std::vector<double> lp, lq;
+  for (size_t wi = 0; wi < windows.size(); ++wi) {
+    const Window& win = windows[wi];
+    const int32_t n = int32_t(win.tokens.size());
+    KvCache cache(c, n);
+    BITSPLIT_ASSIGN_OR_RETURN(auto ref, forward_reference(reference, cache, Batch::causal(win.tokens, 0, true),
+                                                          nullptr, Tier::kDefault));
+    std::vector<std::vector<float>> outs;
+    for (const auto& cand : candidates) {
+      KvCache mc(c, n);
+      BITSPLIT_ASSIGN_OR_RETURN(auto logits, forward_reference(*cand.model, mc, Batch::causal(win.tokens, 0, true),
+                                                               nullptr, cand.tier, cand.variant));
+      outs.push_back(std::move(logits));
+    }
+    for (int32_t pos = int32_t(win.first_target); pos + 1 < n; ++pos) {
+      const int32_t target = win.tokens[size_t(pos + 1)];
+      log_softmax(ref.data() + pos * V, V, lp);
+      nll_ref -= lp[size_t(target)];
+      const int64_t ref_top = std::max_element(lp.begin(), lp.end()) - lp.begin();
+      for (size_t s = 0; s < n_cand; ++s) {
+        log_softmax(outs[s].data() + pos * V, V, lq);
+        double kl = 0.0;
+        for (int64_t v = 0; v < V; ++v) kl += std::exp(lp[size_t(v)]) * (lp[size_t(v)] - lq[size_t(v)]);
+        kl = std::max(kl, 0.0);  // rounding can make a ~0 divergence slightly negative
+        kl_sum[s] += kl;
+        kls[s].push_back(kl);
+        nll[s] -= lq[size_t(target)];
+        agree[s] += (std::max_element(lq.begin(), lq.end()) - lq.begin()) == ref_top;
+      }
+      ++scored;
+    }
+    if (on_progress) on_progress(int64_t(wi + 1), int64_t(windows.size()));
+  }
+  ScoreReport report;
+  report.tokens = scored;
+  report.windows = int64_t(windows.size());
+  report.reference_perplexity = std::exp(nll_ref / double(scored));
+  for (size_t s = 0; s < n_cand; ++s) {
+    Score row;
+    row.name = candidates[s].name;
+    row.perplexity = std::exp(nll[s] / double(scored));
+    row.kl_mean = kl_sum[s] / double(scored);
+    auto& k = kls[s];
+    std::sort(k.begin(), k.end());
+    row.kl_p99 = k[std::min(k.size() - 1, size_t(std::ceil(0.99 * double(k.size()))) - 1)];
+    row.top1_agreement = double(agree[s]) / double(scored);
+    report.rows.push_back(row);
+  }
+  return report;
+}
+
 Result<EvalReport> evaluate_quality(const Model& model, const std::vector<int32_t>& tokens, const EvalOptions& o,
                                     const std::function<void(int64_t, int64_t)>& on_progress) {
   BITSPLIT_RETURN_IF_ERROR(check_window_options(model, o.ctx));
@@ -175,8 +243,6 @@ Result<EvalReport> evaluate_quality(const Model& model, const std::vector<int32_
     const auto& names = eval_scheme_names();
     if (std::find(names.begin(), names.end(), s) == names.end()) return Status::error("unknown scheme '" + s + "'");
   }
-  const std::vector<Window> windows = make_windows(tokens, o.ctx, o.bos, o.max_tokens);
-  if (windows.empty()) return Status::error("the text is too short: it needs at least 2 tokens");
   const ModelConfig& c = model.config();
   const auto embed_q8 = [&](const std::string&, const std::vector<float>& w, int64_t rows, int64_t cols) {
     return per_row(w, rows, cols, q8_0_roundtrip_row);
@@ -205,49 +271,13 @@ Result<EvalReport> evaluate_quality(const Model& model, const std::vector<int32_
     model_of[i] = it->second;
   }
 
-  const int64_t V = c.n_vocab;
-  std::vector<double> nll(schemes.size(), 0.0), kl_sum(schemes.size(), 0.0);
-  std::vector<int64_t> agree(schemes.size(), 0);
-  std::vector<std::vector<double>> kls(schemes.size());
-  double nll_f32 = 0.0;
-  int64_t scored = 0;
-  std::vector<double> lp, lq;
-  for (size_t wi = 0; wi < windows.size(); ++wi) {
-    const Window& win = windows[wi];
-    const int32_t n = int32_t(win.tokens.size());
-    KvCache cache(c, n);
-    BITSPLIT_ASSIGN_OR_RETURN(auto ref, forward_reference(model, cache, Batch::causal(win.tokens, 0, true)));
-    std::vector<std::vector<float>> outs;
-    for (size_t i = 0; i < schemes.size(); ++i) {
-      KvCache mc(c, n);
-      BITSPLIT_ASSIGN_OR_RETURN(auto logits, forward_reference(models[model_of[i]], mc, Batch::causal(win.tokens, 0, true),
-                                                               nullptr, schemes[i].tier));
-      outs.push_back(std::move(logits));
-    }
-    for (int32_t pos = int32_t(win.first_target); pos + 1 < n; ++pos) {
-      const int32_t target = win.tokens[size_t(pos + 1)];
-      log_softmax(ref.data() + pos * V, V, lp);
-      nll_f32 -= lp[size_t(target)];
-      const int64_t ref_top = std::max_element(lp.begin(), lp.end()) - lp.begin();
-      for (size_t s = 0; s < schemes.size(); ++s) {
-        log_softmax(outs[s].data() + pos * V, V, lq);
-        double kl = 0.0;
-        for (int64_t v = 0; v < V; ++v) kl += std::exp(lp[size_t(v)]) * (lp[size_t(v)] - lq[size_t(v)]);
-        kl = std::max(kl, 0.0);  // rounding can make a ~0 divergence slightly negative
-        kl_sum[s] += kl;
-        kls[s].push_back(kl);
-        nll[s] -= lq[size_t(target)];
-        agree[s] += (std::max_element(lq.begin(), lq.end()) - lq.begin()) == ref_top;
-      }
-      ++scored;
-    }
-    if (on_progress) on_progress(int64_t(wi + 1), int64_t(windows.size()));
-  }
-
+  std::vector<ScoredModel> scored_models;
+  for (size_t i = 0; i < schemes.size(); ++i) scored_models.push_back({schemes[i].name, &models[model_of[i]], schemes[i].tier});
+  BITSPLIT_ASSIGN_OR_RETURN(ScoreReport scores, score_against(model, scored_models, tokens, o.ctx, o.bos, o.max_tokens, on_progress));
   EvalReport report;
-  report.tokens = scored;
-  report.windows = int64_t(windows.size());
-  report.f32_perplexity = std::exp(nll_f32 / double(scored));
+  report.tokens = scores.tokens;
+  report.windows = scores.windows;
+  report.f32_perplexity = scores.reference_perplexity;
   const auto shapes = projection_shapes(c);
   double weights = 0;
   for (const auto& [rows, cols] : shapes) weights += double(rows * cols);
@@ -261,12 +291,10 @@ Result<EvalReport> evaluate_quality(const Model& model, const std::vector<int32_
     }
     row.vram_bits_per_weight = 8.0 * vram / weights;
     row.ram_bits_per_weight = 8.0 * ram / weights;
-    row.perplexity = std::exp(nll[s] / double(scored));
-    row.kl_mean = kl_sum[s] / double(scored);
-    auto& k = kls[s];
-    std::sort(k.begin(), k.end());
-    row.kl_p99 = k[std::min(k.size() - 1, size_t(std::ceil(0.99 * double(k.size()))) - 1)];
-    row.top1_agreement = double(agree[s]) / double(scored);
+    row.perplexity = scores.rows[s].perplexity;
+    row.kl_mean = scores.rows[s].kl_mean;
+    row.kl_p99 = scores.rows[s].kl_p99;
+    row.top1_agreement = scores.rows[s].top1_agreement;
     report.rows.push_back(row);
   }
   return report;

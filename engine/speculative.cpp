@@ -83,6 +83,7 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
   GenerationStats& stats = result.generation;
   spec::AcceptanceStats& acc = result.acceptance;
   stats.prompt_tokens = int64_t(prompt.size());
+  const Variant* draft_variant = options.base_draft ? nullptr : options.variant;
 
   // Prefill all but the last prompt token; the last becomes the first root.
   auto t0 = Clock::now();
@@ -91,7 +92,7 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
     const size_t n = std::min(prefix - start, size_t(options.prefill_chunk));
     Batch b = Batch::causal(prompt.subspan(start, n), int32_t(start));
     b.want_logits.assign(n, 0);
-    BITSPLIT_RETURN_IF_ERROR(forward_reference(target, cache, b, nullptr, Tier::kTarget));
+    BITSPLIT_RETURN_IF_ERROR(forward_reference(target, cache, b, nullptr, Tier::kTarget, options.variant));
   }
   stats.prompt_seconds = seconds_since(t0);
 
@@ -115,7 +116,7 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
     int32_t drafted = 0;
     for (int32_t depth = 0; depth < policy.max_depth && drafted < budget && !frontier.empty(); ++depth) {
       BITSPLIT_ASSIGN_OR_RETURN(auto logits, forward_reference(draft, cache, tree_batch(tree, frontier, committed, true),
-                                                                nullptr, Tier::kDraft));
+                                                                nullptr, Tier::kDraft, draft_variant));
       std::vector<spec::Candidate> candidates;
       for (size_t r = 0; r < frontier.size(); ++r) {
         const std::span<const float> l(logits.data() + r * size_t(c.n_vocab), size_t(c.n_vocab));
@@ -147,7 +148,7 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
     std::vector<int32_t> all(size_t(tree.size()));
     for (int32_t i = 0; i < tree.size(); ++i) all[size_t(i)] = i;
     BITSPLIT_ASSIGN_OR_RETURN(auto logits, forward_reference(target, cache, tree_batch(tree, all, committed, true),
-                                                              nullptr, Tier::kTarget));
+                                                              nullptr, Tier::kTarget, options.variant));
     spec::Verdict verdict;
     if (greedy) {
       std::vector<int32_t> best(all.size());

@@ -262,9 +262,10 @@ TEST(Speculative, TargetDoesNotDependOnWhereDraftRuns) {
   struct ScalarTier : DraftTier {
     int calls = 0;
     std::string name() const override { return "scalar-test"; }
-    Status draft_matmul(const SplitProjection& planes, const cpu::QuantizedActivations& x, float* y) override {
+    Status draft_matmul(const SplitProjection& planes, const cpu::QuantizedActivations& x, float* y,
+                        const cpu::SignPlaneView* delta) override {
       ++calls;
-      cpu::draft_matmul_ref(planes.draft(), x, y);
+      cpu::draft_matmul_ref(planes.draft(), x, y, delta);
       return Status::ok();
     }
   };

@@ -7,6 +7,7 @@
 
 #include "bitsplit/convert.h"
 #include "bitsplit/speculative.h"
+#include "bitsplit/variant.h"
 #include "commands.h"
 #include "progress.h"
 
@@ -20,7 +21,15 @@ struct BenchAcceptArgs {
   uint64_t seed = 1;
   std::vector<int> chains = {1, 2, 4, 8};
   std::vector<int> budgets = {4, 8, 16, 32};
+  std::vector<std::string> deltas;  // NAME=FILE
   bool json = false;
+};
+
+// What one row decodes: the base, or a variant with its own draft or the plain base draft.
+struct Decoded {
+  std::string name;
+  const Variant* variant = nullptr;
+  bool base_draft = false;
 };
 
 struct Setting {
@@ -44,6 +53,17 @@ int bench_accept(const BenchAcceptArgs& a) {
     if (!line.empty()) prompts.push_back(loaded->tokenizer->encode(line));
   }
   if (prompts.empty()) return report_error(a.prompts + " has no prompts (one per line)");
+  VariantRegistry registry(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX});
+  std::vector<std::shared_ptr<const Variant>> variants;
+  std::vector<Decoded> decoded = {{"base"}};
+  for (const auto& d : a.deltas) {
+    if (Status st = registry.add_spec(d); !st) return report_error(st.message());
+    auto v = registry.get(d.substr(0, d.find('=')));
+    if (!v) return report_error(v.status().message());
+    variants.push_back(*v);
+    decoded.push_back({(*v)->name(), v->get(), false});
+    decoded.push_back({(*v)->name() + "/base-draft", v->get(), true});
+  }
 
   std::vector<Setting> settings;
   for (int k : a.chains) {
@@ -67,31 +87,37 @@ int bench_accept(const BenchAcceptArgs& a) {
   ProgressBar bar("bench accept");
   size_t done = 0;
   struct Row {
-    std::string name;
+    std::string name, model;
     spec::AcceptanceStats acc;
     int64_t tokens = 0;
     double seconds = 0;
   };
   std::vector<Row> rows;
   for (const auto& s : settings) {
-    Row row{s.name, {}, 0, 0};
+    // Base and variants alternate prompt by prompt, so drifting machine speed hits them alike.
+    std::vector<Row> by_model;
+    for (const auto& d : decoded) by_model.push_back({s.name, d.name, {}, 0, 0});
     for (const auto& prompt : prompts) {
-      Sampler sampler(sp);
-      SpeculativeOptions o;
-      o.policy = s.policy;
-      o.n_predict = a.n_predict;
-      auto r = generate_speculative(loaded->model, loaded->model, prompt, o, sampler, [](int32_t) { return true; });
-      if (!r) return report_error(r.status().message());
-      const auto& g = r->generation;
-      row.tokens += g.generated_tokens;
-      row.seconds += g.generate_seconds;
-      row.acc.add(r->acceptance);
-      bar.update(double(++done), double(settings.size() * prompts.size()));
+      for (size_t m = 0; m < decoded.size(); ++m) {
+        Sampler sampler(sp);
+        SpeculativeOptions o;
+        o.policy = s.policy;
+        o.n_predict = a.n_predict;
+        o.variant = decoded[m].variant;
+        o.base_draft = decoded[m].base_draft;
+        auto r = generate_speculative(loaded->model, loaded->model, prompt, o, sampler, [](int32_t) { return true; });
+        if (!r) return report_error(r.status().message());
+        const auto& g = r->generation;
+        by_model[m].tokens += g.generated_tokens;
+        by_model[m].seconds += g.generate_seconds;
+        by_model[m].acc.add(r->acceptance);
+        bar.update(double(++done), double(settings.size() * prompts.size() * decoded.size()));
+      }
     }
-    rows.push_back(row);
+    rows.insert(rows.end(), by_model.begin(), by_model.end());
   }
   for (const auto& r : rows) {
-    results.push_back({{"setting", r.name}, {"checks", r.acc.checks},
+    results.push_back({{"setting", r.name}, {"model", r.model}, {"checks", r.acc.checks},
                        {"accepted_per_check", r.acc.accepted_per_check()},
                        {"tokens_per_check", r.acc.tokens_per_check()},
                        {"draft_ms_per_check", 1e3 * r.acc.draft_seconds / double(std::max<int64_t>(1, r.acc.checks))},
@@ -106,10 +132,11 @@ int bench_accept(const BenchAcceptArgs& a) {
   }
   std::printf("model %s, %zu prompts x %d tokens, temperature %g\n\n", a.model.c_str(), prompts.size(), a.n_predict,
               a.temperature);
-  std::printf("| setting  | accepted/check | tokens/check | draft ms/check | verify ms/check | tokens/s |\n");
-  std::printf("|----------|----------------|--------------|----------------|-----------------|----------|\n");
+  std::printf("| setting  | model              | accepted/check | tokens/check | draft ms/check | verify ms/check | tokens/s |\n");
+  std::printf("|----------|--------------------|----------------|--------------|----------------|-----------------|----------|\n");
   for (const auto& r : results) {
-    std::printf("| %-8s | %14.2f | %12.2f | %14.3f | %15.3f | %8.1f |\n", r["setting"].get<std::string>().c_str(),
+    std::printf("| %-8s | %-18s | %14.2f | %12.2f | %14.3f | %15.3f | %8.1f |\n", r["setting"].get<std::string>().c_str(),
+                r["model"].get<std::string>().c_str(),
                 r["accepted_per_check"].get<double>(), r["tokens_per_check"].get<double>(),
                 r["draft_ms_per_check"].get<double>(), r["verify_ms_per_check"].get<double>(),
                 r["tokens_per_second"].get<double>());
@@ -132,6 +159,10 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--seed", a->seed, "Seed for sampling")->capture_default_str();
   cmd->add_option("--chains", a->chains, "Chain lengths to try")->capture_default_str()->check(CLI::Range(1, 64));
   cmd->add_option("--budgets", a->budgets, "Tree budgets to try")->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("--delta", a->deltas,
+                  "Also decode this BitDelta variant, NAME=FILE (repeatable): rows for its own draft and for the "
+                  "plain base draft, interleaved with the base in the same run")
+      ->type_name("NAME=FILE");
   cmd->add_flag("--json", a->json, "Print JSON instead of a table");
   cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(CLI::Range(1, 4096));
   cmd->callback([a, exit_code] { *exit_code = bench_accept(*a); });

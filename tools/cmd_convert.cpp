@@ -82,6 +82,22 @@ int imatrix(const ImatrixArgs& a) {
   return 0;
 }
 
+struct QuantizeArgs {
+  std::string in, out, type = "q8_0";
+};
+
+int quantize(const QuantizeArgs& a) {
+  auto source = open_weights(a.in);
+  if (!source) return report_error(source.status().message());
+  ProgressBar bar("quantize");
+  uint64_t bytes = 0;
+  Status st = quantize_model_q8_0(**source, a.out, [&](size_t d, size_t t) { bar.update(double(d), double(t)); }, &bytes);
+  if (!st) return report_error(st.message());
+  std::fprintf(stderr, "wrote %s: %.1f MiB, projections Q8_0 (run it with `bitsplit run`: the Q8_0 kernel, the "
+               "llama.cpp-style baseline)\n", a.out.c_str(), double(bytes) / (1 << 20));
+  return 0;
+}
+
 }  // namespace
 
 void add_convert_command(CLI::App& app, int* exit_code) {
@@ -108,6 +124,13 @@ void add_convert_command(CLI::App& app, int* exit_code) {
   im->add_option("--ctx", b->ctx, "Tokens per window")->capture_default_str()->check(CLI::Range(2, 1 << 20));
   im->add_option("-t,--threads", b->threads, "Worker threads (default: all cores)")->check(CLI::Range(1, 4096));
   im->callback([b, exit_code] { *exit_code = imatrix(*b); });
+
+  auto q = std::make_shared<QuantizeArgs>();
+  CLI::App* qc = app.add_subcommand("quantize", "Write a plain Q8_0 model (the baseline speculative decoding is compared with)");
+  qc->add_option("input", q->in, "Source model (.gguf)")->required()->check(CLI::ExistingFile);
+  qc->add_option("output", q->out, "Output .gguf")->required();
+  qc->add_option("--type", q->type, "Target type")->capture_default_str()->check(CLI::IsMember({"q8_0"}));
+  qc->callback([q, exit_code] { *exit_code = quantize(*q); });
 }
 
 }  // namespace bitsplit::cli

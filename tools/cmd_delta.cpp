@@ -3,14 +3,40 @@
 #include <memory>
 
 #include "bitsplit/delta.h"
+#include "bitsplit/variant.h"
 #include "commands.h"
+#include "progress.h"
 
 namespace bitsplit::cli {
 namespace {
 
 struct DeltaArgs {
-  std::string base, finetuned, out, alpha = "row";
+  std::string base, finetuned, out, alpha = "row", distill;
+  int distill_ctx = 128, threads = 0;
 };
+
+// Distilled scales for every sign plane: both models loaded in f32 and run over the text.
+Result<std::map<std::string, std::vector<float>>> distilled_scales(const DeltaArgs& a, quant::DeltaAlpha mode,
+                                                                   std::string* fit) {
+  BITSPLIT_ASSIGN_OR_RETURN(LoadedModel base, load_model(a.base));
+  BITSPLIT_ASSIGN_OR_RETURN(LoadedModel ft, load_model(a.finetuned));
+  BITSPLIT_ASSIGN_OR_RETURN(std::string text, read_text_file(a.distill));
+  const auto tokens = ft.tokenizer->encode(text, {.add_special = false});
+  BITSPLIT_ASSIGN_OR_RETURN(DeltaParts parts, compute_delta(base.model, ft.model, mode));
+  const int32_t ctx = int32_t(std::min<int64_t>(a.distill_ctx, ft.model.config().n_ctx_train));
+  ProgressBar bar("distill");
+  BITSPLIT_ASSIGN_OR_RETURN(DistillReport rep,
+                            distill_delta_scales(base.model, ft.model, tokens, ctx, ft.tokenizer->vocab().bos, parts,
+                                                 [&](int64_t d, int64_t t) { bar.update(double(d), double(t)); }));
+  std::fprintf(stderr,
+               "distill: %lld tokens of %s, %lld projections: relative output error of the delta %.4f -> %.4f "
+               "(mean |delta| scales -> least-squares scales)\n",
+               (long long)rep.tokens, a.distill.c_str(), (long long)rep.matrices, rep.rel_error_before, rep.rel_error_after);
+  *fit = "least squares of the outputs on " + a.distill + " (" + std::to_string(rep.tokens) + " tokens)";
+  std::map<std::string, std::vector<float>> scales;
+  for (auto& [name, s] : parts.signs) scales[name] = std::move(s.alpha);
+  return scales;
+}
 
 int delta(const DeltaArgs& a) {
   auto base = open_weights(a.base);
@@ -19,6 +45,14 @@ int delta(const DeltaArgs& a) {
   if (!ft) return report_error(ft.status().message());
   DeltaOptions options;
   options.alpha = a.alpha == "matrix" ? quant::DeltaAlpha::kMatrix : quant::DeltaAlpha::kRow;
+  const auto threads = limit_threads(a.threads);
+  std::map<std::string, std::vector<float>> scales;
+  if (!a.distill.empty()) {
+    auto d = distilled_scales(a, options.alpha, &options.alpha_fit);
+    if (!d) return report_error(d.status().message());
+    scales = std::move(*d);
+    options.alpha_override = &scales;
+  }
   std::fprintf(stderr, "delta: %s -> %s\n", a.base.c_str(), a.finetuned.c_str());
   DeltaReport report;
   if (Status st = make_delta(**base, **ft, a.out, options, &report); !st) return report_error(st.message());
@@ -44,6 +78,12 @@ void add_delta_command(CLI::App& app, int* exit_code) {
   cmd->add_option("-o,--output", a->out, "Output delta file (.delta.gguf; written under a temporary name)")->required();
   cmd->add_option("--alpha", a->alpha, "Scale granularity: one per output row, or one per matrix")
       ->capture_default_str()->check(CLI::IsMember({"row", "matrix"}));
+  cmd->add_option("--distill", a->distill,
+                  "Fit the scales on this text: least squares of each projection's outputs on the fine-tuned "
+                  "model's activations (loads both models in f32)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--distill-ctx", a->distill_ctx, "Tokens per window for --distill")->capture_default_str()->check(CLI::Range(2, 1 << 20));
+  cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(CLI::Range(1, 4096));
   cmd->callback([a, exit_code] { *exit_code = delta(*a); });
 }
 

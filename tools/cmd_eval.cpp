@@ -14,12 +14,71 @@ namespace bitsplit::cli {
 namespace {
 
 struct EvalArgs {
-  std::string model, text, imatrix;
+  std::string model, text, imatrix, base, distill;
   int ctx = 128, group = 64, threads = 0;
   int64_t max_tokens = 0;
   bool json = false;
   std::vector<std::string> schemes;
 };
+
+// `eval FT.gguf --base BASE.gguf`: the fine-tuned model as a BitDelta variant of its base.
+int eval_variant(const EvalArgs& a, LoadedModel& ft, const std::vector<int32_t>& tokens) {
+  auto base = load_model(a.base);
+  if (!base) return report_error(base.status().message());
+  VariantEvalOptions o;
+  o.ctx = a.ctx;
+  o.group = a.group;
+  o.max_tokens = a.max_tokens;
+  o.bos = ft.tokenizer->vocab().bos;
+  std::vector<int32_t> distill_tokens;
+  if (!a.distill.empty()) {
+    auto text = read_text_file(a.distill);
+    if (!text) return report_error(text.status().message());
+    distill_tokens = ft.tokenizer->encode(*text, {.add_special = false});
+    o.distill_tokens = &distill_tokens;
+    o.distill_ctx = a.ctx;
+  }
+  ProgressBar bar("eval");
+  auto r = evaluate_variant_quality(base->model, ft.model, tokens, o, [&](int64_t d, int64_t t) { bar.update(double(d), double(t)); });
+  if (!r) return report_error(r.status().message());
+  const ScoreReport& s = r->scores;
+  if (a.json) {
+    nlohmann::json j;
+    j["model"] = a.model;
+    j["base"] = a.base;
+    j["text"] = a.text;
+    j["distill_text"] = a.distill.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.distill);
+    j["tokens"] = s.tokens;
+    j["finetuned_f32_perplexity"] = s.reference_perplexity;
+    j["delta_bytes_row"] = r->delta_bytes_row;
+    j["delta_bytes_matrix"] = r->delta_bytes_matrix;
+    j["base_plane_bytes_r8"] = r->base_split_bytes_r8;
+    j["base_plane_bytes_r6"] = r->base_split_bytes_r6;
+    for (const auto& row : s.rows) {
+      j["rows"].push_back({{"scheme", row.name}, {"perplexity", row.perplexity}, {"kl_mean", row.kl_mean},
+                           {"kl_p99", row.kl_p99}, {"top1_agreement", row.top1_agreement}});
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("variant %s on base %s, text %s: %lld predictions; reference: the f32 fine-tuned model (perplexity %.4f)\n",
+              a.model.c_str(), a.base.c_str(), a.text.c_str(), (long long)s.tokens, s.reference_perplexity);
+  std::printf("delta: %.3f MiB (alpha per row), %.3f MiB (per matrix); base planes D+R8 %.3f MiB, D+R6 %.3f MiB\n",
+              double(r->delta_bytes_row) / (1 << 20), double(r->delta_bytes_matrix) / (1 << 20),
+              double(r->base_split_bytes_r8) / (1 << 20), double(r->base_split_bytes_r6) / (1 << 20));
+  if (!a.distill.empty()) {
+    std::printf("distilled on %s: relative output error %.4f -> %.4f (row), %.4f -> %.4f (matrix)\n", a.distill.c_str(),
+                r->distill_row.rel_error_before, r->distill_row.rel_error_after, r->distill_matrix.rel_error_before,
+                r->distill_matrix.rel_error_after);
+  }
+  std::printf("\n| model                        | perplexity | KL mean   | KL p99    | top-1 agree |\n");
+  std::printf("|------------------------------|------------|-----------|-----------|-------------|\n");
+  for (const auto& row : s.rows) {
+    std::printf("| %-28s | %10.4f | %9.6f | %9.6f | %10.2f%% |\n", row.name.c_str(), row.perplexity, row.kl_mean,
+                row.kl_p99, 100 * row.top1_agreement);
+  }
+  return 0;
+}
 
 int eval(const EvalArgs& a) {
   const auto threads = limit_threads(a.threads);
@@ -34,6 +93,8 @@ int eval(const EvalArgs& a) {
   auto text = read_text_file(a.text);
   if (!text) return report_error(text.status().message());
   const auto tokens = loaded->tokenizer->encode(*text, {.add_special = false});
+  if (!a.base.empty()) return eval_variant(a, *loaded, tokens);
+  if (!a.distill.empty()) return report_error("--distill-text needs --base (it distils the variant's scales)");
 
   ImportanceMatrix imatrix;
   EvalOptions o;
@@ -110,6 +171,13 @@ void add_eval_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--imatrix", a->imatrix, "Importance matrix for the bit-split schemes")->check(CLI::ExistingFile);
   cmd->add_option("--scheme", a->schemes, "Only these schemes (repeatable): draft(R8), draft(R6), D+R6, D+R8, D+R6/w, "
                                           "D+R8/w, Q8_0, Q8_0/a8, minmax2, minmax4");
+  cmd->add_option("--base", a->base,
+                  "Evaluate MODEL as a BitDelta variant of this base: delta rows in every tier against the f32 "
+                  "fine-tuned model, beside MODEL converted directly")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--distill-text", a->distill, "With --base: also rows with scales distilled on this text (use a "
+                                                "text other than --text)")
+      ->check(CLI::ExistingFile);
   cmd->add_flag("--json", a->json, "Print JSON instead of a table");
   cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(CLI::Range(1, 4096));
   cmd->callback([a, exit_code] { *exit_code = eval(*a); });

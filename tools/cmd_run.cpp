@@ -7,6 +7,7 @@
 #include "bitsplit/convert.h"
 #include "bitsplit/speculative.h"
 #include "bitsplit/tokenizer.h"
+#include "bitsplit/variant.h"
 #include "commands.h"
 
 namespace bitsplit::cli {
@@ -30,6 +31,9 @@ struct RunOptions {
   int depth = 8;
   int top_k = 4;
   std::string draft_shape = "tree";
+  std::vector<std::string> deltas;  // NAME=FILE
+  std::string variant;
+  bool base_draft = false;
 };
 
 void print_acceptance(const spec::AcceptanceStats& a) {
@@ -55,9 +59,23 @@ int run(const RunOptions& o) {
   sampling.seed = o.seed ? *o.seed : std::random_device{}();
   if (Status s = sampling.validate(); !s) return report_error(s.message());
   const auto threads = limit_threads(o.threads);
-  auto loaded = load_model(o.model, {.draft_only = o.draft_only});
+  auto loaded = load_model(o.model, {.draft_only = o.draft_only, .q8_0_kernels = true});
   if (!loaded) return report_error(loaded.status().message());
   const Tokenizer& tokenizer = *loaded->tokenizer;
+  // Variants ride on the loaded base; the one asked for is loaded (and timed) through the cache.
+  VariantRegistry variants(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX},
+                           [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
+  for (const std::string& d : o.deltas)
+    if (Status st = variants.add_spec(d); !st) return report_error(st.message());
+  std::shared_ptr<const Variant> variant;
+  if (!o.variant.empty()) {
+    auto v = variants.get(o.variant);
+    if (!v) return report_error(v.status().message());
+    variant = *v;
+  } else if (!o.deltas.empty()) {
+    return report_error("--delta registers variants but none was chosen; add --variant NAME (or leave out --delta to "
+                        "run the base)");
+  }
   auto split = read_split_format(loaded->source->metadata());
   if (!split) return report_error(split.status().message());
   // A bit-split model decodes speculatively unless asked not to; any other model plainly.
@@ -72,6 +90,7 @@ int run(const RunOptions& o) {
   GenerateOptions gen;
   gen.n_predict = o.n_predict;
   gen.eos_token = o.ignore_eos ? -1 : tokenizer.vocab().eos;
+  gen.variant = variant.get();
   Sampler sampler(sampling);
   Utf8StreamDecoder stream;
   std::fputs(prompt.c_str(), stdout);
@@ -96,6 +115,8 @@ int run(const RunOptions& o) {
     so.policy.max_depth = so.policy.shape == spec::DraftShape::kChain ? so.policy.budget : o.depth;
     so.policy.top_k = o.top_k;
     so.policy.width = o.top_k;
+    so.variant = variant.get();
+    so.base_draft = o.base_draft;
     auto r = generate_speculative(loaded->model, loaded->model, prompt_ids, so, sampler, on_token);
     if (r) {
       stats = r->generation;
@@ -125,7 +146,13 @@ int run(const RunOptions& o) {
   std::fprintf(stderr, "decoding: %s\n", o.draft_only ? "draft model D alone (--draft-only)"
                                      : speculative  ? "speculative (draft D, target D + R)"
                                      : split->has_value() ? "plain, target D + R (--no-spec)"
-                                                          : "plain (not a bit-split model; `bitsplit convert` it for speculative decoding)");
+                                     : loaded->model.has_q8_0()
+                                         ? "plain, Q8_0 projections on the Q8_0 kernel (not a bit-split model; `bitsplit convert` it for speculative decoding)"
+                                         : "plain (not a bit-split model; `bitsplit convert` it for speculative decoding)");
+  if (variant) {
+    std::fprintf(stderr, "variant: %s (%.2f MiB of sign planes and scales on the shared base%s)\n", variant->name().c_str(),
+                 double(variant->bytes()) / (1 << 20), speculative && o.base_draft ? "; drafting with the plain base D" : "");
+  }
   if (acceptance) print_acceptance(*acceptance);
   if (!budget_note.empty()) std::fprintf(stderr, "  %s\n", budget_note.c_str());
   if (!sampling.greedy()) std::fprintf(stderr, "seed: %llu\n", (unsigned long long)sampling.seed);
@@ -172,6 +199,13 @@ void add_run_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--depth", o->depth, "Maximum tree depth")->capture_default_str()->check(CLI::Range(1, 64));
   cmd->add_option("--tree-top-k", o->top_k, "Children considered per node and nodes kept per level")
       ->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("--delta", o->deltas,
+                  "Register a fine-tuned variant: NAME=FILE (a .delta.gguf from `bitsplit delta` made against this "
+                  "model's source); repeatable")
+      ->type_name("NAME=FILE");
+  cmd->add_option("--variant", o->variant, "Run the registered variant NAME instead of the base");
+  cmd->add_flag("--base-draft", o->base_draft,
+                "With --variant: draft with the plain base D instead of the variant's D + signs (to compare acceptance)");
   cmd->add_flag("--stats", o->stats, "Print acceptance statistics (always printed for speculative runs)");
   cmd->callback([o, exit_code] { *exit_code = run(*o); });
 }

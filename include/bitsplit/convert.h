@@ -78,4 +78,11 @@ struct ConvertReport {
 Status convert_model(const WeightSource& source, const std::string& out_path, const ConvertOptions& options,
                      const std::function<void(const ConvertProgress&)>& on_progress, ConvertReport* report);
 
+// `bitsplit quantize`: a plain Q8_0 model, the llama.cpp-style baseline we measure against.
+// Projections whose rows are a multiple of 32 become Q8_0 (quant::quantize_q8_0_ref, as
+// llama.cpp's quantize does); everything else is copied as f32. Streams tensor by tensor.
+Status quantize_model_q8_0(const WeightSource& source, const std::string& out_path,
+                           const std::function<void(size_t done, size_t total)>& on_progress, uint64_t* output_bytes);
+
 }  // namespace bitsplit
+

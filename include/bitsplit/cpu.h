@@ -69,6 +69,20 @@ struct DraftPlaneView {
   int group;
   int bits;  // 2 (SIMD tiers); 3 and 4 run the scalar kernel on every tier
 };
+// A BitDelta variant of one projection (docs/FORMAT.md, "BitDelta files"): W_v = D + alpha ⊙ S.
+// Row o's signs start at signs + o * row_bytes; bit i % 8 of byte i / 8 set means s_oi = -1.
+// Kernels read only the first ceil(in / 8) bytes of a row; bits at i >= in are ignored.
+struct SignPlaneView {
+  const uint8_t* signs;
+  const float* alpha;  // out values, or 1 when !alpha_per_row
+  int64_t out, in, row_bytes;
+  bool alpha_per_row;
+};
+// For models held in f32 (not a plane kernel; no activation quantisation): for each row r and
+// output o, y[r * out + o] = fmaf(alpha_o, t, y[r * out + o]) with t = sum_i s_oi x_ri summed in
+// f32 in dot_f32's order (8 interleaved partial sums, lane i % 8, then the same fixed tree).
+// x is [rows x in]. Parallel over outputs; every element is independent of the batch.
+void sign_matmul_add_f32(const SignPlaneView& s, const float* x, int64_t rows, float* y);
 
 // Activations quantised per (row, group) to int8: x ~ scale * q. Owns its buffers; reuse one
 // object across calls to avoid allocations.
@@ -85,7 +99,10 @@ struct QuantizedActivations {
 // The specification (scalar, single thread). x is [rows x in]; y is [rows x out] and fully written.
 void quantize_activations_ref(const float* x, int64_t rows, int64_t in, int group, QuantizedActivations& qa);
 void residual_matmul_ref(const ResidualPlaneView& r, const QuantizedActivations& qa, float* y);
-void draft_matmul_ref(const DraftPlaneView& d, const QuantizedActivations& qa, float* y);
+// With `delta`, the variant's draft (D + alpha ⊙ S) . X: the sign dot products are fused into the
+// same pass over the planes ("Kernel arithmetic", step 5); nullptr gives exactly the plain draft.
+void draft_matmul_ref(const DraftPlaneView& d, const QuantizedActivations& qa, float* y,
+                      const SignPlaneView* delta = nullptr);
 
 enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 const char* isa_name(Isa isa);
@@ -153,11 +170,50 @@ class PlaneBuffer {
 void quantize_activations(CpuContext& ctx, const float* x, int64_t rows, int64_t in, int group,
                           QuantizedActivations& qa);
 void residual_matmul(CpuContext& ctx, const ResidualPlaneView& r, const QuantizedActivations& qa, float* y);
-void draft_matmul(CpuContext& ctx, const DraftPlaneView& d, const QuantizedActivations& qa, float* y);
-// The target model's linear layer: y = draft_matmul(D, X) + residual_matmul(R, X), summed in
-// that order in f32. `scratch` holds the residual product (resized as needed).
+void draft_matmul(CpuContext& ctx, const DraftPlaneView& d, const QuantizedActivations& qa, float* y,
+                  const SignPlaneView* delta = nullptr);
+// The target model's linear layer: y = draft_matmul(D, X, delta) + residual_matmul(R, X), summed
+// in that order in f32. `scratch` holds the residual product (resized as needed).
 void target_matmul(CpuContext& ctx, const DraftPlaneView& d, const ResidualPlaneView& r,
-                   const QuantizedActivations& qa, float* y, std::vector<float>& scratch);
+                   const QuantizedActivations& qa, float* y, std::vector<float>& scratch,
+                   const SignPlaneView* delta = nullptr);
+// Step 5 of "Kernel arithmetic" on its own, for a draft computed elsewhere (the GPU tier): y must
+// hold exactly draft_matmul(D, X) and becomes draft_matmul(D, X, &s), bit for bit. Scalar, threaded
+// over outputs; the group is qa.group (the draft plane's).
+void sign_delta_accumulate(CpuContext& ctx, const SignPlaneView& s, const QuantizedActivations& qa, float* y);
 
 }  // namespace bitsplit::cpu
 // ==== end of bit-split plane kernels =============================================================
+
+// ==== Q8_0 baseline kernels (issue 7) ============================================================
+// llama.cpp-style Q8_0 x Q8_0 matmul, so a Q8_0 model runs as fast as the baseline users compare
+// speculative decoding against (instead of being dequantised to f32 at load). Arithmetic:
+// docs/FORMAT.md, "Q8_0 baseline kernel arithmetic". Same rules as the plane kernels: every ISA
+// tier equals the *_ref functions bit for bit, and a row's result never depends on the batch.
+namespace bitsplit::cpu {
+
+// `out` ggml Q8_0 rows of `in` weights (in % 32 == 0): row o is in / 32 blocks of 34 bytes
+// (quant::BlockQ8_0: fp16 d, 32 int8) starting at blocks + o * (in / 32) * 34. Any alignment.
+struct Q8_0PlaneView {
+  const uint8_t* blocks;
+  int64_t out, in;
+};
+
+// Activations quantised per (row, block of 32) to int8: x ~ d * q. Reuse one object across calls.
+struct Q8_0Activations {
+  int64_t rows = 0, in = 0, blocks = 0;
+  std::vector<int8_t> q;     // rows x in
+  std::vector<float> d;      // rows x blocks: amax / 127, or 0
+  std::vector<int32_t> sum;  // rows x blocks: sum of q (exact); the SIMD tiers' weight offset needs it
+  void resize(int64_t rows, int64_t in);  // aborts unless in % 32 == 0
+};
+
+// The specification (scalar, single thread). x is [rows x in]; y is [rows x w.out], fully written.
+void quantize_activations_q8_0_ref(const float* x, int64_t rows, int64_t in, Q8_0Activations& qa);
+void q8_0_matmul_ref(const Q8_0PlaneView& w, const Q8_0Activations& qa, float* y);
+// Dispatching on ctx.isa(); the matmul is split over output rows like residual_matmul.
+void quantize_activations_q8_0(CpuContext& ctx, const float* x, int64_t rows, int64_t in, Q8_0Activations& qa);
+void q8_0_matmul(CpuContext& ctx, const Q8_0PlaneView& w, const Q8_0Activations& qa, float* y);
+
+}  // namespace bitsplit::cpu
+// ==== end of Q8_0 baseline kernels ===============================================================

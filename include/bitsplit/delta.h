@@ -31,6 +31,10 @@ std::string delta_alpha_name(const std::string& weight_name);
 
 struct DeltaOptions {
   quant::DeltaAlpha alpha = quant::DeltaAlpha::kRow;
+  // Scales to store instead of mean |Δ| (by weight name; from distill_delta_scales), and how
+  // they were fitted (recorded as bitsplit.delta.alpha_fit).
+  const std::map<std::string, std::vector<float>>* alpha_override = nullptr;
+  std::string alpha_fit;
 };
 
 struct DeltaReport {

@@ -16,6 +16,7 @@ struct GenerateOptions {
   int32_t n_predict = 64;
   int32_t eos_token = -1;       // generation stops after this token (-1: never)
   int32_t prefill_chunk = 256;  // prompt tokens per forward pass
+  const Variant* variant = nullptr;  // a fine-tuned variant of the model (variant.h); null: the base
 };
 
 struct GenerationStats {

@@ -61,6 +61,7 @@ enum class Tier {
 };
 
 class DraftTier;
+class Variant;
 
 struct ModelLoadOptions {
   // For bit-split files: the draft model D instead of the target D + R.
@@ -73,6 +74,10 @@ struct ModelLoadOptions {
   std::shared_ptr<cpu::CpuContext> cpu;
   // Where D·X runs; null: the CPU draft tier.
   std::shared_ptr<DraftTier> draft_tier;
+  // For other files: keep Q8_0 projections as blocks and compute them with the Q8_0 kernel
+  // (activations int8 per 32, as llama.cpp's CPU backend does) instead of dequantising.
+  // Such a model cannot be transformed() (its projections are not f32): decoding only.
+  bool q8_0_kernels = false;
 };
 
 struct SplitProjection;
@@ -90,8 +95,10 @@ class DraftTier {
     (void)planes;
     return Status::ok();
   }
-  // y[rows x out] = D · X for the quantised activations.
-  virtual Status draft_matmul(const SplitProjection& planes, const cpu::QuantizedActivations& x, float* y) = 0;
+  // y[rows x out] = D · X for the quantised activations; with `delta`, (D + α ⊙ S) · X for a
+  // BitDelta variant (docs/FORMAT.md, "Kernel arithmetic").
+  virtual Status draft_matmul(const SplitProjection& planes, const cpu::QuantizedActivations& x, float* y,
+                              const cpu::SignPlaneView* delta = nullptr) = 0;
   // Bytes moved to and from a device (all zero for the CPU tier).
   struct Transfers {
     uint64_t weight_bytes = 0, activation_bytes = 0, result_bytes = 0, calls = 0;
@@ -150,6 +157,9 @@ class Model {
   // Planes of a projection ("blk.0.attn_q.weight"), or null when it is held in f32.
   const SplitProjection* split(const std::string& weight) const;
   bool has_planes() const { return !splits_.empty(); }
+  // A projection held as Q8_0 blocks (ggml layout, [out] rows of in/32 blocks), or null.
+  const std::vector<uint8_t>* q8_0(const std::string& weight) const;
+  bool has_q8_0() const { return !q8_0_.empty(); }
   cpu::CpuContext& cpu() const { return *cpu_; }
   DraftTier& draft_tier() const { return *draft_tier_; }
   Tier default_tier() const { return default_tier_; }
@@ -163,6 +173,9 @@ class Model {
   const std::vector<float>& output_norm() const { return output_norm_; }
   // The output head (token_embd when tied), [n_vocab x n_embd].
   const std::vector<float>& output() const { return config_.tied_output ? token_embd_ : output_; }
+  // The output head was made from the token embedding (a tied model split by convert, or by
+  // with_split_planes): a variant's embedding delta applies to it too.
+  bool output_from_embedding() const { return output_from_embedding_; }
   const std::vector<float>& rope_freq_factors() const { return rope_freqs_; }
   const LayerWeights& layer(int64_t i) const { return layers_[size_t(i)]; }
 
@@ -171,10 +184,12 @@ class Model {
   std::vector<float> token_embd_, output_norm_, output_, rope_freqs_;
   std::vector<LayerWeights> layers_;
   std::map<std::string, SplitProjection> splits_;
+  std::map<std::string, std::vector<uint8_t>> q8_0_;
   std::shared_ptr<cpu::CpuContext> cpu_;
   std::shared_ptr<DraftTier> draft_tier_;
   Tier default_tier_ = Tier::kTarget;
   int activation_rounding_ = 0;
+  bool output_from_embedding_ = false;
 };
 
 // K and V of every layer for n_slots cache slots. Keys are stored after RoPE.
@@ -225,7 +240,10 @@ using ActivationObserver = std::function<void(const std::string& weight, const f
 
 // Runs the batch through the f32 reference model; returns [n_wanted x n_vocab] logits.
 // Projections with bit-split planes run the plane kernels for `tier`; all else is f32.
+// With a variant (variant.h), the pass computes that fine-tuned variant: its sign planes join
+// D in every projection and the tensors it replaces in full stand in for the base's.
 Result<std::vector<float>> forward_reference(const Model& model, KvCache& cache, const Batch& batch,
-                                             const ActivationObserver* observer = nullptr, Tier tier = Tier::kDefault);
+                                             const ActivationObserver* observer = nullptr, Tier tier = Tier::kDefault,
+                                             const Variant* variant = nullptr);
 
 }  // namespace bitsplit

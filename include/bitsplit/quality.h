@@ -10,6 +10,7 @@
 
 #include "bitsplit/convert.h"
 #include "bitsplit/model.h"
+#include "bitsplit/variant.h"
 
 namespace bitsplit {
 
@@ -46,6 +47,48 @@ const std::vector<std::string>& eval_scheme_names();
 // f32 logits) and compares each with the f32 model over `tokens`.
 Result<EvalReport> evaluate_quality(const Model& model, const std::vector<int32_t>& tokens, const EvalOptions& options,
                                     const std::function<void(int64_t done, int64_t total)>& on_progress);
+
+// One model scored against a reference: a model, the tier to run, and a variant (or null).
+struct ScoredModel {
+  std::string name;
+  const Model* model = nullptr;
+  Tier tier = Tier::kDefault;
+  const Variant* variant = nullptr;
+};
+struct Score {
+  std::string name;
+  double perplexity = 0, kl_mean = 0, kl_p99 = 0, top1_agreement = 0;
+};
+struct ScoreReport {
+  int64_t tokens = 0, windows = 0;
+  double reference_perplexity = 0;
+  std::vector<Score> rows;  // in the order of the candidates
+};
+// KL(reference || candidate), perplexity and top-1 agreement over windows of `tokens` ([BOS] +
+// up to ctx - 1 tokens each).
+Result<ScoreReport> score_against(const Model& reference, const std::vector<ScoredModel>& candidates,
+                                  const std::vector<int32_t>& tokens, int32_t ctx, int32_t bos, int64_t max_tokens,
+                                  const std::function<void(int64_t done, int64_t total)>& on_progress);
+
+// `bitsplit eval --base`: a fine-tuned model's BitDelta variant on its base, scored against
+// the f32 fine-tuned model, beside the fine-tuned model converted directly and the base alone.
+struct VariantEvalOptions {
+  int32_t ctx = 128;
+  int64_t max_tokens = 0;
+  int group = 64;
+  int32_t bos = -1;
+  const std::vector<int32_t>* distill_tokens = nullptr;  // adds distilled-scale rows
+  int32_t distill_ctx = 128;
+};
+struct VariantEvalReport {
+  ScoreReport scores;
+  DistillReport distill_row, distill_matrix;  // when distill_tokens
+  uint64_t delta_bytes_row = 0, delta_bytes_matrix = 0;  // sign planes + scales + full tensors
+  uint64_t base_split_bytes_r8 = 0, base_split_bytes_r6 = 0;  // D + R planes of the base
+};
+Result<VariantEvalReport> evaluate_variant_quality(const Model& base, const Model& finetuned,
+                                                   const std::vector<int32_t>& tokens, const VariantEvalOptions& options,
+                                                   const std::function<void(int64_t done, int64_t total)>& on_progress);
 
 // Mean squared activation of every input column of every projection over `tokens`.
 Result<ImportanceMatrix> collect_imatrix(const Model& model, const std::vector<int32_t>& tokens, int32_t ctx,

@@ -20,6 +20,10 @@ struct SpeculativeOptions {
   int32_t n_predict = 64;
   int32_t eos_token = -1;
   int32_t prefill_chunk = 256;
+  // The fine-tuned variant to decode (null: the base). The draft is the variant's own
+  // D + α ⊙ S unless base_draft asks for the plain base draft D (for comparing acceptance).
+  const Variant* variant = nullptr;
+  bool base_draft = false;
   spec::SamplingVerifyOptions verify;  // test-only switches
 };
 

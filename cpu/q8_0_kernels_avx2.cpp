@@ -1,0 +1,156 @@
+// AVX2 + FMA tier of the Q8_0 baseline kernels: the AVX-512 tier's scheme on 8 output lanes, one
+// block (32 weights) per tile. vpmaddubsw wants unsigned x signed bytes and saturates at 16 bits,
+// so the sign trick is used: |q_w| (0..128) times q_x carrying q_w's sign (-127..127); a pair sum
+// is at most 2 * 128 * 127 < 2^15, so every step is exact and the float step matches the reference.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "plane_kernels.h"
+#include "q8_0_kernels.h"
+
+namespace bitsplit::cpu::detail {
+namespace {
+
+constexpr int kLanes = 8;  // output rows per tile
+
+inline int32_t load_i32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// 8 x 8 transpose of 32-bit elements: out[c] lane l = in[l] element c.
+inline void transpose8(const __m256i in[8], __m256i out[8]) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_epi32(in[2 * i], in[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_epi32(in[2 * i], in[2 * i + 1]);
+  }
+  // u[4i + e], 128-bit lane j: rows 4i .. 4i+3, element 4j + e.
+  for (int i = 0; i < 2; ++i) {
+    u[4 * i + 0] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int e = 0; e < 4; ++e) {
+    out[e] = _mm256_permute2x128_si256(u[e], u[4 + e], 0x20);
+    out[4 + e] = _mm256_permute2x128_si256(u[e], u[4 + e], 0x31);
+  }
+}
+
+// Output rows [o0, o0 + valid) for activation rows [r0, r0 + NR): each weight byte of the tile
+// is loaded once for all NR rows.
+template <int NR>
+void tile_rows(const Q8_0PlaneView& w, const Q8_0Activations& qa, int64_t o0, int valid, int64_t r0, float* y) {
+  const int64_t blocks = qa.blocks, row_bytes = blocks * kQ8_0BlockBytes;
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  __m256 facc[NR];
+  for (int r = 0; r < NR; ++r) facc[r] = _mm256_setzero_ps();
+  __m256i tile[kLanes], wc[kLanes], wabs[kLanes];
+  for (int l = valid; l < kLanes; ++l) tile[l] = _mm256_setzero_si256();
+  alignas(16) uint16_t dh[kLanes] = {};
+  for (int64_t k = 0; k < blocks; ++k) {
+    for (int l = 0; l < valid; ++l) {
+      const uint8_t* p = w.blocks + (o0 + l) * row_bytes + k * kQ8_0BlockBytes;
+      tile[l] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
+      std::memcpy(&dh[l], p, 2);
+    }
+    transpose8(tile, wc);
+    for (int c = 0; c < 8; ++c) wabs[c] = _mm256_abs_epi8(wc[c]);
+    const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dh)));
+    for (int r = 0; r < NR; ++r) {
+      const int64_t rk = (r0 + r) * blocks + k;
+      const int8_t* qx = qa.q.data() + (r0 + r) * qa.in + k * kQ8_0Weights;
+      __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+      for (int c = 0; c < 8; ++c) {
+        const __m256i x = _mm256_sign_epi8(_mm256_set1_epi32(load_i32(qx + 4 * c)), wc[c]);
+        acc[c & 1] = _mm256_add_epi32(acc[c & 1], _mm256_madd_epi16(_mm256_maddubs_epi16(wabs[c], x), ones16));
+      }
+      const __m256i s = _mm256_add_epi32(acc[0], acc[1]);
+      facc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(qa.d[size_t(rk)])), facc[r]);
+    }
+  }
+  alignas(32) float tmp[kLanes];
+  for (int r = 0; r < NR; ++r) {
+    float* dst = y + (r0 + r) * w.out + o0;
+    if (valid == kLanes) {
+      _mm256_storeu_ps(dst, facc[r]);
+    } else {
+      _mm256_store_ps(tmp, facc[r]);
+      for (int l = 0; l < valid; ++l) dst[l] = tmp[l];
+    }
+  }
+}
+
+template <int... NRs>
+void tile_dispatch(int nr, const Q8_0PlaneView& w, const Q8_0Activations& qa, int64_t o0, int valid, int64_t r0,
+                   float* y, std::integer_sequence<int, NRs...>) {
+  ((nr == NRs + 1 ? tile_rows<NRs + 1>(w, qa, o0, valid, r0, y) : void()), ...);
+}
+
+void matmul_avx2(const Q8_0PlaneView& w, const Q8_0Activations& qa, int64_t o_begin, int64_t o_end, float* y) {
+  for (int64_t o0 = o_begin; o0 < o_end; o0 += kLanes) {
+    const int valid = int(std::min<int64_t>(kLanes, o_end - o0));
+    for (int64_t r0 = 0; r0 < qa.rows; r0 += 16) {
+      const int nr = int(std::min<int64_t>(16, qa.rows - r0));
+      tile_dispatch(nr, w, qa, o0, valid, r0, y, std::make_integer_sequence<int, 16>{});
+    }
+  }
+}
+
+// quantize_block_q8_0_ref on 8 lanes.
+void quantize_block(const float* x, int8_t* q, float* d, int32_t* sum) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  __m256 v[4], amax = _mm256_setzero_ps();
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_loadu_ps(x + 8 * i);
+    amax = _mm256_max_ps(amax, _mm256_and_ps(v[i], abs_mask));
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, amax);
+  float a = 0.0f;
+  for (float l : lanes) a = std::max(a, l);
+  if (!(a >= kTinyAmax)) {
+    std::memset(q, 0, kQ8_0Weights);
+    *d = 0.0f;
+    *sum = 0;
+    return;
+  }
+  *d = a / 127.0f;
+  const __m256 inv = _mm256_set1_ps(127.0f / a), sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+  __m256i total = _mm256_setzero_si256();
+  for (int i = 0; i < 4; ++i) {
+    const __m256 s = _mm256_mul_ps(v[i], inv);
+    const __m256 t = _mm256_round_ps(s, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 up = _mm256_cmp_ps(_mm256_and_ps(_mm256_sub_ps(s, t), abs_mask), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+    __m256 r = _mm256_add_ps(t, _mm256_and_ps(up, _mm256_or_ps(one, _mm256_and_ps(s, sign))));
+    r = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+    const __m256i qi = _mm256_cvttps_epi32(r);
+    total = _mm256_add_epi32(total, qi);
+    const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(qi), _mm256_extracti128_si256(qi, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(q + 8 * i), _mm_packs_epi16(w16, w16));
+  }
+  alignas(32) int32_t s[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(s), total);
+  *sum = s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+}
+
+void quantize_avx2(const float* x, int64_t rows, int64_t in, Q8_0Activations& qa) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < qa.blocks; ++b)
+      quantize_block(x + r * in + b * kQ8_0Weights, qa.q.data() + r * in + b * kQ8_0Weights,
+                     &qa.d[size_t(r * qa.blocks + b)], &qa.sum[size_t(r * qa.blocks + b)]);
+}
+
+}  // namespace
+
+const Q8_0Kernels& q8_0_avx2_kernels() {
+  static const Q8_0Kernels table{Isa::kAvx2, quantize_avx2, matmul_avx2};
+  return table;
+}
+
+}  // namespace bitsplit::cpu::detail

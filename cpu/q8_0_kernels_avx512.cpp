@@ -1,0 +1,160 @@
+// AVX-512 (F/BW/VL/VNNI) tier of the Q8_0 baseline kernels. Lanes are 16 output rows: a tile of
+// 16 rows x 2 blocks is transposed so each vector holds one 4-weight chunk of every row, then
+// vpdpbusd multiplies it by that chunk of an activation row (broadcast). vpdpbusd wants unsigned
+// x signed bytes, so the weights are offset to u = q_w + 128 (an xor with 0x80) and the sum
+// starts at -128 * sum(q_x): S = sum(u q_x) - 128 sum(q_x), exact in int32. The float step runs
+// lane-wise in the reference's order, so the result equals q8_0_matmul_ref bit for bit.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "plane_kernels.h"
+#include "q8_0_kernels.h"
+
+namespace bitsplit::cpu::detail {
+namespace {
+
+constexpr int kLanes = 16;  // output rows per tile
+
+inline int32_t load_i32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// 16 x 16 transpose of 32-bit elements: out[c] lane l = in[l] element c.
+inline void transpose16(const __m512i in[16], __m512i out[16]) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(in[2 * i], in[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(in[2 * i], in[2 * i + 1]);
+  }
+  // u[4i + e], 128-bit lane j: rows 4i .. 4i+3, element 4j + e.
+  for (int i = 0; i < 4; ++i) {
+    u[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  // What remains is a 4 x 4 transpose of 128-bit lanes for each e.
+  for (int e = 0; e < 4; ++e) {
+    const __m512i a = _mm512_shuffle_i32x4(u[e], u[4 + e], 0x44);
+    const __m512i b = _mm512_shuffle_i32x4(u[e], u[4 + e], 0xEE);
+    const __m512i c = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0x44);
+    const __m512i d = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0xEE);
+    out[0 + e] = _mm512_shuffle_i32x4(a, c, 0x88);
+    out[4 + e] = _mm512_shuffle_i32x4(a, c, 0xDD);
+    out[8 + e] = _mm512_shuffle_i32x4(b, d, 0x88);
+    out[12 + e] = _mm512_shuffle_i32x4(b, d, 0xDD);
+  }
+}
+
+// Output rows [o0, o0 + valid) for activation rows [r0, r0 + NR): every weight byte of the
+// tile is loaded once for all NR rows.
+template <int NR>
+void tile_rows(const Q8_0PlaneView& w, const Q8_0Activations& qa, int64_t o0, int valid, int64_t r0, float* y) {
+  constexpr int kSplit = NR <= 2 ? 2 : 1;  // independent dpbusd chains when few rows hide latency
+  const int64_t blocks = qa.blocks, row_bytes = blocks * kQ8_0BlockBytes;
+  const __m512i flip = _mm512_set1_epi8(char(0x80));
+  __m512 facc[NR];
+  for (int r = 0; r < NR; ++r) facc[r] = _mm512_setzero_ps();
+  __m512i tile[kLanes], wc[kLanes];
+  for (int l = valid; l < kLanes; ++l) tile[l] = _mm512_setzero_si512();
+  alignas(32) uint16_t dh[2][kLanes] = {};
+  for (int64_t k0 = 0; k0 < blocks; k0 += 2) {
+    const bool two = k0 + 1 < blocks;
+    for (int l = 0; l < valid; ++l) {
+      const uint8_t* p = w.blocks + (o0 + l) * row_bytes + k0 * kQ8_0BlockBytes;
+      const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
+      const __m256i hi = two ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 + kQ8_0BlockBytes))
+                             : _mm256_setzero_si256();
+      tile[l] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), flip);
+      std::memcpy(&dh[0][l], p, 2);
+      if (two) std::memcpy(&dh[1][l], p + kQ8_0BlockBytes, 2);
+    }
+    transpose16(tile, wc);
+    for (int g = 0; g < (two ? 2 : 1); ++g) {
+      const int64_t k = k0 + g;
+      const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dh[g])));
+      const __m512i* wk = wc + 8 * g;
+      for (int r = 0; r < NR; ++r) {
+        const int64_t rk = (r0 + r) * blocks + k;
+        const int8_t* qx = qa.q.data() + (r0 + r) * qa.in + k * kQ8_0Weights;
+        __m512i acc[kSplit];
+        acc[0] = _mm512_set1_epi32(-128 * qa.sum[size_t(rk)]);
+        for (int s = 1; s < kSplit; ++s) acc[s] = _mm512_setzero_si512();
+        for (int c = 0; c < 8; ++c)
+          acc[c % kSplit] = _mm512_dpbusd_epi32(acc[c % kSplit], wk[c], _mm512_set1_epi32(load_i32(qx + 4 * c)));
+        for (int s = 1; s < kSplit; ++s) acc[0] = _mm512_add_epi32(acc[0], acc[s]);
+        facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[0]), _mm512_mul_ps(dw, _mm512_set1_ps(qa.d[size_t(rk)])),
+                                  facc[r]);
+      }
+    }
+  }
+  const __mmask16 mask = __mmask16((1u << valid) - 1);
+  for (int r = 0; r < NR; ++r) _mm512_mask_storeu_ps(y + (r0 + r) * w.out + o0, mask, facc[r]);
+}
+
+template <int... NRs>
+void tile_dispatch(int nr, const Q8_0PlaneView& w, const Q8_0Activations& qa, int64_t o0, int valid, int64_t r0,
+                   float* y, std::integer_sequence<int, NRs...>) {
+  ((nr == NRs + 1 ? tile_rows<NRs + 1>(w, qa, o0, valid, r0, y) : void()), ...);
+}
+
+void matmul_avx512(const Q8_0PlaneView& w, const Q8_0Activations& qa, int64_t o_begin, int64_t o_end, float* y) {
+  for (int64_t o0 = o_begin; o0 < o_end; o0 += kLanes) {
+    const int valid = int(std::min<int64_t>(kLanes, o_end - o0));
+    for (int64_t r0 = 0; r0 < qa.rows; r0 += 16) {
+      const int nr = int(std::min<int64_t>(16, qa.rows - r0));
+      tile_dispatch(nr, w, qa, o0, valid, r0, y, std::make_integer_sequence<int, 16>{});
+    }
+  }
+}
+
+// quantize_block_q8_0_ref on 16 lanes: amax exact, q = clamp(round_half_away(x * (127 / amax))).
+void quantize_block(const float* x, int8_t* q, float* d, int32_t* sum) {
+  const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+  const float a = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+  if (!(a >= kTinyAmax)) {
+    std::memset(q, 0, kQ8_0Weights);
+    *d = 0.0f;
+    *sum = 0;
+    return;
+  }
+  *d = a / 127.0f;
+  const __m512 inv = _mm512_set1_ps(127.0f / a), half = _mm512_set1_ps(0.5f);
+  const __m512i one = _mm512_castps_si512(_mm512_set1_ps(1.0f)), sign = _mm512_set1_epi32(int32_t(0x80000000u));
+  __m512i total = _mm512_setzero_si512();
+  int i = 0;
+  for (__m512 xv : {v0, v1}) {
+    const __m512 v = _mm512_mul_ps(xv, inv);
+    const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __mmask16 up = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, t)), half, _CMP_GE_OQ);
+    const __m512 step = _mm512_castsi512_ps(_mm512_or_si512(one, _mm512_and_si512(_mm512_castps_si512(v), sign)));
+    __m512 r = _mm512_mask_add_ps(t, up, t, step);
+    r = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
+    const __m512i qi = _mm512_cvttps_epi32(r);
+    total = _mm512_add_epi32(total, qi);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm512_cvtsepi32_epi8(qi));
+    i += 16;
+  }
+  *sum = _mm512_reduce_add_epi32(total);
+}
+
+void quantize_avx512(const float* x, int64_t rows, int64_t in, Q8_0Activations& qa) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < qa.blocks; ++b)
+      quantize_block(x + r * in + b * kQ8_0Weights, qa.q.data() + r * in + b * kQ8_0Weights,
+                     &qa.d[size_t(r * qa.blocks + b)], &qa.sum[size_t(r * qa.blocks + b)]);
+}
+
+}  // namespace
+
+const Q8_0Kernels& q8_0_avx512_kernels() {
+  static const Q8_0Kernels table{Isa::kAvx512, quantize_avx512, matmul_avx512};
+  return table;
+}
+
+}  // namespace bitsplit::cpu::detail
