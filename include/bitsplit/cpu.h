@@ -217,3 +217,25 @@ void q8_0_matmul(CpuContext& ctx, const Q8_0PlaneView& w, const Q8_0Activations&
 
 }  // namespace bitsplit::cpu
 // ==== end of Q8_0 baseline kernels ===============================================================
+
+// ==== prompt prefill through oneDNN (issue 6) ====================================================
+// Many rows at once (a prompt): the planes are dequantised to f32 in tiles of output rows and
+// multiplied with oneDNN's sgemm on f32 activations — no int8 activation rounding, so this is
+// *not* the kernels' arithmetic. Rows go through sgemm in fixed blocks of kPrefillBlockRows (the
+// last padded with zeros), so a row's result does not depend on the batch it came in. The
+// engine does not use it: on AVX-512 VNNI the int8 kernels are faster at every batch size
+// (docs/PERFORMANCE.md, "Prompt prefill"); it is kept, tested, for CPUs where that may differ.
+namespace bitsplit::cpu {
+
+inline constexpr int64_t kPrefillBlockRows = 64;
+
+// Whether this build has oneDNN (the prefill path needs it).
+bool prefill_available();
+
+// y[rows x d.out] = (D + R + α⊙S) · x^T with x [rows x d.in] in f32. r and delta may be null
+// (D alone / no variant). Returns false (and leaves y untouched) without oneDNN.
+bool prefill_matmul(CpuContext& ctx, const DraftPlaneView& d, const ResidualPlaneView* r, const SignPlaneView* delta,
+                    const float* x, int64_t rows, float* y);
+
+}  // namespace bitsplit::cpu
+// ==== end of prompt prefill ======================================================================
