@@ -81,3 +81,45 @@ TEST(Cli, ContextOverflowIsAClearError) {
 }
 
 }  // namespace
+
+namespace {
+
+// convert, delta, quantize, then run a variant on the converted base and the Q8_0 baseline.
+TEST(Cli, VariantsAndTheQ8_0BaselineEndToEnd) {
+  const std::string models = BITSPLIT_SOURCE_DIR "/tests/models/";
+  BITSPLIT_REQUIRE_FILE(models + "bible-base.gguf");
+  bitsplit::testing::TempDir dir("cli-variant");
+  const std::string base = dir.file("base.bs.gguf"), delta = dir.file("devil.delta.gguf"), q8 = dir.file("q8.gguf");
+  ASSERT_EQ(run_cli("convert " + models + "bible-base.gguf " + base).code, 0);
+  auto o = run_cli("delta --base " + models + "bible-base.gguf --finetuned " + models + "bible-devil.gguf -o " + delta);
+  ASSERT_EQ(o.code, 0) << o.out;
+  o = run_cli("run -m " + base + " --delta devil=" + delta + " --variant devil -p \"The devil\" -n 24 --temp 0");
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("variant: devil"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("variant 'devil': loaded"), std::string::npos) << "cold load is logged: " << o.out;
+  const auto base_run = run_cli("run -m " + base + " -p \"The devil\" -n 24 --temp 0");
+  ASSERT_EQ(base_run.code, 0);
+  EXPECT_NE(o.out.substr(0, o.out.find("prompt:")), base_run.out.substr(0, base_run.out.find("prompt:")))
+      << "the variant writes something else than the base";
+
+  o = run_cli("run -m " + base + " --delta devil=" + delta + " --variant psalms -p hi -n 4");
+  EXPECT_NE(o.code, 0);
+  EXPECT_NE(o.out.find("no variant named 'psalms'"), std::string::npos) << o.out;
+  o = run_cli("run -m " + base + " --delta devil=" + delta + " -p hi -n 4");
+  EXPECT_NE(o.code, 0);
+  EXPECT_NE(o.out.find("--variant"), std::string::npos) << o.out;
+  o = run_cli("run -m " + base + " --delta devil -p hi -n 4");
+  EXPECT_NE(o.code, 0);
+  EXPECT_NE(o.out.find("NAME=FILE"), std::string::npos) << o.out;
+  // A delta against another base names both hashes.
+  o = run_cli("run -m " + models + "bible-psalms.gguf --delta devil=" + delta + " --variant devil -p hi -n 4");
+  EXPECT_NE(o.code, 0);
+  EXPECT_NE(o.out.find("was made against a base with sha256"), std::string::npos) << o.out;
+
+  ASSERT_EQ(run_cli("quantize " + models + "bible-base.gguf " + q8).code, 0);
+  o = run_cli("run -m " + q8 + " -p \"In the beginning\" -n 16 --temp 0");
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("Q8_0 kernel"), std::string::npos) << o.out;
+}
+
+}  // namespace
