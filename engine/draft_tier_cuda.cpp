@@ -28,11 +28,17 @@ class CudaDraftTier final : public DraftTier {
       cpu::draft_matmul(*cpu_, p.draft(), x, y, delta);
       return Status::ok();
     }
-    BITSPLIT_RETURN_IF_ERROR(gpu_->run(&p, {x.q.data(), x.scale.data(), x.sum.data(), x.rows, x.padded, x.groups}, y));
-    // A variant's signs are not on the device yet: the CPU adds them to D·X with the same
-    // arithmetic as the fused kernel (the result is identical, the pass is not fused).
-    if (delta) cpu::sign_delta_accumulate(*cpu_, *delta, x, y);
-    return Status::ok();
+    const gpu::QuantizedRowsHost rows{x.q.data(), x.scale.data(), x.sum.data(), x.rows, x.padded, x.groups};
+    if (!delta) return gpu_->run(&p, rows, y);
+    // A variant's signs join D in the same kernel; they are uploaded when the variant is
+    // prepared (prepare_delta), or here on first use.
+    BITSPLIT_RETURN_IF_ERROR(prepare_delta(p, *delta));
+    return gpu_->run(&p, rows, y, delta->signs);
+  }
+
+  Status prepare_delta(const SplitProjection& p, const cpu::SignPlaneView& d) override {
+    if (p.draft_bits != 2) return Status::ok();  // that draft runs on the CPU, signs fused there
+    return gpu_->upload_signs(d.signs, {d.signs, d.alpha, d.out, d.in, d.row_bytes, d.alpha_per_row}, p.group);
   }
 
   Transfers transfers() const override {

@@ -161,6 +161,14 @@ VariantRegistry::VariantRegistry(const Model& base, const WeightSource& base_sou
         }
         const auto t0 = std::chrono::steady_clock::now();
         BITSPLIT_ASSIGN_OR_RETURN(auto v, Variant::load(*file, base_, base_source_, name));
+        // The signs go where D lives (VRAM with a GPU draft tier) before the first request.
+        if (base_.has_planes()) {
+          for (const std::string& w : v->sign_names()) {
+            if (const SplitProjection* p = base_.split(w)) {
+              BITSPLIT_RETURN_IF_ERROR(base_.draft_tier().prepare_delta(*p, v->signs(w)->view()));
+            }
+          }
+        }
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (log_) {
           char line[256];

@@ -2,11 +2,14 @@
 // reference (cpu::draft_matmul_ref): per group an exact integer dot product, then
 // inner = fma(s, float(Sq), m * float(Sx)) and acc = fma(s_x, inner, acc) in group order.
 // One block per output row; one thread per activation row, so each output element is
-// accumulated by one thread in the reference's order.
+// accumulated by one thread in the reference's order. With a BitDelta sign plane (FORMAT.md
+// "Kernel arithmetic" step 5) the signs are read in the same pass: Ss = Σq − 2·Σ_{bit set} q
+// per group, dacc = fma(float(Ss), s_x, dacc) in group order, y = fma(alpha, dacc, acc).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <map>
+#include <vector>
 
 #include "bitsplit/gpu.h"
 #include "cuda_util.h"
@@ -22,14 +25,17 @@ __global__ void draft_matmul_kernel(const uint8_t* __restrict__ codes, const uin
                                     const uint16_t* __restrict__ offsets, int64_t out, int64_t groups, int group,
                                     const int8_t* __restrict__ q, const float* __restrict__ sx,
                                     const int32_t* __restrict__ sum, int64_t rows, int64_t padded,
-                                    float* __restrict__ y) {
+                                    const uint8_t* __restrict__ signs, const float* __restrict__ alpha,
+                                    bool alpha_per_row, float* __restrict__ y) {
   const int64_t o = blockIdx.x;
   const int64_t row_bytes = groups * group / 4;  // 2-bit codes
   const uint8_t* orow = codes + o * row_bytes;
   const int plane_bytes = group / 4;
+  // Sign rows are stored padded to whole groups (zero bits past `in`), group / 8 bytes each.
+  const uint8_t* srow = signs ? signs + o * groups * (group / 8) : nullptr;
   for (int64_t n = threadIdx.x; n < rows; n += blockDim.x) {
     const int8_t* qn = q + n * padded;
-    float acc = 0.0f;
+    float acc = 0.0f, dacc = 0.0f;
     for (int64_t k = 0; k < groups; ++k) {
       const uint8_t* g = orow + k * plane_bytes;
       const int8_t* qg = qn + k * group;
@@ -46,10 +52,25 @@ __global__ void draft_matmul_kernel(const uint8_t* __restrict__ codes, const uin
       const float fsx = __int2float_rn(sum[n * groups + k]);
       const float inner = __fmaf_rn(s, __int2float_rn(sq), __fmul_rn(m, fsx));
       acc = __fmaf_rn(sx[n * groups + k], inner, acc);
+      if (srow) {
+        const uint8_t* sg = srow + k * (group / 8);
+        int32_t neg = 0;
+        for (int j = 0; j < group; ++j) neg += ((sg[j >> 3] >> (j & 7)) & 1) ? int32_t(qg[j]) : 0;
+        const int32_t ss = sum[n * groups + k] - 2 * neg;
+        dacc = __fmaf_rn(__int2float_rn(ss), sx[n * groups + k], dacc);
+      }
     }
-    y[n * out + o] = acc;
+    y[n * out + o] = srow ? __fmaf_rn(alpha[alpha_per_row ? o : 0], dacc, acc) : acc;
   }
 }
+
+struct ResidentSigns {
+  DeviceBuffer<uint8_t> signs;  // out rows of groups * group / 8 bytes, zero past `in`
+  DeviceBuffer<float> alpha;
+  int64_t out = 0, in = 0, groups = 0;
+  int group = 0;
+  bool alpha_per_row = true;
+};
 
 struct ResidentPlane {
   DeviceBuffer<uint8_t> codes;
@@ -87,10 +108,51 @@ class CudaDraftMatmul final : public DraftMatmul {
     return Status::ok();
   }
 
-  Status run(const void* key, const QuantizedRowsHost& x, float* y) override {
+  Status upload_signs(const void* key, const SignPlaneHost& s, int group) override {
+    if (signs_.count(key)) return Status::ok();
+    if (group % 8 != 0 || group <= 0) return Status::error("sign planes need a group size that is a multiple of 8");
+    BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));
+    ResidentSigns r;
+    r.out = s.out;
+    r.in = s.in;
+    r.group = group;
+    r.groups = (s.in + group - 1) / group;
+    r.alpha_per_row = s.alpha_per_row;
+    // Repacked to whole groups so the kernel never reads past a row.
+    const int64_t padded_row = r.groups * group / 8, used = (s.in + 7) / 8;
+    std::vector<uint8_t> host(size_t(s.out * padded_row), 0);
+    for (int64_t o = 0; o < s.out; ++o) {
+      for (int64_t b = 0; b < used; ++b) host[size_t(o * padded_row + b)] = s.signs[o * s.row_bytes + b];
+      if (s.in % 8) host[size_t(o * padded_row + used - 1)] &= uint8_t((1u << (s.in % 8)) - 1);
+    }
+    const size_t n_alpha = s.alpha_per_row ? size_t(s.out) : 1;
+    BITSPLIT_RETURN_IF_ERROR(r.signs.allocate(host.size()));
+    BITSPLIT_RETURN_IF_ERROR(r.alpha.allocate(n_alpha));
+    BITSPLIT_RETURN_IF_ERROR(
+        cuda_status(cudaMemcpy(r.signs.get(), host.data(), host.size(), cudaMemcpyHostToDevice), "upload signs"));
+    BITSPLIT_RETURN_IF_ERROR(
+        cuda_status(cudaMemcpy(r.alpha.get(), s.alpha, n_alpha * 4, cudaMemcpyHostToDevice), "upload sign scales"));
+    counters_.weight_bytes_to_device += host.size() + 4 * n_alpha;
+    resident_ += host.size() + 4 * n_alpha;
+    signs_.emplace(key, std::move(r));
+    return Status::ok();
+  }
+
+  Status run(const void* key, const QuantizedRowsHost& x, float* y) override { return run(key, x, y, nullptr); }
+
+  Status run(const void* key, const QuantizedRowsHost& x, float* y, const void* signs_key) override {
     auto it = planes_.find(key);
     if (it == planes_.end()) return Status::error("draft plane not resident on the GPU");
     const ResidentPlane& p = it->second;
+    const ResidentSigns* sg = nullptr;
+    if (signs_key) {
+      auto si = signs_.find(signs_key);
+      if (si == signs_.end()) return Status::error("sign plane not resident on the GPU");
+      sg = &si->second;
+      if (sg->out != p.out || sg->in != p.in || sg->group != p.group) {
+        return Status::error("sign plane does not match the draft plane");
+      }
+    }
     if (x.groups != p.groups || x.padded != p.groups * p.group) {
       return Status::error("activations quantised for another plane shape");
     }
@@ -107,7 +169,7 @@ class CudaDraftMatmul final : public DraftMatmul {
     BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaMemcpy(dsum_.get(), x.sum, s_count * 4, cudaMemcpyHostToDevice), "copy sums"));
     counters_.activation_bytes_to_device += q_bytes + 8 * s_count;
     if (p.out > 0x7fffffff) return Status::error("too many output rows for one launch");
-    launch(p, x.rows);
+    launch(p, x.rows, sg);
     BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "draft_matmul_kernel launch"));
     BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaMemcpy(y, dy_.get(), y_count * 4, cudaMemcpyDeviceToHost), "copy results"));
     counters_.result_bytes_to_host += y_count * 4;
@@ -130,10 +192,11 @@ class CudaDraftMatmul final : public DraftMatmul {
 
  private:
   // The one launch of the kernel on the staged activations of `rows` rows.
-  void launch(const ResidentPlane& p, int64_t rows) {
-    draft_matmul_kernel<<<unsigned(p.out), kThreads>>>(p.codes.get(), p.scales.get(), p.offsets.get(), p.out, p.groups,
-                                                         p.group, dq_.get(), dscale_.get(), dsum_.get(), rows,
-                                                         p.groups * p.group, dy_.get());
+  void launch(const ResidentPlane& p, int64_t rows, const ResidentSigns* s = nullptr) {
+    draft_matmul_kernel<<<unsigned(p.out), kThreads>>>(
+        p.codes.get(), p.scales.get(), p.offsets.get(), p.out, p.groups, p.group, dq_.get(), dscale_.get(), dsum_.get(),
+        rows, p.groups * p.group, s ? s->signs.get() : nullptr, s ? s->alpha.get() : nullptr,
+        s ? s->alpha_per_row : true, dy_.get());
   }
 
  public:
@@ -142,6 +205,7 @@ class CudaDraftMatmul final : public DraftMatmul {
  private:
   int device_;
   std::map<const void*, ResidentPlane> planes_;
+  std::map<const void*, ResidentSigns> signs_;
   DeviceBuffer<int8_t> dq_;
   DeviceBuffer<float> dscale_, dy_;
   DeviceBuffer<int32_t> dsum_;

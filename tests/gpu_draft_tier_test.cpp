@@ -9,6 +9,8 @@
 #include "bitsplit/convert.h"
 #include "bitsplit/gpu.h"
 #include "bitsplit/speculative.h"
+#include "bitsplit/variant.h"
+#include "test_paths.h"
 #include "gguf_testing.h"
 
 namespace bitsplit {
@@ -101,6 +103,98 @@ TEST(GpuDraftTier, SpeculativeOutputEqualsCpuAndNoWeightsCrossPcie) {
   EXPECT_GT(after.calls, before.calls);
   EXPECT_GT(after.activation_bytes, before.activation_bytes);
   EXPECT_GT(after.result_bytes, before.result_bytes);
+}
+
+// The fused BitDelta path: D + α⊙S on the device equals the CPU reference bit for bit.
+TEST(GpuDraftTier, DraftMatmulWithSignPlaneBitExact) {
+  REQUIRE_GPU();
+  auto dev = gpu::DraftMatmul::create(0);
+  ASSERT_TRUE(dev.is_ok()) << dev.status().message();
+  std::mt19937 rng(9);
+  std::normal_distribution<float> g(0.0f, 0.05f);
+  for (int group : {32, 64, 128}) {
+    for (int64_t in : {7, 64, 111, 1023}) {
+      const int64_t out = 17;
+      SplitProjection p = SplitProjection::sized(out, in, group, 2, 8);
+      const int64_t groups = quant::groups_per_row(in, group);
+      const int64_t d_bytes = quant::code_row_bytes(in, group, 2), r_bytes = quant::code_row_bytes(in, group, 8);
+      std::vector<float> w(static_cast<size_t>(in));
+      quant::SplitParams sp;
+      sp.group = group;
+      for (int64_t o = 0; o < out; ++o) {
+        for (auto& v : w) v = g(rng);
+        quant::split_row_ref(w.data(), nullptr, in, sp,
+                             {p.draft_codes.data() + o * d_bytes, p.draft_scales.data() + o * groups,
+                              p.draft_offsets.data() + o * groups},
+                             {p.resid_codes.data() + o * r_bytes, p.resid_scales.data() + o * groups});
+      }
+      const int64_t row_bytes = quant::delta_sign_row_bytes(in) + 3;  // a wider stride, junk past the row
+      std::vector<uint8_t> signs(static_cast<size_t>(out * row_bytes));
+      for (auto& b : signs) b = uint8_t(rng());
+      for (bool per_row : {true, false}) {
+        std::vector<float> alpha(per_row ? size_t(out) : 1);
+        for (auto& a : alpha) a = std::fabs(g(rng)) * 0.1f;
+        const cpu::SignPlaneView view{signs.data(), alpha.data(), out, in, row_bytes, per_row};
+        const void* key = per_row ? static_cast<const void*>(signs.data()) : static_cast<const void*>(alpha.data());
+        ASSERT_TRUE((*dev)->upload(&p, {p.draft_codes.data(), p.draft_scales.data(), p.draft_offsets.data(), out, in,
+                                        group, 2}).is_ok());
+        ASSERT_TRUE((*dev)->upload_signs(key, {signs.data(), alpha.data(), out, in, row_bytes, per_row}, group).is_ok());
+        for (int64_t rows : {1, 5, 16, 17}) {
+          std::vector<float> x(static_cast<size_t>(rows * in));
+          for (auto& v : x) v = g(rng) * 20.0f;
+          cpu::QuantizedActivations qa;
+          cpu::quantize_activations_ref(x.data(), rows, in, group, qa);
+          std::vector<float> want(static_cast<size_t>(rows * out)), got(want.size(), NAN);
+          cpu::draft_matmul_ref(p.draft(), qa, want.data(), &view);
+          ASSERT_TRUE((*dev)->run(&p, {qa.q.data(), qa.scale.data(), qa.sum.data(), rows, qa.padded, qa.groups},
+                                  got.data(), key).is_ok());
+          for (size_t i = 0; i < want.size(); ++i)
+            ASSERT_EQ(got[i], want[i]) << "group " << group << " in " << in << " rows " << rows << " per_row " << per_row;
+        }
+      }
+    }
+  }
+}
+
+// A variant decodes the same on the CUDA draft tier as on the CPU (fixtures: psalms on bible-base).
+TEST(GpuDraftTier, VariantSpeculativeOutputEqualsCpu) {
+  REQUIRE_GPU();
+  const std::string dir = testing::source_dir() + "/tests/models/";
+  BITSPLIT_REQUIRE_FILE(dir + "bible-base.gguf");
+  auto base_src = open_weights(dir + "bible-base.gguf");
+  auto ft_src = open_weights(dir + "bible-psalms.gguf");
+  ASSERT_TRUE(base_src.is_ok() && ft_src.is_ok());
+  auto base_f32 = Model::load(**base_src);
+  auto ft_f32 = Model::load(**ft_src);
+  ASSERT_TRUE(base_f32.is_ok() && ft_f32.is_ok());
+  auto parts = compute_delta(*base_f32, *ft_f32, quant::DeltaAlpha::kRow);
+  ASSERT_TRUE(parts.is_ok());
+  const auto path = std::filesystem::temp_directory_path() / ("bitsplit_gpu_var_" + std::to_string(::getpid()) + ".gguf");
+  ASSERT_TRUE(convert_model(**base_src, path.string(), {}, nullptr, nullptr).is_ok());
+  auto w = open_weights(path.string());
+  auto ctx = std::make_shared<cpu::CpuContext>();
+  auto tier = make_cuda_draft_tier(ctx, 0);
+  ASSERT_TRUE(tier.is_ok());
+  auto cpu_model = Model::load(**w);
+  auto gpu_model = Model::load(**w, {.cpu = ctx, .draft_tier = *tier});
+  std::filesystem::remove(path);
+  ASSERT_TRUE(cpu_model.is_ok() && gpu_model.is_ok());
+  auto variant = Variant::make(*base_f32, "psalms", parts->signs, parts->full);
+  ASSERT_TRUE(variant.is_ok()) << variant.status().message();
+  SamplingParams sp;
+  sp.temperature = 0;
+  auto run_spec = [&](const Model& m) {
+    Sampler s(sp);
+    SpeculativeOptions o;
+    o.n_predict = 64;
+    o.policy.budget = 16;
+    o.variant = variant->get();
+    std::vector<int32_t> out;
+    auto r = generate_speculative(m, m, std::vector<int32_t>{1, 45, 300, 12}, o, s, [&](int32_t t) { out.push_back(t); return true; });
+    EXPECT_TRUE(r.is_ok()) << r.status().message();
+    return out;
+  };
+  EXPECT_EQ(run_spec(*gpu_model), run_spec(*cpu_model));
 }
 
 }  // namespace

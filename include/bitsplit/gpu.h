@@ -46,6 +46,14 @@ struct QuantizedRowsHost {
   int64_t rows, padded, groups;
 };
 
+// A BitDelta sign plane in host memory (cpu::SignPlaneView's fields).
+struct SignPlaneHost {
+  const uint8_t* signs;  // out rows of row_bytes; bit set = -1
+  const float* alpha;    // out values, or 1
+  int64_t out, in, row_bytes;
+  bool alpha_per_row;
+};
+
 // Bytes moved between host and device.
 struct TransferCounters {
   uint64_t weight_bytes_to_device = 0;  // plane uploads (once per plane)
@@ -64,8 +72,12 @@ class DraftMatmul {
   virtual ~DraftMatmul() = default;
   // Uploads a plane unless `key` is already resident. Only 2-bit planes are supported.
   virtual Status upload(const void* key, const DraftPlaneHost& plane) = 0;
-  // y (host, rows x out) = D · X for the resident plane `key`.
+  // Uploads a variant's sign plane for draft planes of group `group`, unless `key` is resident.
+  virtual Status upload_signs(const void* key, const SignPlaneHost& signs, int group) = 0;
+  // y (host, rows x out) = D · X for the resident plane `key`; with a resident sign plane
+  // `signs_key`, (D + α⊙S) · X fused in the same pass (bitwise cpu::draft_matmul_ref with delta).
   virtual Status run(const void* key, const QuantizedRowsHost& x, float* y) = 0;
+  virtual Status run(const void* key, const QuantizedRowsHost& x, float* y, const void* signs_key) = 0;
   virtual TransferCounters counters() const = 0;
   virtual uint64_t resident_bytes() const = 0;
   // Seconds per kernel launch for the plane `key` and the activations of the last run(),

@@ -95,6 +95,12 @@ class DraftTier {
     (void)planes;
     return Status::ok();
   }
+  // Makes a variant's sign plane for `planes` resident next to D (a GPU tier uploads it once).
+  virtual Status prepare_delta(const SplitProjection& planes, const cpu::SignPlaneView& delta) {
+    (void)planes;
+    (void)delta;
+    return Status::ok();
+  }
   // y[rows x out] = D · X for the quantised activations; with `delta`, (D + α ⊙ S) · X for a
   // BitDelta variant (docs/FORMAT.md, "Kernel arithmetic").
   virtual Status draft_matmul(const SplitProjection& planes, const cpu::QuantizedActivations& x, float* y,
