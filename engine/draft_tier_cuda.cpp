@@ -3,28 +3,55 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <set>
+
 #include "bitsplit/gpu.h"
 #include "bitsplit/model.h"
+#include "bitsplit/vram_plan.h"
 
 namespace bitsplit {
 namespace {
 
 class CudaDraftTier final : public DraftTier {
  public:
-  CudaDraftTier(std::unique_ptr<gpu::DraftMatmul> gpu, std::shared_ptr<cpu::CpuContext> cpu, int device)
-      : gpu_(std::move(gpu)), cpu_(std::move(cpu)), device_(device) {}
+  CudaDraftTier(std::unique_ptr<gpu::DraftMatmul> gpu, std::shared_ptr<cpu::CpuContext> cpu, int device,
+                uint64_t budget)
+      : gpu_(std::move(gpu)), cpu_(std::move(cpu)), device_(device), budget_(budget) {}
 
   std::string name() const override { return "cuda:" + std::to_string(device_); }
 
+  // Planes arrive in placement order (Model::load); they go to VRAM while the budget lasts,
+  // and from the first that does not fit on, the CPU drafts them (vram_plan.h).
   Status prepare(const SplitProjection& p) override {
     if (p.draft_bits != 2) return Status::ok();  // computed on the CPU
-    return gpu_->upload(&p, {p.draft_codes.data(), p.draft_scales.data(), p.draft_offsets.data(), p.out, p.in, p.group,
-                             p.draft_bits});
+    const uint64_t bytes = p.draft_codes.size() + 2 * (p.draft_scales.size() + p.draft_offsets.size());
+    if (full_ || placed_bytes_ + bytes > budget_) {
+      full_ = true;
+      host_bytes_ += bytes;
+      ++host_planes_;
+      return Status::ok();
+    }
+    BITSPLIT_RETURN_IF_ERROR(gpu_->upload(&p, {p.draft_codes.data(), p.draft_scales.data(), p.draft_offsets.data(),
+                                               p.out, p.in, p.group, p.draft_bits}));
+    placed_bytes_ += bytes;
+    on_device_.insert(&p);
+    return Status::ok();
+  }
+
+  std::string placement() const override {
+    VramPlan plan;
+    plan.budget = budget_;
+    plan.device_bytes = placed_bytes_;
+    plan.device_planes = on_device_.size();
+    plan.host_bytes = host_bytes_;
+    plan.host_planes = host_planes_;
+    plan.first_on_host = host_planes_ ? "the first plane over budget" : "";
+    return plan.summary();
   }
 
   Status draft_matmul(const SplitProjection& p, const cpu::QuantizedActivations& x, float* y,
                       const cpu::SignPlaneView* delta) override {
-    if (p.draft_bits != 2) {
+    if (p.draft_bits != 2 || !on_device_.count(&p)) {
       cpu::draft_matmul(*cpu_, p.draft(), x, y, delta);
       return Status::ok();
     }
@@ -37,7 +64,7 @@ class CudaDraftTier final : public DraftTier {
   }
 
   Status prepare_delta(const SplitProjection& p, const cpu::SignPlaneView& d) override {
-    if (p.draft_bits != 2) return Status::ok();  // that draft runs on the CPU, signs fused there
+    if (p.draft_bits != 2 || !on_device_.count(&p)) return Status::ok();  // drafted on the CPU, signs fused there
     return gpu_->upload_signs(d.signs, {d.signs, d.alpha, d.out, d.in, d.row_bytes, d.alpha_per_row}, p.group);
   }
 
@@ -50,16 +77,29 @@ class CudaDraftTier final : public DraftTier {
   std::unique_ptr<gpu::DraftMatmul> gpu_;
   std::shared_ptr<cpu::CpuContext> cpu_;
   int device_;
+  uint64_t budget_;
+  uint64_t placed_bytes_ = 0, host_bytes_ = 0;
+  size_t host_planes_ = 0;
+  bool full_ = false;
+  std::set<const SplitProjection*> on_device_;
 };
 
 }  // namespace
 
-Result<std::shared_ptr<DraftTier>> make_cuda_draft_tier(std::shared_ptr<cpu::CpuContext> cpu, int device) {
+Result<std::shared_ptr<DraftTier>> make_cuda_draft_tier(std::shared_ptr<cpu::CpuContext> cpu, int device,
+                                                        std::optional<uint64_t> vram_budget) {
   BITSPLIT_ASSIGN_OR_RETURN(auto gpu, gpu::DraftMatmul::create(device));
-  return std::shared_ptr<DraftTier>(std::make_shared<CudaDraftTier>(std::move(gpu), std::move(cpu), device));
+  uint64_t budget = 0;
+  if (vram_budget) {
+    budget = *vram_budget;
+  } else {
+    BITSPLIT_ASSIGN_OR_RETURN(budget, default_vram_budget(device));
+  }
+  return std::shared_ptr<DraftTier>(std::make_shared<CudaDraftTier>(std::move(gpu), std::move(cpu), device, budget));
 }
 
-std::shared_ptr<DraftTier> choose_draft_tier(std::shared_ptr<cpu::CpuContext> cpu, std::string* why) {
+std::shared_ptr<DraftTier> choose_draft_tier(std::shared_ptr<cpu::CpuContext> cpu, std::string* why,
+                                             std::optional<uint64_t> vram_budget) {
   const char* env = std::getenv("BITSPLIT_DEVICE");
   std::string reason;
   if (env && std::strcmp(env, "cpu") == 0) {
@@ -69,7 +109,7 @@ std::shared_ptr<DraftTier> choose_draft_tier(std::shared_ptr<cpu::CpuContext> cp
   } else if (gpu::device_count() == 0) {
     reason = "no CUDA device found";
   } else {
-    auto tier = make_cuda_draft_tier(cpu, 0);
+    auto tier = make_cuda_draft_tier(cpu, 0, vram_budget);
     if (tier) {
       auto desc = gpu::describe_device(0);
       if (why) *why = "draft tier: CUDA device 0" + (desc ? " (" + *desc + ")" : std::string());

@@ -4,6 +4,7 @@
 
 #include "bitsplit/convert.h"
 #include "bitsplit/model.h"
+#include "bitsplit/vram_plan.h"
 
 namespace bitsplit {
 namespace {
@@ -225,10 +226,13 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
     BITSPLIT_RETURN_IF_ERROR(t.load(b + "ffn_up.weight", {c.n_embd, c.n_ff}, &l.w_up));
     BITSPLIT_RETURN_IF_ERROR(t.load(b + "ffn_down.weight", {c.n_ff, c.n_embd}, &l.w_down));
   }
-  // The draft tier takes its planes now (a GPU tier uploads them once, never while decoding).
-  // Planes live in a std::map, so their addresses survive moving the model.
-  for (const auto& [name, planes] : model.splits_) {
-    if (Status st = model.draft_tier_->prepare(planes); !st) {
+  // The draft tier takes its planes now (a GPU tier uploads them once, never while decoding),
+  // in placement order: layer by layer, the output head last (vram_plan.h). Planes live in a
+  // std::map, so their addresses survive moving the model.
+  for (const std::string& name : placement_order(c.n_layers)) {
+    auto it = model.splits_.find(name);
+    if (it == model.splits_.end()) continue;
+    if (Status st = model.draft_tier_->prepare(it->second); !st) {
       return st.with_context("draft tier " + model.draft_tier_->name() + ", " + name);
     }
   }

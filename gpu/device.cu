@@ -29,4 +29,14 @@ Result<std::string> describe_device(int device) {
          std::to_string(prop.totalGlobalMem >> 30) + " GiB)";
 }
 
+Result<uint64_t> free_memory(int device) {
+  if (device < 0 || device >= device_count()) return Status::error("CUDA device " + std::to_string(device) + " does not exist");
+  if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) return Status::error(std::string("cudaSetDevice: ") + cudaGetErrorString(e));
+  size_t free = 0, total = 0;
+  if (cudaError_t e = cudaMemGetInfo(&free, &total); e != cudaSuccess) {
+    return Status::error(std::string("cudaMemGetInfo: ") + cudaGetErrorString(e));
+  }
+  return uint64_t(free);
+}
+
 }  // namespace bitsplit::gpu

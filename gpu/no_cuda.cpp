@@ -10,6 +10,7 @@ Status no_cuda() { return Status::error("this build of bitsplit has no CUDA supp
 bool compiled_with_cuda() { return false; }
 int device_count() { return 0; }
 Result<std::string> describe_device(int) { return no_cuda(); }
+Result<uint64_t> free_memory(int) { return no_cuda(); }
 Status rms_norm(const float*, const float*, int64_t, int64_t, float, float*, int) {
   return no_cuda();
 }

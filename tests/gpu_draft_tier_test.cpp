@@ -10,6 +10,7 @@
 #include "bitsplit/gpu.h"
 #include "bitsplit/speculative.h"
 #include "bitsplit/variant.h"
+#include "bitsplit/vram_plan.h"
 #include "test_paths.h"
 #include "gguf_testing.h"
 
@@ -195,6 +196,43 @@ TEST(GpuDraftTier, VariantSpeculativeOutputEqualsCpu) {
     return out;
   };
   EXPECT_EQ(run_spec(*gpu_model), run_spec(*cpu_model));
+}
+
+// Under a VRAM budget smaller than the draft, the planes past the budget are drafted on the
+// CPU: fewer weight bytes uploaded, the same greedy output.
+TEST(GpuDraftTier, PlanesOverTheVramBudgetDraftOnTheCpu) {
+  REQUIRE_GPU();
+  const auto path = std::filesystem::temp_directory_path() / ("bitsplit_gpu_budget_" + std::to_string(::getpid()) + ".gguf");
+  auto source = testing::tiny_weights({});
+  ASSERT_TRUE(convert_model(*source, path.string(), {}, nullptr, nullptr).is_ok());
+  auto w = open_weights(path.string());
+  auto sizes = draft_plane_sizes(**w);
+  ASSERT_TRUE(sizes.is_ok());
+  uint64_t total = 0;
+  for (const auto& s : *sizes) total += s.bytes;
+  auto ctx = std::make_shared<cpu::CpuContext>();
+  auto full = make_cuda_draft_tier(ctx, 0, total);
+  auto half = make_cuda_draft_tier(ctx, 0, total / 2);
+  ASSERT_TRUE(full.is_ok() && half.is_ok());
+  auto m_full = Model::load(**w, {.cpu = ctx, .draft_tier = *full});
+  auto m_half = Model::load(**w, {.cpu = ctx, .draft_tier = *half});
+  auto m_cpu = Model::load(**w);
+  std::filesystem::remove(path);
+  ASSERT_TRUE(m_full.is_ok() && m_half.is_ok() && m_cpu.is_ok());
+  EXPECT_EQ(m_full->draft_tier().transfers().weight_bytes > m_half->draft_tier().transfers().weight_bytes, true);
+  EXPECT_NE(m_half->draft_tier().placement().find("draft on the CPU"), std::string::npos) << m_half->draft_tier().placement();
+  SamplingParams sp;
+  sp.temperature = 0;
+  auto run_spec = [&](const Model& m) {
+    Sampler s(sp);
+    SpeculativeOptions o;
+    o.n_predict = 32;
+    o.policy.budget = 8;
+    std::vector<int32_t> out;
+    EXPECT_TRUE(generate_speculative(m, m, std::vector<int32_t>{1, 5, 9}, o, s, [&](int32_t t) { out.push_back(t); return true; }).is_ok());
+    return out;
+  };
+  EXPECT_EQ(run_spec(*m_half), run_spec(*m_cpu));
 }
 
 }  // namespace

@@ -13,7 +13,8 @@ int report_error(const std::string& message) {
   return 1;
 }
 
-Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& requested) {
+Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& requested,
+                               std::optional<uint64_t> vram_budget) {
   BITSPLIT_ASSIGN_OR_RETURN(auto source, open_weights(path));
   ModelLoadOptions options = requested;
   if (source->find_tensor("output.draft_codes") || source->metadata().contains("bitsplit.format_version")) {
@@ -21,13 +22,16 @@ Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& 
     if (!options.cpu) options.cpu = std::make_shared<cpu::CpuContext>();
     if (!options.draft_tier) {
       std::string why;
-      options.draft_tier = choose_draft_tier(options.cpu, &why);
+      options.draft_tier = choose_draft_tier(options.cpu, &why, vram_budget);
       std::fprintf(stderr, "%s\n", why.c_str());
     }
   }
   auto tokenizer = Tokenizer::from_metadata(source->metadata());
   if (!tokenizer) return tokenizer.status().with_context(path);
   BITSPLIT_ASSIGN_OR_RETURN(Model model, Model::load(*source, options));
+  if (model.has_planes() && !model.draft_tier().placement().empty()) {
+    std::fprintf(stderr, "%s\n", model.draft_tier().placement().c_str());
+  }
   return LoadedModel{std::move(source), std::move(*tokenizer), std::move(model)};
 }
 

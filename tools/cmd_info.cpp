@@ -8,6 +8,7 @@
 #include "bitsplit/gpu.h"
 #include "bitsplit/model.h"
 #include "bitsplit/tokenizer.h"
+#include "bitsplit/vram_plan.h"
 #include "commands.h"
 
 namespace bitsplit::cli {
@@ -17,6 +18,7 @@ struct InfoOptions {
   std::string model;
   bool tensors = false;
   bool topology = false;
+  std::string vram_budget;
 };
 
 std::string human_bytes(double b) {
@@ -74,6 +76,26 @@ int info(const InfoOptions& o) {
       std::printf("bit-split:     group %d, %d-bit draft plane %s (VRAM tier), %d-bit residual plane %s (RAM tier)\n",
                   f.group, f.draft_bits, human_bytes(double(vram)).c_str(), f.residual_bits, human_bytes(double(ram)).c_str());
       if (auto sha = w.metadata().get_string("bitsplit.source_sha256")) std::printf("source sha256: %s\n", sha->c_str());
+      // Where the draft planes would go: the budget asked for, else the device's default.
+      std::optional<uint64_t> budget;
+      std::string why;
+      if (!o.vram_budget.empty()) {
+        auto b = parse_byte_size(o.vram_budget);
+        if (!b) return report_error("--vram-budget: " + b.status().message());
+        budget = *b;
+      } else if (gpu::device_count() > 0) {
+        auto b = default_vram_budget(0);
+        if (b) budget = *b;
+        why = b ? " (free memory of device 0 minus the margin)" : " (" + b.status().message() + ")";
+      }
+      auto sizes = draft_plane_sizes(w);
+      if (!sizes) {
+        std::printf("vram plan:     (%s)\n", sizes.status().message().c_str());
+      } else if (budget) {
+        std::printf("vram plan:     %s%s\n", plan_vram(*sizes, *budget).summary().c_str(), why.c_str());
+      } else {
+        std::printf("vram plan:     no CUDA device; `--vram-budget SIZE` shows what a GPU of that size would hold\n");
+      }
     }
   } else {
     std::printf("architecture:  (cannot run: %s)\n", config.status().message().c_str());
@@ -124,6 +146,9 @@ void add_info_command(CLI::App& app, int* exit_code) {
   cmd->add_flag("--tensors", o->tensors, "List every tensor with its type, shape and size");
   cmd->add_flag("--topology", o->topology,
                 "Print the CPU topology (cores, NUMA nodes), the ISA tier chosen and the thread arena size");
+  cmd->add_option("--vram-budget", o->vram_budget, "For a converted model: show which draft planes a GPU with this "
+                                                   "much VRAM for them would hold (e.g. 8G)")
+      ->type_name("SIZE");
   cmd->callback([o, exit_code] { *exit_code = info(*o); });
 }
 

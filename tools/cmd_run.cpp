@@ -8,6 +8,7 @@
 #include "bitsplit/speculative.h"
 #include "bitsplit/tokenizer.h"
 #include "bitsplit/variant.h"
+#include "bitsplit/vram_plan.h"
 #include "commands.h"
 
 namespace bitsplit::cli {
@@ -31,6 +32,7 @@ struct RunOptions {
   int depth = 8;
   int top_k = 4;
   std::string draft_shape = "tree";
+  std::string vram_budget;
   std::vector<std::string> deltas;  // NAME=FILE
   std::string variant;
   bool base_draft = false;
@@ -59,7 +61,13 @@ int run(const RunOptions& o) {
   sampling.seed = o.seed ? *o.seed : std::random_device{}();
   if (Status s = sampling.validate(); !s) return report_error(s.message());
   const auto threads = limit_threads(o.threads);
-  auto loaded = load_model(o.model, {.draft_only = o.draft_only, .q8_0_kernels = true});
+  std::optional<uint64_t> vram_budget;
+  if (!o.vram_budget.empty()) {
+    auto b = parse_byte_size(o.vram_budget);
+    if (!b) return report_error("--vram-budget: " + b.status().message());
+    vram_budget = *b;
+  }
+  auto loaded = load_model(o.model, {.draft_only = o.draft_only, .q8_0_kernels = true}, vram_budget);
   if (!loaded) return report_error(loaded.status().message());
   const Tokenizer& tokenizer = *loaded->tokenizer;
   // Variants ride on the loaded base; the one asked for is loaded (and timed) through the cache.
@@ -199,6 +207,10 @@ void add_run_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--depth", o->depth, "Maximum tree depth")->capture_default_str()->check(CLI::Range(1, 64));
   cmd->add_option("--tree-top-k", o->top_k, "Children considered per node and nodes kept per level")
       ->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("--vram-budget", o->vram_budget,
+                  "Bytes of VRAM for the draft planes (e.g. 6G; default: free memory minus max(1 GiB, 10%)). "
+                  "Planes go to the GPU layer by layer while they fit; the rest are drafted on the CPU")
+      ->type_name("SIZE");
   cmd->add_option("--delta", o->deltas,
                   "Register a fine-tuned variant: NAME=FILE (a .delta.gguf from `bitsplit delta` made against this "
                   "model's source); repeatable")

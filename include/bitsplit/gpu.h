@@ -17,6 +17,8 @@ bool compiled_with_cuda();
 int device_count();
 // "NVIDIA H200 (sm_90, 139 GiB)"; an error when the device does not exist.
 Result<std::string> describe_device(int device);
+// Free device memory in bytes (cudaMemGetInfo).
+Result<uint64_t> free_memory(int device);
 
 // Row-wise RMSNorm on the device: y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight, for
 // `rows` rows of length n. Host launcher: copies in, runs, copies out.

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -105,6 +106,8 @@ class DraftTier {
   // BitDelta variant (docs/FORMAT.md, "Kernel arithmetic").
   virtual Status draft_matmul(const SplitProjection& planes, const cpu::QuantizedActivations& x, float* y,
                               const cpu::SignPlaneView* delta = nullptr) = 0;
+  // Where the draft planes went (a GPU tier under a VRAM budget); "" when there is nothing to say.
+  virtual std::string placement() const { return ""; }
   // Bytes moved to and from a device (all zero for the CPU tier).
   struct Transfers {
     uint64_t weight_bytes = 0, activation_bytes = 0, result_bytes = 0, calls = 0;
@@ -114,11 +117,15 @@ class DraftTier {
 
 // The CPU draft tier, on the model's CpuContext.
 std::shared_ptr<DraftTier> make_cpu_draft_tier(std::shared_ptr<cpu::CpuContext> cpu);
-// The CUDA draft tier on `device` (2-bit planes in VRAM; other widths run on the CPU).
-Result<std::shared_ptr<DraftTier>> make_cuda_draft_tier(std::shared_ptr<cpu::CpuContext> cpu, int device);
+// The CUDA draft tier on `device` (2-bit planes in VRAM; other widths run on the CPU). Planes
+// go to VRAM in the order Model::load prepares them (layer order, vram_plan.h) while they fit
+// in `vram_budget` (default: free memory minus a margin); the rest are drafted on the CPU.
+Result<std::shared_ptr<DraftTier>> make_cuda_draft_tier(std::shared_ptr<cpu::CpuContext> cpu, int device,
+                                                        std::optional<uint64_t> vram_budget = std::nullopt);
 // CUDA when this build has it, a device exists and BITSPLIT_DEVICE is not "cpu"; otherwise
 // the CPU tier. `why` says which and why (one line for the log).
-std::shared_ptr<DraftTier> choose_draft_tier(std::shared_ptr<cpu::CpuContext> cpu, std::string* why);
+std::shared_ptr<DraftTier> choose_draft_tier(std::shared_ptr<cpu::CpuContext> cpu, std::string* why,
+                                             std::optional<uint64_t> vram_budget = std::nullopt);
 
 // One projection's bit-split planes in memory, in the file's layout.
 struct SplitProjection {
