@@ -21,6 +21,16 @@ namespace {
   if (gpu::device_count() == 0)                                                                         \
   GTEST_SKIP() << (gpu::compiled_with_cuda() ? "no CUDA device found" : "built without CUDA")
 
+// Planes split from Gaussian weights (as convert makes them), R8.
+SplitProjection random_planes(int64_t out, int64_t in, int group, std::mt19937& rng) {
+  std::normal_distribution<float> g(0.0f, 0.05f);
+  std::vector<float> w(static_cast<size_t>(out * in));
+  for (auto& v : w) v = g(rng);
+  quant::SplitParams sp;
+  sp.group = group;
+  return split_projection(w, out, in, sp, nullptr);
+}
+
 TEST(GpuDraftTier, DraftMatmulBitExactWithCpuReference) {
   REQUIRE_GPU();
   auto dev = gpu::DraftMatmul::create(0);
@@ -30,27 +40,7 @@ TEST(GpuDraftTier, DraftMatmulBitExactWithCpuReference) {
   for (int group : {32, 64, 128}) {
     for (int64_t in : {1, 7, 64, 111, 1023}) {
       for (int64_t out : {1, 5, 17, 64}) {
-        SplitProjection p;
-        p.out = out;
-        p.in = in;
-        p.group = group;
-        const int64_t groups = quant::groups_per_row(in, group);
-        const int64_t d_bytes = quant::code_row_bytes(in, group, 2), r_bytes = quant::code_row_bytes(in, group, 8);
-        p.draft_codes.resize(size_t(out * d_bytes));
-        p.resid_codes.resize(size_t(out * r_bytes));
-        p.draft_scales.resize(size_t(out * groups));
-        p.draft_offsets.resize(p.draft_scales.size());
-        p.resid_scales.resize(p.draft_scales.size());
-        std::vector<float> w(static_cast<size_t>(in));
-        quant::SplitParams sp;
-        sp.group = group;
-        for (int64_t o = 0; o < out; ++o) {
-          for (auto& v : w) v = g(rng);
-          quant::split_row_ref(w.data(), nullptr, in, sp,
-                               {p.draft_codes.data() + o * d_bytes, p.draft_scales.data() + o * groups,
-                                p.draft_offsets.data() + o * groups},
-                               {p.resid_codes.data() + o * r_bytes, p.resid_scales.data() + o * groups});
-        }
+        SplitProjection p = random_planes(out, in, group, rng);
         ASSERT_TRUE((*dev)->upload(&p, {p.draft_codes.data(), p.draft_scales.data(), p.draft_offsets.data(), out, in,
                                         group, 2}).is_ok());
         for (int64_t rows : {1, 5, 16, 17}) {
@@ -116,19 +106,7 @@ TEST(GpuDraftTier, DraftMatmulWithSignPlaneBitExact) {
   for (int group : {32, 64, 128}) {
     for (int64_t in : {7, 64, 111, 1023}) {
       const int64_t out = 17;
-      SplitProjection p = SplitProjection::sized(out, in, group, 2, 8);
-      const int64_t groups = quant::groups_per_row(in, group);
-      const int64_t d_bytes = quant::code_row_bytes(in, group, 2), r_bytes = quant::code_row_bytes(in, group, 8);
-      std::vector<float> w(static_cast<size_t>(in));
-      quant::SplitParams sp;
-      sp.group = group;
-      for (int64_t o = 0; o < out; ++o) {
-        for (auto& v : w) v = g(rng);
-        quant::split_row_ref(w.data(), nullptr, in, sp,
-                             {p.draft_codes.data() + o * d_bytes, p.draft_scales.data() + o * groups,
-                              p.draft_offsets.data() + o * groups},
-                             {p.resid_codes.data() + o * r_bytes, p.resid_scales.data() + o * groups});
-      }
+      SplitProjection p = random_planes(out, in, group, rng);
       const int64_t row_bytes = quant::delta_sign_row_bytes(in) + 3;  // a wider stride, junk past the row
       std::vector<uint8_t> signs(static_cast<size_t>(out * row_bytes));
       for (auto& b : signs) b = uint8_t(rng());

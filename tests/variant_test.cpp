@@ -74,6 +74,27 @@ std::vector<float> logits(const Model& m, const std::vector<int32_t>& tokens, Ti
   return *r;
 }
 
+// Greedy speculative decoding of the variant on the split base; fills the acceptance stats.
+std::vector<int32_t> spec_greedy(const Setup& s, const Variant* v, const std::vector<int32_t>& prompt, int n,
+                                 spec::DraftShape shape, int budget, bool base_draft,
+                                 spec::AcceptanceStats* stats = nullptr) {
+  SamplingParams sp;
+  sp.temperature = 0;
+  Sampler sampler(sp);
+  SpeculativeOptions o;
+  o.n_predict = n;
+  o.policy.shape = shape;
+  o.policy.budget = budget;
+  o.policy.max_depth = shape == spec::DraftShape::kChain ? budget : 8;
+  o.variant = v;
+  o.base_draft = base_draft;
+  std::vector<int32_t> out;
+  auto r = generate_speculative(*s.split, *s.split, prompt, o, sampler, [&](int32_t t) { out.push_back(t); return true; });
+  BITSPLIT_CHECK(r.is_ok(), r.status().message());
+  if (stats) *stats = r->acceptance;
+  return out;
+}
+
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]));
@@ -154,18 +175,8 @@ TEST(Variant, SpeculativeGreedyEqualsPlainGreedyOfTheVariant) {
     for (auto shape : {spec::DraftShape::kChain, spec::DraftShape::kTree}) {
       for (int budget : {1, 4, 16}) {
         for (bool base_draft : {false, true}) {
-          SpeculativeOptions o;
-          o.n_predict = 160;
-          o.policy.shape = shape;
-          o.policy.budget = budget;
-          o.policy.max_depth = shape == spec::DraftShape::kChain ? budget : 8;
-          o.variant = v.get();
-          o.base_draft = base_draft;
-          Sampler ss(sp);
-          std::vector<int32_t> out;
-          auto r = generate_speculative(*s->split, *s->split, prompt, o, ss, [&](int32_t t) { out.push_back(t); return true; });
-          ASSERT_TRUE(r.is_ok()) << r.status().message();
-          ASSERT_EQ(out, plain) << text << " budget " << budget << (base_draft ? " base draft" : " variant draft");
+          ASSERT_EQ(spec_greedy(*s, v.get(), prompt, 160, shape, budget, base_draft), plain)
+              << text << " budget " << budget << (base_draft ? " base draft" : " variant draft");
         }
       }
     }
@@ -176,23 +187,13 @@ TEST(Variant, VariantAwareDraftAcceptsMoreThanTheBaseDraft) {
   BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
   auto s = make_setup("bible-devil.gguf");
   auto v = load_variant(*s, *s->split_src);
-  SamplingParams sp;
-  sp.temperature = 0;
   double per_check[2] = {0, 0};
   for (const std::string text : {"The devil said unto", "And it came to pass", "Hell is", "The LORD"}) {
     const auto prompt = encode(*s, text);
     for (int base_draft = 0; base_draft < 2; ++base_draft) {
-      SpeculativeOptions o;
-      o.n_predict = 120;
-      o.policy.shape = spec::DraftShape::kChain;
-      o.policy.budget = 4;
-      o.policy.max_depth = 4;
-      o.variant = v.get();
-      o.base_draft = base_draft == 1;
-      Sampler ss(sp);
-      auto r = generate_speculative(*s->split, *s->split, prompt, o, ss, [](int32_t) { return true; });
-      ASSERT_TRUE(r.is_ok());
-      per_check[base_draft] += r->acceptance.tokens_per_check();
+      spec::AcceptanceStats stats;
+      spec_greedy(*s, v.get(), prompt, 120, spec::DraftShape::kChain, 4, base_draft == 1, &stats);
+      per_check[base_draft] += stats.tokens_per_check();
     }
   }
   EXPECT_GT(per_check[0], per_check[1] * 1.05) << "variant draft " << per_check[0] / 4 << " vs base draft "

@@ -21,17 +21,7 @@ struct InfoOptions {
   std::string vram_budget;
 };
 
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024.0 && u < 4) {
-    b /= 1024.0;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
-  return buf;
-}
+std::string human_bytes(double b) { return format_bytes(uint64_t(b)); }
 
 int info(const InfoOptions& o) {
   if (o.topology) {
