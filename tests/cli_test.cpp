@@ -93,6 +93,13 @@ TEST(Cli, VariantsAndTheQ8_0BaselineEndToEnd) {
   ASSERT_EQ(run_cli("convert " + models + "bible-base.gguf " + base).code, 0);
   auto o = run_cli("delta --base " + models + "bible-base.gguf --finetuned " + models + "bible-devil.gguf -o " + delta);
   ASSERT_EQ(o.code, 0) << o.out;
+  o = run_cli("info " + delta);
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("BitDelta variant"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("sign planes:   44"), std::string::npos) << o.out;
+  o = run_cli("info " + base + " --vram-budget 800K");
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("draft on the CPU"), std::string::npos) << o.out;
   o = run_cli("run -m " + base + " --delta devil=" + delta + " --variant devil -p \"The devil\" -n 24 --temp 0");
   ASSERT_EQ(o.code, 0) << o.out;
   EXPECT_NE(o.out.find("variant: devil"), std::string::npos) << o.out;

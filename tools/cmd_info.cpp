@@ -5,6 +5,7 @@
 
 #include "bitsplit/cpu.h"
 #include "bitsplit/convert.h"
+#include "bitsplit/delta.h"
 #include "bitsplit/gpu.h"
 #include "bitsplit/model.h"
 #include "bitsplit/tokenizer.h"
@@ -23,6 +24,36 @@ struct InfoOptions {
 
 std::string human_bytes(double b) { return format_bytes(uint64_t(b)); }
 
+// A BitDelta variant file: what it was made from and what it changes.
+int info_delta(const std::string& path) {
+  auto d = open_delta(path);
+  if (!d) return report_error(d.status().message());
+  int64_t planes = 0, sign_weights = 0, full = 0;
+  uint64_t bytes = 0;
+  for (const auto& [name, e] : d->tensors) {
+    if (e.kind == DeltaTensor::Kind::kSigns) {
+      ++planes;
+      sign_weights += e.out * e.row_bytes * 8;
+      bytes += e.signs->nbytes + e.alpha->nbytes;
+    } else {
+      ++full;
+      bytes += e.full->nbytes;
+    }
+  }
+  std::printf("file:          %s\n", path.c_str());
+  std::printf("type:          BitDelta variant (bitsplit.delta)\n");
+  if (!d->name.empty()) std::printf("name:          %s\n", d->name.c_str());
+  std::printf("base sha256:   %s\n", d->base_sha256.c_str());
+  std::printf("fine-tuned:    sha256 %s\n", d->finetuned_sha256.c_str());
+  std::printf("sign planes:   %lld (about %lld weights, 1 bit each; alpha per %s)\n", (long long)planes,
+              (long long)sign_weights, d->alpha == quant::DeltaAlpha::kRow ? "row" : "matrix");
+  if (auto fit = d->file->metadata().get_string("bitsplit.delta.alpha_fit")) std::printf("alpha fit:     %s\n", fit->c_str());
+  std::printf("full tensors:  %lld\n", (long long)full);
+  std::printf("size:          %s\n", format_bytes(bytes).c_str());
+  std::printf("run it:        bitsplit run -m BASE.bitsplit.gguf --delta NAME=%s --variant NAME\n", path.c_str());
+  return 0;
+}
+
 int info(const InfoOptions& o) {
   if (o.topology) {
     // What the CPU tier detected and chose: cores, NUMA nodes, ISA tier, arena size.
@@ -34,6 +65,9 @@ int info(const InfoOptions& o) {
   auto source = open_weights(o.model);
   if (!source) return report_error(source.status().message());
   const WeightSource& w = **source;
+  if (auto type = w.metadata().get_string_or("general.type", ""); type && *type == kDeltaFileType) {
+    return info_delta(o.model);
+  }
   std::printf("file:          %s\n", w.path().c_str());
   std::printf("container:     %s\n", w.describe().c_str());
   if (auto name = w.metadata().get_string("general.name")) std::printf("name:          %s\n", name->c_str());
