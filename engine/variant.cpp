@@ -172,8 +172,8 @@ VariantRegistry::VariantRegistry(const Model& base, const WeightSource& base_sou
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (log_) {
           char line[256];
-          std::snprintf(line, sizeof line, "variant '%s': loaded %.2f MiB in %.3f s (%s)", name.c_str(),
-                        double(v->bytes()) / (1 << 20), s, file->path.c_str());
+          std::snprintf(line, sizeof line, "variant '%s': loaded %.2f MiB in %.1f ms (%s)", name.c_str(),
+                        double(v->bytes()) / (1 << 20), 1e3 * s, file->path.c_str());
           log_(line);
         }
         return VariantCache<Variant>::Loaded{v, v->bytes()};

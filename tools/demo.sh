@@ -2,6 +2,8 @@
 # Installs dependencies, builds bitsplit, converts the bundled default model into its bit-split
 # form (2-bit draft plane + 8-bit residual plane) and runs it with speculative decoding:
 # prints the generated text (stdout), then the speed and acceptance statistics (stderr).
+# Then, with the bundled fine-tune (bible-devil), stores it as a 1-bit BitDelta of the base and
+# runs that variant on the same converted base.
 # Extra arguments are passed to `bitsplit run` (e.g. -n 200 --temp 0.7).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,4 +28,14 @@ converted=build/demo/$(basename "$model" .gguf).bitsplit.gguf
 echo "demo: ./build/bitsplit convert $model $converted" >&2
 ./build/bitsplit convert "$model" "$converted"
 echo "demo: ./build/bitsplit run -m $converted -p \"$prompt\" -n 128 --temp 0 $*" >&2
-exec ./build/bitsplit run -m "$converted" -p "$prompt" -n 128 --temp 0 "$@"
+./build/bitsplit run -m "$converted" -p "$prompt" -n 128 --temp 0 "$@"
+
+finetune=tests/models/bible-devil.gguf
+if [ "$model" = tests/models/bible-base.gguf ] && [ -f "$finetune" ]; then
+  delta=build/demo/bible-devil.delta.gguf
+  echo >&2
+  echo "demo: ./build/bitsplit delta --base $model --finetuned $finetune -o $delta" >&2
+  ./build/bitsplit delta --base "$model" --finetuned "$finetune" -o "$delta"
+  echo "demo: ./build/bitsplit run -m $converted --delta devil=$delta --variant devil -p \"The devil\" -n 96 --temp 0 $*" >&2
+  ./build/bitsplit run -m "$converted" --delta devil="$delta" --variant devil -p "The devil" -n 96 --temp 0 "$@"
+fi
