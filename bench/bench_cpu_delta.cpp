@@ -77,19 +77,24 @@ struct DeltaPlanes {
   }
 };
 
-// args: shape index, rows n, delta (0/1), all threads (0/1).
+// args: shape index, rows n, delta (0/1), all threads (0/1), layout (0: file-layout view, 1:
+// PackedPlane, as the engine runs it; the sign plane is read in its file layout either way).
 void BM_DraftDelta(benchmark::State& state) {
   const int shape = int(state.range(0));
   const int64_t n = state.range(1);
-  const bool delta = state.range(2) != 0, all = state.range(3) != 0;
+  const bool delta = state.range(2) != 0, all = state.range(3) != 0, packed = state.range(4) != 0;
   CpuContext& ctx = context(all);
   static std::unique_ptr<DeltaPlanes> set;
+  static std::vector<bitsplit::cpu::PackedPlane> packs;
   static int set_shape = -1;
   if (set_shape != shape) {
+    packs.clear();
     set.reset();
     set = std::make_unique<DeltaPlanes>(context(true), kShapes[shape]);
     set_shape = shape;
   }
+  if (packed && packs.empty())
+    for (int c = 0; c < set->copies; ++c) packs.push_back(bitsplit::cpu::PackedPlane::pack(context(true), set->draft(c)));
   std::mt19937 rng(7);
   std::normal_distribution<float> nd;
   std::vector<float> x(size_t(n * set->in)), y(size_t(n * set->out));
@@ -101,7 +106,8 @@ void BM_DraftDelta(benchmark::State& state) {
   for (auto _ : state) {
     const bitsplit::cpu::SignPlaneView s = set->signs(c);
     const auto t0 = std::chrono::steady_clock::now();
-    bitsplit::cpu::draft_matmul(ctx, set->draft(c), qa, y.data(), delta ? &s : nullptr);
+    if (packed) bitsplit::cpu::draft_matmul(ctx, packs[size_t(c)], qa, y.data(), delta ? &s : nullptr);
+    else bitsplit::cpu::draft_matmul(ctx, set->draft(c), qa, y.data(), delta ? &s : nullptr);
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     benchmark::DoNotOptimize(y.data());
     if (++c == set->copies) c = 0;
@@ -112,13 +118,13 @@ void BM_DraftDelta(benchmark::State& state) {
   state.counters["GB/s"] = double(bytes) / per_call / 1e9;
   state.counters["threads"] = ctx.threads();
   // Plain runs come first for each (shape, n, threads): the delta's time relative to them.
-  static std::map<std::tuple<int, int64_t, bool>, double> plain;
-  const auto key = std::make_tuple(shape, n, all);
+  static std::map<std::tuple<int, int64_t, bool, bool>, double> plain;
+  const auto key = std::make_tuple(shape, n, all, packed);
   if (!delta) plain[key] = per_call;
   else if (auto it = plain.find(key); it != plain.end()) state.counters["t/t_plain"] = per_call / it->second;
 }
 BENCHMARK(BM_DraftDelta)
-    ->ArgsProduct({{0, 1}, {1, 16}, {0, 1}, {0, 1}})
+    ->ArgsProduct({{0, 1}, {1, 16}, {0, 1}, {0, 1}, {0, 1}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime()
     ->MinTime(0.2);

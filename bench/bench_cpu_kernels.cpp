@@ -109,25 +109,34 @@ struct PlaneSet {
   }
 };
 
-// Seconds per call at n = 1 of the same (kind, shape, bits, threads), for t(n)/t(1).
-std::map<std::tuple<bool, int, int, bool>, double>& t1_table() {
-  static std::map<std::tuple<bool, int, int, bool>, double> t;
+// Seconds per call at n = 1 of the same (kind, shape, bits, threads, layout), for t(n)/t(1).
+std::map<std::tuple<bool, int, int, bool, bool>, double>& t1_table() {
+  static std::map<std::tuple<bool, int, int, bool, bool>, double> t;
   return t;
 }
 
-// args: shape index, bits, rows n, all threads (0/1). Draft when bits == 2.
+// args: shape index, bits, rows n, all threads (0/1), layout (0: file-layout view, 1: PackedPlane,
+// as the engine runs it). Draft when bits == 2.
 void BM_PlaneMatmul(benchmark::State& state) {
   const int shape = int(state.range(0)), bits = int(state.range(1));
   const int64_t n = state.range(2);
-  const bool all = state.range(3) != 0, draft = bits == 2;
+  const bool all = state.range(3) != 0, draft = bits == 2, packed = state.range(4) != 0;
   CpuContext& ctx = context(all);
-  // One plane set alive at a time (each is ~96 MiB), kept while consecutive runs share it.
+  // One plane set alive at a time (each is ~96 MiB), kept while consecutive runs share it; its
+  // packed copies are made when first needed.
   static std::unique_ptr<PlaneSet> set;
+  static std::vector<bitsplit::cpu::PackedPlane> packs;
   static std::pair<int, int> set_key{-1, -1};
   if (set_key != std::make_pair(shape, bits)) {
+    packs.clear();
     set.reset();
     set = std::make_unique<PlaneSet>(context(true), kShapes[shape], bits);
     set_key = {shape, bits};
+  }
+  if (packed && packs.empty()) {
+    for (int c = 0; c < set->copies; ++c)
+      packs.push_back(draft ? bitsplit::cpu::PackedPlane::pack(context(true), set->draft(c))
+                            : bitsplit::cpu::PackedPlane::pack(context(true), set->residual(c)));
   }
   std::mt19937 rng(7);
   std::normal_distribution<float> nd;
@@ -139,7 +148,9 @@ void BM_PlaneMatmul(benchmark::State& state) {
   double seconds = 0;
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
-    if (draft) bitsplit::cpu::draft_matmul(ctx, set->draft(c), qa, y.data());
+    if (packed && draft) bitsplit::cpu::draft_matmul(ctx, packs[size_t(c)], qa, y.data());
+    else if (packed) bitsplit::cpu::residual_matmul(ctx, packs[size_t(c)], qa, y.data());
+    else if (draft) bitsplit::cpu::draft_matmul(ctx, set->draft(c), qa, y.data());
     else bitsplit::cpu::residual_matmul(ctx, set->residual(c), qa, y.data());
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     benchmark::DoNotOptimize(y.data());
@@ -151,7 +162,7 @@ void BM_PlaneMatmul(benchmark::State& state) {
   state.counters["GB/s"] = gbps;
   state.counters["of_stream"] = gbps / stream_read_gbps(all);
   state.counters["threads"] = ctx.threads();
-  auto key = std::make_tuple(draft, shape, bits, all);
+  auto key = std::make_tuple(draft, shape, bits, all, packed);
   if (n == 1) t1_table()[key] = per_call;
   if (auto it = t1_table().find(key); it != t1_table().end()) state.counters["t_n/t_1"] = per_call / it->second;
 }
@@ -160,7 +171,8 @@ void plane_args(benchmark::internal::Benchmark* b) {
   for (int all : {0, 1})
     for (int shape = 0; shape < 5; ++shape)
       for (int bits : {8, 6, 2})
-        for (int n : {1, 2, 4, 8, 16}) b->Args({shape, bits, n, all});
+        for (int packed : {0, 1})
+          for (int n : {1, 2, 4, 8, 16}) b->Args({shape, bits, n, all, packed});
 }
 BENCHMARK(BM_PlaneMatmul)->Apply(plane_args)->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(0.2);
 

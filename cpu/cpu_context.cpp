@@ -197,15 +197,20 @@ const KernelTable& kernels_for(Isa isa) {
 // ---- plane buffers ----
 
 namespace {
-constexpr size_t kHugePage = size_t(2) << 20;
+constexpr size_t kHugePage = size_t(2) << 20, kPage = 4096;
 }
 
-PlaneBuffer::PlaneBuffer(CpuContext& ctx, size_t bytes) {
+PlaneBuffer::PlaneBuffer(CpuContext& ctx, size_t bytes, bool whole_huge_pages) {
   if (bytes == 0) return;
-  mapped_ = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-  void* p = std::aligned_alloc(kHugePage, mapped_);
+  const size_t unit = whole_huge_pages ? kHugePage : kPage;
+  mapped_ = (bytes + unit - 1) / unit * unit;
+  void* p = std::aligned_alloc(unit, mapped_);
   BITSPLIT_CHECK(p != nullptr, "out of memory allocating a plane buffer");
-  madvise(p, mapped_, MADV_HUGEPAGE);  // a request: without THP the buffer still works
+  // A request: without THP the buffer still works. Only whole 2 MiB-aligned pages inside the
+  // buffer, so a huge page never spans memory the buffer does not use.
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kHugePage - 1) / kHugePage * kHugePage;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + mapped_) / kHugePage * kHugePage;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
   if (ctx.topology().numa_nodes > 1) {
     // Interleave pages so every core's slice streams from all memory controllers. The topology
     // of a fresh hwloc handle is enough for the node set.

@@ -1,7 +1,7 @@
 // AVX2 + FMA tier of the bit-split plane kernels: the AVX-512 tier's scheme on 8 output lanes.
 // A tile of 8 rows x 32 codes is transposed so each vector holds one 4-code chunk of every row;
 // vpmaddubsw + vpmaddwd replace vpdpbusd. vpmaddubsw saturates at 16 bits, so 8-bit codes are
-// split as u = (u & 127) + 128 * (u >> 7), which keeps every pair sum exact (<= 2 * 127 * 127).
+// multiplied as |u - 128| by q with u - 128's sign, which keeps every pair sum exact (<= 2 * 128 * 127).
 // A BitDelta sign plane is loaded per group for the block's 8 rows and expanded to 0/1 bytes in
 // the transposed layout, so its signs are read once per output row for all activation rows.
 #include <immintrin.h>
@@ -118,19 +118,22 @@ template <int NR, int kBits>
 inline void group_rows(const __m256i* w, int chunks, const RowChunk& rc, int64_t k, int group, __m256 tv, __m256 mv,
                        __m256* facc) {
   constexpr bool kDraft = kBits == 2;
-  const __m256i ones16 = _mm256_set1_epi16(1), c128 = _mm256_set1_epi16(128);
+  const __m256i ones16 = _mm256_set1_epi16(1);
   __m256i acc[NR];
+  // 8 bits: the products are of u - 128 (so the -128 sum(q) term is already in them, acc starts
+  // at 0), as |u - 128| times q with u - 128's sign: |u - 128| <= 128 and |q| <= 127 keep
+  // vpmaddubsw's pair sums exact (<= 2 * 128 * 127 < 2^15).
   for (int r = 0; r < NR; ++r)
-    acc[r] = kDraft ? _mm256_setzero_si256() : _mm256_set1_epi32(-(1 << (kBits - 1)) * rc.sum[r * rc.groups + k]);
+    acc[r] = kDraft || kBits == 8 ? _mm256_setzero_si256()
+                                  : _mm256_set1_epi32(-(1 << (kBits - 1)) * rc.sum[r * rc.groups + k]);
   const int8_t* q = rc.q + k * group;
   for (int c = 0; c < chunks; ++c) {
     if constexpr (kBits == 8) {
-      const __m256i lo = _mm256_and_si256(w[c], _mm256_set1_epi8(0x7F));
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w[c], 7), _mm256_set1_epi8(1));
+      const __m256i ws = _mm256_xor_si256(w[c], _mm256_set1_epi8(char(0x80)));  // u - 128, signed
+      const __m256i wa = _mm256_abs_epi8(ws);  // |u - 128|; 128 stays 0x80, read as unsigned
       for (int r = 0; r < NR; ++r) {
-        const __m256i x = _mm256_set1_epi32(load_i32(q + r * rc.q_stride + 4 * c));
-        acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x), ones16));
-        acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x), c128));
+        const __m256i x = _mm256_sign_epi8(_mm256_set1_epi32(load_i32(q + r * rc.q_stride + 4 * c)), ws);
+        acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(_mm256_maddubs_epi16(wa, x), ones16));
       }
     } else {
       for (int r = 0; r < NR; ++r) {
@@ -302,6 +305,121 @@ void draft_avx2(const DraftPlaneView& d, const QuantizedActivations& qa, int64_t
   else plane_rows<2>(p, qa, o_begin, o_end, y);
 }
 
+// ---- PackedPlane kernels (layout in include/bitsplit/cpu.h) ----
+// Each 64-byte vector of a packed code block is two 32-byte halves of 8 tile rows, in exactly the
+// transposed chunk layout group_rows takes: a tile runs as two 8-lane halves, unpacking a chunk
+// with a shift and a mask instead of load_group + transpose8, and loading scales directly.
+
+// Chunk c of one half (block already offset by 32 * half) as 8 lanes x 4 unsigned bytes.
+template <int kBits, int kGroup>
+inline __m256i packed_chunk(const uint8_t* block, int c) {
+  if constexpr (kBits == 8) {
+    return _mm256_load_si256(reinterpret_cast<const __m256i*>(block + 64 * c));
+  } else if constexpr (kBits == 2) {
+    constexpr int kV = kGroup / 16;
+    const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(block + 64 * (c % kV)));
+    const int t = c / kV;
+    return _mm256_and_si256(t ? _mm256_srli_epi16(v, 2 * t) : v, _mm256_set1_epi8(3));
+  } else {
+    constexpr int kN = kGroup / 8, kV = kGroup / 16;
+    const __m256i n = _mm256_load_si256(reinterpret_cast<const __m256i*>(block + 64 * (c % kN)));
+    const __m256i lo = _mm256_and_si256(c / kN ? _mm256_srli_epi16(n, 4) : n, _mm256_set1_epi8(0x0F));
+    const __m256i h = _mm256_load_si256(reinterpret_cast<const __m256i*>(block + 64 * kN + 64 * (c % kV)));
+    const int t = c / kV;
+    const __m256i hs = t < 2 ? _mm256_slli_epi16(h, 4 - 2 * t) : t == 2 ? h : _mm256_srli_epi16(h, 2);
+    return _mm256_or_si256(lo, _mm256_and_si256(hs, _mm256_set1_epi8(0x30)));
+  }
+}
+
+// Half `half` (rows o0 .. o0 + valid) of tile t for activation rows r0 .. r0 + NR.
+template <int NR, int kBits, int kGroup, bool kDelta>
+void packed_half(const PackedPlane& p, int64_t t, int half, const QuantizedActivations& qa, int valid, int64_t r0,
+                 float* y, const SignPlaneView* delta) {
+  constexpr int kChunks = kGroup / 4;
+  const int64_t groups = p.groups, cb = p.code_block_bytes(), o0 = t * 16 + 8 * half;
+  const uint8_t* codes = p.tile(t);
+  const auto* sc = reinterpret_cast<const uint16_t*>(codes + groups * cb) + 8 * half;
+  const uint16_t* of = sc + groups * 16;
+  const RowChunk rc{qa.q.data() + r0 * qa.padded, qa.padded, qa.scale.data() + r0 * groups,
+                    qa.sum.data() + r0 * groups, groups};
+  __m256 facc[NR], dacc[kDelta ? NR : 1];
+  for (int r = 0; r < NR; ++r) facc[r] = _mm256_setzero_ps();
+  for (auto& v : dacc) v = _mm256_setzero_ps();
+  __m256i w[kChunks], ws[kDelta ? kChunks : 1];
+  for (int64_t k = 0; k < groups; ++k) {
+    const uint8_t* block = codes + k * cb + 32 * half;
+#pragma GCC unroll 32
+    for (int c = 0; c < kChunks; ++c) w[c] = packed_chunk<kBits, kGroup>(block, c);
+    const __m256 tv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + k * 16)));
+    const __m256 mv = kBits == 2 ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(of + k * 16)))
+                                 : _mm256_setzero_ps();
+    group_rows<NR, kBits>(w, kChunks, rc, k, kGroup, tv, mv, facc);
+    if constexpr (kDelta) {
+      const int64_t byte0 = k * kGroup / 8;
+      load_group_signs<kGroup>(delta->signs + o0 * delta->row_bytes + byte0, delta->row_bytes,
+                               sign_bytes_read(p.in) - byte0, valid, ws);
+      group_signs<NR, kGroup>(ws, rc, k, dacc);
+    }
+  }
+  alignas(32) float tmp[kLanes];
+  if constexpr (kDelta) {
+    for (int l = 0; l < kLanes; ++l) tmp[l] = l < valid ? delta_alpha(*delta, o0 + l) : 0.0f;
+    const __m256 alpha = _mm256_load_ps(tmp);
+    for (int r = 0; r < NR; ++r) facc[r] = _mm256_fmadd_ps(alpha, dacc[r], facc[r]);
+  }
+  for (int r = 0; r < NR; ++r) {
+    float* dst = y + (r0 + r) * p.out + o0;
+    if (valid == kLanes) {
+      _mm256_storeu_ps(dst, facc[r]);
+    } else {
+      _mm256_store_ps(tmp, facc[r]);
+      for (int l = 0; l < valid; ++l) dst[l] = tmp[l];
+    }
+  }
+}
+
+template <int kBits, int kGroup, bool kDelta, int... NRs>
+void packed_dispatch(int nr, const PackedPlane& p, int64_t t, int half, const QuantizedActivations& qa, int valid,
+                     int64_t r0, float* y, const SignPlaneView* delta, std::integer_sequence<int, NRs...>) {
+  ((nr == NRs + 1 ? packed_half<NRs + 1, kBits, kGroup, kDelta>(p, t, half, qa, valid, r0, y, delta) : void()), ...);
+}
+
+// 8 activation rows per pass: their accumulators and the codes fit the 16 ymm registers.
+template <int kBits, int kGroup, bool kDelta>
+void packed_rows(const PackedPlane& p, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end, float* y,
+                 const SignPlaneView* delta) {
+  for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
+    for (int half = 0; half < 2 && o0 + 8 * half < o_end; ++half) {
+      const int valid = int(std::min<int64_t>(kLanes, o_end - o0 - 8 * half));
+      for (int64_t r0 = 0; r0 < qa.rows; r0 += 8) {
+        const int nr = int(std::min<int64_t>(8, qa.rows - r0));
+        packed_dispatch<kBits, kGroup, kDelta>(nr, p, o0 / 16, half, qa, valid, r0, y, delta,
+                                               std::make_integer_sequence<int, 8>{});
+      }
+    }
+  }
+}
+
+template <int kBits, bool kDelta>
+void packed_any_group(const PackedPlane& p, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end, float* y,
+                      const SignPlaneView* delta) {
+  if (p.group == 32) packed_rows<kBits, 32, kDelta>(p, qa, o_begin, o_end, y, delta);
+  else if (p.group == 64) packed_rows<kBits, 64, kDelta>(p, qa, o_begin, o_end, y, delta);
+  else packed_rows<kBits, 128, kDelta>(p, qa, o_begin, o_end, y, delta);
+}
+
+void residual_packed_avx2(const PackedPlane& r, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
+                          float* y) {
+  if (r.bits == 8) packed_any_group<8, false>(r, qa, o_begin, o_end, y, nullptr);
+  else packed_any_group<6, false>(r, qa, o_begin, o_end, y, nullptr);
+}
+
+void draft_packed_avx2(const PackedPlane& d, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end, float* y,
+                       const SignPlaneView* delta) {
+  if (delta) packed_any_group<2, true>(d, qa, o_begin, o_end, y, delta);
+  else packed_any_group<2, false>(d, qa, o_begin, o_end, y, nullptr);
+}
+
 // The reference quantiser's arithmetic on 8 lanes (see quantize_activations_ref).
 void quantize_group(const float* x, int64_t n, int group, int8_t* q, float* scale, int32_t* sum) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
@@ -350,7 +468,8 @@ void quantize_avx2(const float* x, int64_t rows, int64_t in, int group, Quantize
 }  // namespace
 
 const KernelTable& avx2_kernels() {
-  static const KernelTable table{Isa::kAvx2, quantize_avx2, residual_avx2, draft_avx2};
+  static const KernelTable table{Isa::kAvx2,         quantize_avx2,       residual_avx2, draft_avx2,
+                                 residual_packed_avx2, draft_packed_avx2};
   return table;
 }
 

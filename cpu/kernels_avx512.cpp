@@ -401,7 +401,8 @@ void quantize_avx512(const float* x, int64_t rows, int64_t in, int group, Quanti
 }  // namespace
 
 const KernelTable& avx512_kernels() {
-  static const KernelTable table{Isa::kAvx512, quantize_avx512, residual_avx512, draft_avx512};
+  static const KernelTable table{Isa::kAvx512,         quantize_avx512,       residual_avx512, draft_avx512,
+                                 residual_packed_avx512, draft_packed_avx512};
   return table;
 }
 

@@ -21,6 +21,11 @@ struct KernelTable {
   // delta (may be null): the variant's sign plane, fused into the same pass ("Kernel arithmetic" 5).
   void (*draft)(const DraftPlaneView& d, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end, float* y,
                 const SignPlaneView* delta);
+  // The same from a PackedPlane; o_begin is a multiple of 16 (a tile boundary).
+  void (*residual_packed)(const PackedPlane& r, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
+                          float* y);
+  void (*draft_packed)(const PackedPlane& d, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end, float* y,
+                       const SignPlaneView* delta);
 };
 
 const KernelTable& scalar_kernels();
@@ -57,6 +62,15 @@ void residual_rows_ref(const ResidualPlaneView& r, const QuantizedActivations& q
                        float* y);
 void draft_rows_ref(const DraftPlaneView& d, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
                     float* y, const SignPlaneView* delta);
+void residual_packed_ref(const PackedPlane& r, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
+                         float* y);
+void draft_packed_ref(const PackedPlane& d, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end, float* y,
+                      const SignPlaneView* delta);
+// The SIMD tiers' packed kernels (packed_avx512.cpp; the AVX2 ones live in kernels_avx2.cpp).
+void residual_packed_avx512(const PackedPlane& r, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
+                            float* y);
+void draft_packed_avx512(const PackedPlane& d, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
+                         float* y, const SignPlaneView* delta);
 // Aborts unless delta (when not null) fits the draft plane.
 void check_delta(const DraftPlaneView& d, const SignPlaneView* delta);
 // Step 5 alone for output rows [o_begin, o_end): y holds the plain draft result and gets the signs.

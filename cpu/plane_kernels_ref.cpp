@@ -71,28 +71,56 @@ int32_t signed_sum(const uint8_t* neg, const int8_t* q, int group, int32_t sum_q
 
 }  // namespace
 
+namespace {
+
+// The residual arithmetic (step 2) over any source of codes and scales: a file-layout view or a
+// PackedPlane. `unpack(o, k, u)` fills group k of row o in natural order; `scale(o, k)` is its t.
+template <typename Unpack, typename Scale>
+void residual_rows(int64_t out, int bits, int group, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
+                   float* y, Unpack unpack, Scale scale) {
+  const int64_t groups = qa.groups;
+  const int32_t half = 1 << (bits - 1);
+  uint8_t u[quant::kMaxGroup];
+  for (int64_t o = o_begin; o < o_end; ++o) {
+    for (int64_t n = 0; n < qa.rows; ++n) y[n * out + o] = 0.0f;
+    for (int64_t k = 0; k < groups; ++k) {
+      unpack(o, k, u);
+      const float t = quant::fp16_to_fp32(scale(o, k));
+      for (int64_t n = 0; n < qa.rows; ++n) {
+        const int8_t* q = qa.row_q(n) + k * group;
+        int32_t s = 0;
+        for (int i = 0; i < group; ++i) s += int32_t(u[i]) * int32_t(q[i]);
+        s -= half * qa.sum[size_t(n * groups + k)];
+        float& acc = y[n * out + o];
+        acc = std::fma(float(s), t * qa.scale[size_t(n * groups + k)], acc);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void residual_rows_ref(const ResidualPlaneView& r, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
                        float* y) {
   check_shapes(r.in, r.group, qa);
   BITSPLIT_CHECK(r.bits == 8 || r.bits == 6);
   const int64_t row_bytes = quant::code_row_bytes(r.in, r.group, r.bits), groups = qa.groups;
-  const int32_t half = 1 << (r.bits - 1);
-  uint8_t u[quant::kMaxGroup];
-  for (int64_t o = o_begin; o < o_end; ++o) {
-    for (int64_t n = 0; n < qa.rows; ++n) y[n * r.out + o] = 0.0f;
-    for (int64_t k = 0; k < groups; ++k) {
-      quant::unpack_group_codes(r.codes + o * row_bytes + k * r.group * r.bits / 8, r.group, r.bits, u);
-      const float t = quant::fp16_to_fp32(r.scales[o * groups + k]);
-      for (int64_t n = 0; n < qa.rows; ++n) {
-        const int8_t* q = qa.row_q(n) + k * r.group;
-        int32_t s = 0;
-        for (int i = 0; i < r.group; ++i) s += int32_t(u[i]) * int32_t(q[i]);
-        s -= half * qa.sum[size_t(n * groups + k)];
-        float& acc = y[n * r.out + o];
-        acc = std::fma(float(s), t * qa.scale[size_t(n * groups + k)], acc);
-      }
-    }
-  }
+  residual_rows(
+      r.out, r.bits, r.group, qa, o_begin, o_end, y,
+      [&](int64_t o, int64_t k, uint8_t* u) {
+        quant::unpack_group_codes(r.codes + o * row_bytes + k * r.group * r.bits / 8, r.group, r.bits, u);
+      },
+      [&](int64_t o, int64_t k) { return r.scales[o * groups + k]; });
+}
+
+void residual_packed_ref(const PackedPlane& r, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
+                         float* y) {
+  check_shapes(r.in, r.group, qa);
+  BITSPLIT_CHECK(!r.draft);
+  residual_rows(
+      r.out, r.bits, r.group, qa, o_begin, o_end, y,
+      [&](int64_t o, int64_t k, uint8_t* u) { r.unpack_group(o, k, u); },
+      [&](int64_t o, int64_t k) { return r.scale(o, k); });
 }
 
 void check_delta(const DraftPlaneView& d, const SignPlaneView* delta) {
@@ -102,41 +130,70 @@ void check_delta(const DraftPlaneView& d, const SignPlaneView* delta) {
                  "sign plane does not match the draft plane's shape");
 }
 
-void draft_rows_ref(const DraftPlaneView& d, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
-                    float* y, const SignPlaneView* delta) {
-  check_shapes(d.in, d.group, qa);
-  check_delta(d, delta);
-  BITSPLIT_CHECK(d.bits == 2 || d.bits == 3 || d.bits == 4);
-  const int64_t row_bytes = quant::code_row_bytes(d.in, d.group, d.bits), groups = qa.groups;
+namespace {
+
+// The draft arithmetic (step 3, and step 5 with `delta`) over any source of codes, scales and
+// offsets (see residual_rows).
+template <typename Unpack, typename Scale, typename Offset>
+void draft_rows(int64_t out, int64_t in, int group, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
+                float* y, const SignPlaneView* delta, Unpack unpack, Scale scale, Offset offset) {
+  const int64_t groups = qa.groups;
   uint8_t c[quant::kMaxGroup], neg[quant::kMaxGroup];
   std::vector<float> dacc(size_t(delta ? qa.rows : 0));
   for (int64_t o = o_begin; o < o_end; ++o) {
-    for (int64_t n = 0; n < qa.rows; ++n) y[n * d.out + o] = 0.0f;
+    for (int64_t n = 0; n < qa.rows; ++n) y[n * out + o] = 0.0f;
     std::fill(dacc.begin(), dacc.end(), 0.0f);
     for (int64_t k = 0; k < groups; ++k) {
-      quant::unpack_group_codes(d.codes + o * row_bytes + k * d.group * d.bits / 8, d.group, d.bits, c);
-      const float s = quant::fp16_to_fp32(d.scales[o * groups + k]);
-      const float m = quant::fp16_to_fp32(d.offsets[o * groups + k]);
-      if (delta) group_signs(delta->signs + o * delta->row_bytes, d.in, k * d.group, d.group, neg);
+      unpack(o, k, c);
+      const float s = quant::fp16_to_fp32(scale(o, k));
+      const float m = quant::fp16_to_fp32(offset(o, k));
+      if (delta) group_signs(delta->signs + o * delta->row_bytes, in, k * group, group, neg);
       for (int64_t n = 0; n < qa.rows; ++n) {
-        const int8_t* q = qa.row_q(n) + k * d.group;
+        const int8_t* q = qa.row_q(n) + k * group;
         int32_t sq = 0;
-        for (int i = 0; i < d.group; ++i) sq += int32_t(c[i]) * int32_t(q[i]);
+        for (int i = 0; i < group; ++i) sq += int32_t(c[i]) * int32_t(q[i]);
         const float sx = float(qa.sum[size_t(n * groups + k)]);
         const float inner = std::fma(s, float(sq), m * sx);
-        float& acc = y[n * d.out + o];
+        float& acc = y[n * out + o];
         acc = std::fma(qa.scale[size_t(n * groups + k)], inner, acc);
         if (delta) {
-          const int32_t ss = signed_sum(neg, q, d.group, qa.sum[size_t(n * groups + k)]);
+          const int32_t ss = signed_sum(neg, q, group, qa.sum[size_t(n * groups + k)]);
           dacc[size_t(n)] = std::fma(float(ss), qa.scale[size_t(n * groups + k)], dacc[size_t(n)]);
         }
       }
     }
     if (delta) {
       const float alpha = delta_alpha(*delta, o);
-      for (int64_t n = 0; n < qa.rows; ++n) y[n * d.out + o] = std::fma(alpha, dacc[size_t(n)], y[n * d.out + o]);
+      for (int64_t n = 0; n < qa.rows; ++n) y[n * out + o] = std::fma(alpha, dacc[size_t(n)], y[n * out + o]);
     }
   }
+}
+
+}  // namespace
+
+void draft_rows_ref(const DraftPlaneView& d, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
+                    float* y, const SignPlaneView* delta) {
+  check_shapes(d.in, d.group, qa);
+  check_delta(d, delta);
+  BITSPLIT_CHECK(d.bits == 2 || d.bits == 3 || d.bits == 4);
+  const int64_t row_bytes = quant::code_row_bytes(d.in, d.group, d.bits), groups = qa.groups;
+  draft_rows(
+      d.out, d.in, d.group, qa, o_begin, o_end, y, delta,
+      [&](int64_t o, int64_t k, uint8_t* c) {
+        quant::unpack_group_codes(d.codes + o * row_bytes + k * d.group * d.bits / 8, d.group, d.bits, c);
+      },
+      [&](int64_t o, int64_t k) { return d.scales[o * groups + k]; },
+      [&](int64_t o, int64_t k) { return d.offsets[o * groups + k]; });
+}
+
+void draft_packed_ref(const PackedPlane& d, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end, float* y,
+                      const SignPlaneView* delta) {
+  check_shapes(d.in, d.group, qa);
+  BITSPLIT_CHECK(d.draft);
+  draft_rows(
+      d.out, d.in, d.group, qa, o_begin, o_end, y, delta,
+      [&](int64_t o, int64_t k, uint8_t* c) { d.unpack_group(o, k, c); },
+      [&](int64_t o, int64_t k) { return d.scale(o, k); }, [&](int64_t o, int64_t k) { return d.offset(o, k); });
 }
 
 void sign_rows_ref(const SignPlaneView& s, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
@@ -166,7 +223,8 @@ void quantize_scalar(const float* x, int64_t rows, int64_t in, int group, Quanti
 }  // namespace
 
 const KernelTable& scalar_kernels() {
-  static const KernelTable table{Isa::kScalar, quantize_scalar, residual_rows_ref, draft_rows_ref};
+  static const KernelTable table{Isa::kScalar, quantize_scalar, residual_rows_ref, draft_rows_ref,
+                                 residual_packed_ref, draft_packed_ref};
   return table;
 }
 

@@ -52,7 +52,7 @@ class CudaDraftTier final : public DraftTier {
   Status draft_matmul(const SplitProjection& p, const cpu::QuantizedActivations& x, float* y,
                       const cpu::SignPlaneView* delta) override {
     if (p.draft_bits != 2 || !on_device_.count(&p)) {
-      cpu::draft_matmul(*cpu_, p.draft(), x, y, delta);
+      p.cpu_draft_matmul(*cpu_, x, y, delta);
       return Status::ok();
     }
     const gpu::QuantizedRowsHost rows{x.q.data(), x.scale.data(), x.sum.data(), x.rows, x.padded, x.groups};

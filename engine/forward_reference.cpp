@@ -187,7 +187,7 @@ Status linear(const Model& model, Tier tier, const std::string& name, Projection
     BITSPLIT_RETURN_IF_ERROR(model.draft_tier().draft_matmul(*planes, qa, y.data.data(), delta ? &*delta : nullptr));
     if (tier != Tier::kDraft) {
       std::vector<float> residual(y.data.size());
-      cpu::residual_matmul(model.cpu(), planes->residual(), qa, residual.data());
+      planes->cpu_residual_matmul(model.cpu(), qa, residual.data());  // packed when loaded
       for (size_t i = 0; i < residual.size(); ++i) y.data[i] += residual[i];
     }
   }

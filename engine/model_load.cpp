@@ -236,6 +236,11 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
       return st.with_context("draft tier " + model.draft_tier_->name() + ", " + name);
     }
   }
+  // Then the CPU kernels' packed copies, replacing the file layout where nothing else reads it:
+  // the residual always runs on the CPU; the draft's file layout stays for any other tier (a GPU
+  // tier drafts planes that did not fit in VRAM on the CPU from it, a test tier reads it).
+  const bool cpu_drafts = model.draft_tier_ && model.draft_tier_->name() == "cpu";
+  for (auto& [name, planes] : model.splits_) planes.pack(*model.cpu_, cpu_drafts, true);
   return model;
 }
 
@@ -251,7 +256,7 @@ class CpuDraftTier final : public DraftTier {
   std::string name() const override { return "cpu"; }
   Status draft_matmul(const SplitProjection& planes, const cpu::QuantizedActivations& x, float* y,
                       const cpu::SignPlaneView* delta) override {
-    cpu::draft_matmul(*cpu_, planes.draft(), x, y, delta);
+    planes.cpu_draft_matmul(*cpu_, x, y, delta);
     return Status::ok();
   }
 
@@ -263,6 +268,41 @@ class CpuDraftTier final : public DraftTier {
 
 std::shared_ptr<DraftTier> make_cpu_draft_tier(std::shared_ptr<cpu::CpuContext> cpu) {
   return std::make_shared<CpuDraftTier>(std::move(cpu));
+}
+
+void SplitProjection::pack(cpu::CpuContext& ctx, bool release_draft, bool release_residual) {
+  if (!packed_draft && cpu::PackedPlane::supported(group, draft_bits, true)) {
+    packed_draft = std::make_shared<const cpu::PackedPlane>(cpu::PackedPlane::pack(ctx, draft()));
+    if (release_draft) {
+      std::vector<uint8_t>().swap(draft_codes);
+      std::vector<uint16_t>().swap(draft_scales);
+      std::vector<uint16_t>().swap(draft_offsets);
+    }
+  }
+  if (!packed_residual && cpu::PackedPlane::supported(group, residual_bits, false)) {
+    packed_residual = std::make_shared<const cpu::PackedPlane>(cpu::PackedPlane::pack(ctx, residual()));
+    if (release_residual) {
+      std::vector<uint8_t>().swap(resid_codes);
+      std::vector<uint16_t>().swap(resid_scales);
+    }
+  }
+}
+
+void SplitProjection::cpu_draft_matmul(cpu::CpuContext& ctx, const cpu::QuantizedActivations& x, float* y,
+                                       const cpu::SignPlaneView* delta) const {
+  if (packed_draft) cpu::draft_matmul(ctx, *packed_draft, x, y, delta);
+  else cpu::draft_matmul(ctx, draft(), x, y, delta);
+}
+
+void SplitProjection::cpu_residual_matmul(cpu::CpuContext& ctx, const cpu::QuantizedActivations& x, float* y) const {
+  if (packed_residual) cpu::residual_matmul(ctx, *packed_residual, x, y);
+  else cpu::residual_matmul(ctx, residual(), x, y);
+}
+
+uint64_t SplitProjection::plane_bytes() const {
+  const int64_t groups = quant::groups_per_row(in, group);
+  return uint64_t(out * (quant::code_row_bytes(in, group, draft_bits) + quant::code_row_bytes(in, group, residual_bits) +
+                         2 * 3 * groups));
 }
 
 SplitProjection SplitProjection::sized(int64_t out, int64_t in, int group, int draft_bits, int residual_bits) {

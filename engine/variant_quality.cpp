@@ -18,10 +18,7 @@ uint64_t plane_bytes(const Model& m) {
   uint64_t b = 0;
   const ModelConfig& c = m.config();
   auto add = [&](const std::string& name) {
-    if (const SplitProjection* p = m.split(name)) {
-      b += p->draft_codes.size() + p->resid_codes.size() +
-           2 * (p->draft_scales.size() + p->draft_offsets.size() + p->resid_scales.size());
-    }
+    if (const SplitProjection* p = m.split(name)) b += p->plane_bytes();
   };
   add("output.weight");
   for (int64_t l = 0; l < c.n_layers; ++l) {

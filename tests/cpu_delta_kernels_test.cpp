@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -149,6 +150,9 @@ TEST(CpuDeltaKernels, TiersMatchReferenceBitwise) {
       for (int64_t out : kOuts) {
         for (int bits : {2, 3, 4}) {
           const Draft d(out, in, group, bits, uint32_t(out * 7 + in * 13 + group + bits));
+          // The packed layout of the 2-bit plane must give the same bits on every tier.
+          std::optional<PackedPlane> packed;
+          if (bits == 2) packed = PackedPlane::pack(tier_context(Isa::kScalar), d.view());
           for (bool per_row : {true, false}) {
             const Signs s(out, in, per_row, per_row ? 0 : 3, uint32_t(in + out + per_row));
             const SignPlaneView sv = s.view();
@@ -167,6 +171,12 @@ TEST(CpuDeltaKernels, TiersMatchReferenceBitwise) {
                     << " rows " << rows << (per_row ? " alpha per row" : " alpha per matrix") << ": "
                     << first_difference(want, got);
                 ++checked;
+                if (!packed) continue;
+                got = poisoned(want.size());
+                draft_matmul(tier_context(isa), *packed, qa, got.data(), &sv);
+                ASSERT_TRUE(same_bits(want, got))
+                    << "packed " << isa_name(isa) << " group " << group << " in " << in << " out " << out << " rows "
+                    << rows << (per_row ? " alpha per row" : " alpha per matrix") << ": " << first_difference(want, got);
               }
             }
           }
@@ -200,6 +210,10 @@ TEST(CpuDeltaKernels, PaddingSignsAreIgnored) {
         auto got = poisoned(want.size());
         draft_matmul(tier_context(isa), d.view(), qa, got.data(), &dv);
         ASSERT_TRUE(same_bits(want, got)) << isa_name(isa) << " group " << group << " in " << in;
+        const PackedPlane packed = PackedPlane::pack(tier_context(isa), d.view());
+        got = poisoned(want.size());
+        draft_matmul(tier_context(isa), packed, qa, got.data(), &dv);
+        ASSERT_TRUE(same_bits(want, got)) << "packed " << isa_name(isa) << " group " << group << " in " << in;
       }
     }
   }

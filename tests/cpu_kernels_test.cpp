@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -173,6 +174,11 @@ void check_tiers(const char* name, bool draft, Run run_ref) {
             if (!random_codes && (draft ? bits != 2 : false)) continue;
             const Planes planes(out, in, group, draft ? bits : 2, draft ? 8 : bits, random_codes,
                                 uint32_t(out * 7 + in * 13 + group + bits));
+            // The packed layout (where it covers the shape) must give the same bits on every tier.
+            std::optional<PackedPlane> packed;
+            if (PackedPlane::supported(group, bits, draft))
+              packed = draft ? PackedPlane::pack(tier_context(Isa::kScalar), planes.draft())
+                             : PackedPlane::pack(tier_context(Isa::kScalar), planes.residual());
             for (int64_t rows : kRows) {
               const auto x = random_activations(rows, in, uint32_t(rows + in));
               QuantizedActivations qa;
@@ -187,6 +193,14 @@ void check_tiers(const char* name, bool draft, Run run_ref) {
                 ASSERT_TRUE(same_bits(want, got))
                     << name << " " << isa_name(isa) << " bits " << bits << " group " << group << " in " << in
                     << " out " << out << " rows " << rows << (random_codes ? " random codes" : "") << ": "
+                    << first_difference(want, got);
+                if (!packed) continue;
+                got = poisoned(want.size());
+                if (draft) draft_matmul(ctx, *packed, qa, got.data());
+                else residual_matmul(ctx, *packed, qa, got.data());
+                ASSERT_TRUE(same_bits(want, got))
+                    << name << " packed " << isa_name(isa) << " bits " << bits << " group " << group << " in "
+                    << in << " out " << out << " rows " << rows << (random_codes ? " random codes" : "") << ": "
                     << first_difference(want, got);
               }
             }
@@ -207,6 +221,58 @@ TEST(CpuKernels, DraftTiersMatchReferenceBitwise) {
   check_tiers("draft", true, [](const Planes& p, const QuantizedActivations& qa, float* y) {
     draft_matmul_ref(p.draft(), qa, y);
   });
+}
+
+// Packing moves bits only: every code, scale and offset reads back as in the file layout, for
+// tails in both directions (out not a multiple of 16, in not a multiple of the group).
+TEST(CpuKernels, PackedPlaneHoldsTheFileLayoutValues) {
+  for (int group : kGroups) {
+    for (int bits : {8, 6, 2}) {
+      const bool draft = bits == 2;
+      const int64_t out = 37, in = 3 * group - 5;
+      const Planes planes(out, in, group, 2, draft ? 8 : bits, true, uint32_t(group * 3 + bits));
+      const PackedPlane p = draft ? PackedPlane::pack(tier_context(Isa::kScalar), planes.draft())
+                                  : PackedPlane::pack(tier_context(Isa::kScalar), planes.residual());
+      EXPECT_EQ(p.tiles, 3);
+      EXPECT_EQ(p.tile_bytes % 64, 0);
+      const int64_t groups = quant::groups_per_row(in, group), row_bytes = quant::code_row_bytes(in, group, bits);
+      const uint8_t* codes = draft ? planes.dc.data() : planes.rc.data();
+      uint8_t want[quant::kMaxGroup], got[quant::kMaxGroup];
+      for (int64_t o = 0; o < out; ++o) {
+        for (int64_t k = 0; k < groups; ++k) {
+          quant::unpack_group_codes(codes + o * row_bytes + k * group * bits / 8, group, bits, want);
+          p.unpack_group(o, k, got);
+          ASSERT_EQ(std::memcmp(want, got, size_t(group)), 0) << "bits " << bits << " group " << group << " o " << o;
+          EXPECT_EQ(p.scale(o, k), draft ? planes.ds[size_t(o * groups + k)] : planes.rs[size_t(o * groups + k)]);
+          if (draft) EXPECT_EQ(p.offset(o, k), planes.dm[size_t(o * groups + k)]);
+        }
+      }
+    }
+  }
+  EXPECT_FALSE(PackedPlane::supported(64, 3, true));
+  EXPECT_FALSE(PackedPlane::supported(48, 8, false));
+}
+
+// Packed planes on more threads than tiles and on partial tiles: same bits as the reference.
+TEST(CpuKernels, PackedThreadCountDoesNotChangeResults) {
+  const int64_t in = 515, out = 211, rows = 16;
+  const Planes planes(out, in, 64, 2, 6, true, 9);
+  const auto x = random_activations(rows, in, 4);
+  QuantizedActivations qa;
+  quantize_activations_ref(x.data(), rows, in, 64, qa);
+  std::vector<float> want_r(size_t(rows * out)), want_d(want_r.size());
+  residual_matmul_ref(planes.residual(), qa, want_r.data());
+  draft_matmul_ref(planes.draft(), qa, want_d.data());
+  for (int threads : {1, 2, 3, 0}) {
+    CpuContext ctx({.threads = threads});
+    const PackedPlane r = PackedPlane::pack(ctx, planes.residual()), d = PackedPlane::pack(ctx, planes.draft());
+    auto got = poisoned(want_r.size());
+    residual_matmul(ctx, r, qa, got.data());
+    ASSERT_TRUE(same_bits(want_r, got)) << threads << " threads: " << first_difference(want_r, got);
+    got = poisoned(want_d.size());
+    draft_matmul(ctx, d, qa, got.data());
+    ASSERT_TRUE(same_bits(want_d, got)) << threads << " threads: " << first_difference(want_d, got);
+  }
 }
 
 // A row's result is the same bits alone, in any batch of 1..17 rows, at any position.

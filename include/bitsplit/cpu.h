@@ -152,7 +152,10 @@ class CpuContext {
 class PlaneBuffer {
  public:
   PlaneBuffer() = default;
-  PlaneBuffer(CpuContext& ctx, size_t bytes);
+  // whole_huge_pages: the size is rounded up to 2 MiB (the tail's huge page is touched, so it
+  // costs memory). false: rounded to 4 KiB only, huge pages requested for the 2 MiB-aligned
+  // interior — for the many small buffers of a model's packed planes.
+  PlaneBuffer(CpuContext& ctx, size_t bytes, bool whole_huge_pages = true);
   ~PlaneBuffer();
   PlaneBuffer(PlaneBuffer&& o) noexcept;
   PlaneBuffer& operator=(PlaneBuffer&& o) noexcept;
@@ -181,6 +184,43 @@ void target_matmul(CpuContext& ctx, const DraftPlaneView& d, const ResidualPlane
 // hold exactly draft_matmul(D, X) and becomes draft_matmul(D, X, &s), bit for bit. Scalar, threaded
 // over outputs; the group is qa.group (the draft plane's).
 void sign_delta_accumulate(CpuContext& ctx, const SignPlaneView& s, const QuantizedActivations& qa, float* y);
+
+// A plane repacked once (at model load) into the SIMD kernels' layout, so a call does no transposes,
+// shuffles or scale gathers: only whole-vector loads, shifts and masks. Same values, same
+// arithmetic, same results bit for bit as the file-layout view it was built from.
+// Layout: tiles of 16 output rows (the last one padded with zero rows), each one contiguous stream:
+//   for every group k: a code block of 16 * g * bits / 8 bytes, in 64-byte vectors whose byte
+//     4l + b belongs to row l of the tile, weight 4c + b of the group ("chunk" c);
+//       8 bits: vector c holds chunk c;
+//       2 bits: vector j holds chunks j + t * g/16 at bits 2t (t = 0..3);
+//       6 bits: g/8 nibble vectors (vector j: chunk j low nibble, chunk j + g/8 high nibble) of
+//               the low 4 bits, then g/16 vectors of the top 2 bits arranged as for 2 bits;
+//   then the 16 fp16 scales of every group (k-major), then (draft) the 16 fp16 offsets of every
+//   group; the tile is padded to a multiple of 64 bytes.
+// An AVX2 tier reads each 64-byte vector as two halves of 8 rows.
+struct PackedPlane {
+  static constexpr int kTileRows = 16;
+  int64_t out = 0, in = 0, groups = 0, tiles = 0, tile_bytes = 0;
+  int group = 0, bits = 0;
+  bool draft = false;
+  PlaneBuffer buffer;
+
+  // Shapes the layout covers: g = 32, 64, 128; residual 8 or 6 bits; draft 2 bits.
+  static bool supported(int group, int bits, bool draft);
+  static PackedPlane pack(CpuContext& ctx, const ResidualPlaneView& r);
+  static PackedPlane pack(CpuContext& ctx, const DraftPlaneView& d);
+  const uint8_t* tile(int64_t t) const { return buffer.data() + t * tile_bytes; }
+  int64_t code_block_bytes() const { return 2 * int64_t(group) * bits; }  // 16 rows x g x bits / 8
+  // The codes of (row o, group k) in natural order, and its fp16 scale / offset (for the scalar
+  // tier and tests; the SIMD tiers read the layout directly).
+  void unpack_group(int64_t o, int64_t k, uint8_t* codes) const;
+  uint16_t scale(int64_t o, int64_t k) const;
+  uint16_t offset(int64_t o, int64_t k) const;
+};
+// The same products as the view overloads above, from packed planes (bit for bit).
+void residual_matmul(CpuContext& ctx, const PackedPlane& r, const QuantizedActivations& qa, float* y);
+void draft_matmul(CpuContext& ctx, const PackedPlane& d, const QuantizedActivations& qa, float* y,
+                  const SignPlaneView* delta = nullptr);
 
 }  // namespace bitsplit::cpu
 // ==== end of bit-split plane kernels =============================================================

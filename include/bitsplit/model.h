@@ -139,8 +139,22 @@ struct SplitProjection {
     return {draft_codes.data(), draft_scales.data(), draft_offsets.data(), out, in, group, draft_bits};
   }
   cpu::ResidualPlaneView residual() const { return {resid_codes.data(), resid_scales.data(), out, in, group, residual_bits}; }
-  // The weights the planes stand for, [out x in] f32: D + R, or D alone.
+  // The weights the planes stand for, [out x in] f32: D + R, or D alone (needs the file layout).
   std::vector<float> dequantize(bool with_residual) const;
+
+  // The planes repacked once for the CPU kernels (Model::load makes them; same results bit for
+  // bit, no per-call transposes). Where one is set, the file-layout vectors of that plane may be
+  // empty: Model::load releases the residual's always and the draft's when the CPU drafts it.
+  std::shared_ptr<const cpu::PackedPlane> packed_draft, packed_residual;
+  // Makes the packed planes the layout covers; with release_*, frees the file-layout bytes.
+  void pack(cpu::CpuContext& ctx, bool release_draft, bool release_residual);
+  // D·X (with a variant's signs) and R·X on the CPU: the packed plane when present, else the
+  // file layout. Every caller on the CPU should use these.
+  void cpu_draft_matmul(cpu::CpuContext& ctx, const cpu::QuantizedActivations& x, float* y,
+                        const cpu::SignPlaneView* delta = nullptr) const;
+  void cpu_residual_matmul(cpu::CpuContext& ctx, const cpu::QuantizedActivations& x, float* y) const;
+  // Bytes the planes stand for (codes, scales, offsets; the file layout's count even if released).
+  uint64_t plane_bytes() const;
 };
 
 // Splits W [rows x cols] into planes with quant::split_row_ref (rows in parallel; the
