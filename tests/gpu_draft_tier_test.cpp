@@ -21,6 +21,22 @@ namespace {
   if (gpu::device_count() == 0)                                                                         \
   GTEST_SKIP() << (gpu::compiled_with_cuda() ? "no CUDA device found" : "built without CUDA")
 
+// Greedy speculative decoding (the model as its own draft), optionally of a variant.
+std::vector<int32_t> greedy_spec(const Model& m, std::vector<int32_t> prompt, int n, int budget,
+                                 const Variant* variant = nullptr) {
+  SamplingParams sp;
+  sp.temperature = 0;
+  Sampler s(sp);
+  SpeculativeOptions o;
+  o.n_predict = n;
+  o.policy.budget = budget;
+  o.variant = variant;
+  std::vector<int32_t> out;
+  auto r = generate_speculative(m, m, prompt, o, s, [&](int32_t t) { out.push_back(t); return true; });
+  EXPECT_TRUE(r.is_ok()) << r.status().message();
+  return out;
+}
+
 // Planes split from Gaussian weights (as convert makes them), R8.
 SplitProjection random_planes(int64_t out, int64_t in, int group, std::mt19937& rng) {
   std::normal_distribution<float> g(0.0f, 0.05f);
@@ -73,21 +89,9 @@ TEST(GpuDraftTier, SpeculativeOutputEqualsCpuAndNoWeightsCrossPcie) {
   auto gpu_model = Model::load(**w, {.cpu = ctx, .draft_tier = *tier});
   std::filesystem::remove(path);
   ASSERT_TRUE(cpu_model.is_ok() && gpu_model.is_ok()) << gpu_model.status().message();
-  SamplingParams sp;
-  sp.temperature = 0;
-  auto run_spec = [&](const Model& m) {
-    Sampler s(sp);
-    SpeculativeOptions o;
-    o.n_predict = 32;
-    o.policy.budget = 16;
-    std::vector<int32_t> out;
-    auto r = generate_speculative(m, m, std::vector<int32_t>{1, 5, 9}, o, s, [&](int32_t t) { out.push_back(t); return true; });
-    EXPECT_TRUE(r.is_ok()) << r.status().message();
-    return out;
-  };
   const auto before = gpu_model->draft_tier().transfers();
   EXPECT_GT(before.weight_bytes, 0u);  // uploaded at load
-  EXPECT_EQ(run_spec(*gpu_model), run_spec(*cpu_model));
+  EXPECT_EQ(greedy_spec(*gpu_model, {1, 5, 9}, 32, 16), greedy_spec(*cpu_model, {1, 5, 9}, 32, 16));
   const auto after = gpu_model->draft_tier().transfers();
   // While decoding, only activations go in and D·X results come out: no weight bytes.
   EXPECT_EQ(after.weight_bytes, before.weight_bytes);
@@ -160,20 +164,8 @@ TEST(GpuDraftTier, VariantSpeculativeOutputEqualsCpu) {
   ASSERT_TRUE(cpu_model.is_ok() && gpu_model.is_ok());
   auto variant = Variant::make(*base_f32, "psalms", parts->signs, parts->full);
   ASSERT_TRUE(variant.is_ok()) << variant.status().message();
-  SamplingParams sp;
-  sp.temperature = 0;
-  auto run_spec = [&](const Model& m) {
-    Sampler s(sp);
-    SpeculativeOptions o;
-    o.n_predict = 64;
-    o.policy.budget = 16;
-    o.variant = variant->get();
-    std::vector<int32_t> out;
-    auto r = generate_speculative(m, m, std::vector<int32_t>{1, 45, 300, 12}, o, s, [&](int32_t t) { out.push_back(t); return true; });
-    EXPECT_TRUE(r.is_ok()) << r.status().message();
-    return out;
-  };
-  EXPECT_EQ(run_spec(*gpu_model), run_spec(*cpu_model));
+  EXPECT_EQ(greedy_spec(*gpu_model, {1, 45, 300, 12}, 64, 16, variant->get()),
+            greedy_spec(*cpu_model, {1, 45, 300, 12}, 64, 16, variant->get()));
 }
 
 // Under a VRAM budget smaller than the draft, the planes past the budget are drafted on the
@@ -199,18 +191,7 @@ TEST(GpuDraftTier, PlanesOverTheVramBudgetDraftOnTheCpu) {
   ASSERT_TRUE(m_full.is_ok() && m_half.is_ok() && m_cpu.is_ok());
   EXPECT_EQ(m_full->draft_tier().transfers().weight_bytes > m_half->draft_tier().transfers().weight_bytes, true);
   EXPECT_NE(m_half->draft_tier().placement().find("draft on the CPU"), std::string::npos) << m_half->draft_tier().placement();
-  SamplingParams sp;
-  sp.temperature = 0;
-  auto run_spec = [&](const Model& m) {
-    Sampler s(sp);
-    SpeculativeOptions o;
-    o.n_predict = 32;
-    o.policy.budget = 8;
-    std::vector<int32_t> out;
-    EXPECT_TRUE(generate_speculative(m, m, std::vector<int32_t>{1, 5, 9}, o, s, [&](int32_t t) { out.push_back(t); return true; }).is_ok());
-    return out;
-  };
-  EXPECT_EQ(run_spec(*m_half), run_spec(*m_cpu));
+  EXPECT_EQ(greedy_spec(*m_half, {1, 5, 9}, 32, 8), greedy_spec(*m_cpu, {1, 5, 9}, 32, 8));
 }
 
 }  // namespace
