@@ -18,25 +18,14 @@
 
 #include "bitsplit/cpu.h"
 #include "bitsplit/quant.h"
+#include "cpu_testing.h"
 
 namespace bitsplit::cpu {
 namespace {
 
-std::vector<Isa> supported_tiers() {
-  std::vector<Isa> tiers;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512})
-    if (isa_supported(isa)) tiers.push_back(isa);
-  return tiers;
-}
-
-CpuContext& tier_context(Isa isa) {
-  static CpuContext* contexts[3] = {};
-  CpuContext*& c = contexts[int(isa)];
-  if (!c) c = new CpuContext({.threads = 1, .pin = false, .isa = isa});
-  return *c;
-}
-
-std::vector<float> poisoned(size_t n) { return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()); }
+using testing::poisoned;
+using testing::supported_tiers;
+using testing::tier_context;
 
 bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {

@@ -14,16 +14,14 @@
 
 #include "bitsplit/cpu.h"
 #include "bitsplit/quant.h"
+#include "cpu_testing.h"
 
 namespace bitsplit::cpu {
 namespace {
 
-std::vector<Isa> supported_tiers() {
-  std::vector<Isa> tiers;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512})
-    if (isa_supported(isa)) tiers.push_back(isa);
-  return tiers;
-}
+using testing::poisoned;
+using testing::supported_tiers;
+using testing::tier_context;
 
 // Both planes of an [out x in] matrix, built with quant::split_row_ref from random weights, or
 // (random_codes) filled with uniformly random codes and scales so every code value, including
@@ -82,16 +80,6 @@ std::vector<float> random_activations(int64_t rows, int64_t in, uint32_t seed) {
   for (size_t i = 0; i < x.size(); i += 37) x[i] *= 20.0f;
   return x;
 }
-
-// One single-threaded context per tier, created once (loading the hwloc topology is slow).
-CpuContext& tier_context(Isa isa) {
-  static CpuContext* contexts[3] = {};
-  CpuContext*& c = contexts[int(isa)];
-  if (!c) c = new CpuContext({.threads = 1, .pin = false, .isa = isa});
-  return *c;
-}
-
-std::vector<float> poisoned(size_t n) { return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()); }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -244,7 +232,9 @@ TEST(CpuKernels, PackedPlaneHoldsTheFileLayoutValues) {
           p.unpack_group(o, k, got);
           ASSERT_EQ(std::memcmp(want, got, size_t(group)), 0) << "bits " << bits << " group " << group << " o " << o;
           EXPECT_EQ(p.scale(o, k), draft ? planes.ds[size_t(o * groups + k)] : planes.rs[size_t(o * groups + k)]);
-          if (draft) EXPECT_EQ(p.offset(o, k), planes.dm[size_t(o * groups + k)]);
+          if (draft) {
+            EXPECT_EQ(p.offset(o, k), planes.dm[size_t(o * groups + k)]);
+          }
         }
       }
     }

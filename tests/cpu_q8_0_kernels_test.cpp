@@ -13,23 +13,14 @@
 
 #include "bitsplit/cpu.h"
 #include "bitsplit/quant.h"
+#include "cpu_testing.h"
 
 namespace bitsplit::cpu {
 namespace {
 
-std::vector<Isa> supported_tiers() {
-  std::vector<Isa> tiers;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512})
-    if (isa_supported(isa)) tiers.push_back(isa);
-  return tiers;
-}
-
-CpuContext& tier_context(Isa isa) {
-  static CpuContext* contexts[3] = {};
-  CpuContext*& c = contexts[int(isa)];
-  if (!c) c = new CpuContext({.threads = 1, .pin = false, .isa = isa});
-  return *c;
-}
+using testing::poisoned;
+using testing::supported_tiers;
+using testing::tier_context;
 
 // Q8_0 rows: quantised from Gaussian weights with quant::quantize_q8_0_ref, or (random_codes)
 // every byte random, so -128 and both extremes meet every activation sign, with random scales.
@@ -68,8 +59,6 @@ std::vector<float> random_activations(int64_t rows, int64_t in, uint32_t seed) {
   for (size_t i = 0; i < x.size(); i += 37) x[i] *= 20.0f;  // outliers: block scales differ widely
   return x;
 }
-
-std::vector<float> poisoned(size_t n) { return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()); }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
