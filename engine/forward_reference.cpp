@@ -213,26 +213,32 @@ Result<std::vector<float>> forward_reference(const Model& model, KvCache& cache,
   auto pick = [&](const std::string& tensor, const std::vector<float>& base) -> const std::vector<float>& {
     return variant ? variant->pick(tensor, base) : base;
   };
+  // A layer tensor's name is only built when a variant could replace it (hot path).
+  auto pick_layer = [&](int64_t layer, const char* tensor, const char* suffix,
+                        const std::vector<float>& base) -> const std::vector<float>& {
+    if (!variant || base.empty()) return base;
+    return variant->pick("blk." + std::to_string(layer) + "." + tensor + suffix, base);
+  };
   auto signs_of = [&](const std::string& weight) { return variant ? variant->signs(weight) : nullptr; };
   const std::vector<float>& embd = pick("token_embd.weight", model.token_embd());
   const VariantSigns* embd_signs = signs_of("token_embd.weight");
+  std::vector<float> delta_row(embd_signs ? static_cast<size_t>(c.n_embd) : 0);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t token = batch.tokens[size_t(i)];
     const float* e = embd.data() + token * c.n_embd;
     std::copy(e, e + c.n_embd, x.row(i));
     if (embd_signs) {
-      const uint8_t* s = embd_signs->signs.data() + token * embd_signs->row_bytes;
-      const float a = embd_signs->alpha_of(token);
-      for (int64_t j = 0; j < c.n_embd; ++j) x.row(i)[j] += (s[j / 8] >> (j % 8)) & 1 ? -a : a;
+      quant::bitdelta_decode_row_ref(embd_signs->signs.data() + token * embd_signs->row_bytes,
+                                     embd_signs->alpha_of(token), c.n_embd, delta_row.data());
+      for (int64_t j = 0; j < c.n_embd; ++j) x.row(i)[j] += delta_row[size_t(j)];
     }
   }
   const std::vector<float> no_bias;
   auto name = [](int64_t layer, const char* weight) { return "blk." + std::to_string(layer) + "." + weight + ".weight"; };
-  auto bias_name = [](int64_t layer, const char* weight) { return "blk." + std::to_string(layer) + "." + weight + ".bias"; };
   auto project = [&](int64_t layer, const char* weight, ProjectionInput& in, const std::vector<float>& w,
                      const std::vector<float>& bias, Activations& y) {
     const std::string n = name(layer, weight);
-    const std::vector<float>& b = bias.empty() ? bias : pick(bias_name(layer, weight), bias);
+    const std::vector<float>& b = pick_layer(layer, weight, ".bias", bias);
     return linear(model, tier, n, in, w, b, y, signs_of(n));
   };
   auto observe = [&](int64_t layer, const char* weight, const Activations& a) {
@@ -240,10 +246,10 @@ Result<std::vector<float>> forward_reference(const Model& model, KvCache& cache,
   };
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = model.layer(l);
-    const std::vector<float>& attn_norm = pick(name(l, "attn_norm"), w.attn_norm);
-    const std::vector<float>& ffn_norm = pick(name(l, "ffn_norm"), w.ffn_norm);
-    const std::vector<float>& q_norm = pick(name(l, "attn_q_norm"), w.q_norm);
-    const std::vector<float>& k_norm = pick(name(l, "attn_k_norm"), w.k_norm);
+    const std::vector<float>& attn_norm = pick_layer(l, "attn_norm", ".weight", w.attn_norm);
+    const std::vector<float>& ffn_norm = pick_layer(l, "ffn_norm", ".weight", w.ffn_norm);
+    const std::vector<float>& q_norm = pick_layer(l, "attn_q_norm", ".weight", w.q_norm);
+    const std::vector<float>& k_norm = pick_layer(l, "attn_k_norm", ".weight", w.k_norm);
     for (int64_t i = 0; i < n; ++i) cpu::rms_norm_f32(x.row(i), attn_norm.data(), c.n_embd, c.rms_eps, h.row(i));
     observe(l, "attn_q", h);
     observe(l, "attn_k", h);

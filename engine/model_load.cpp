@@ -239,8 +239,8 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
   // Then the CPU kernels' packed copies, replacing the file layout where nothing else reads it:
   // the residual always runs on the CPU; the draft's file layout stays for any other tier (a GPU
   // tier drafts planes that did not fit in VRAM on the CPU from it, a test tier reads it).
-  const bool cpu_drafts = model.draft_tier_ && model.draft_tier_->name() == "cpu";
-  for (auto& [name, planes] : model.splits_) planes.pack(*model.cpu_, cpu_drafts, true);
+  const bool release_draft = model.draft_tier_ && !model.draft_tier_->reads_file_layout();
+  for (auto& [name, planes] : model.splits_) planes.pack(*model.cpu_, release_draft, true);
   return model;
 }
 
@@ -254,6 +254,7 @@ class CpuDraftTier final : public DraftTier {
  public:
   explicit CpuDraftTier(std::shared_ptr<cpu::CpuContext> cpu) : cpu_(std::move(cpu)) {}
   std::string name() const override { return "cpu"; }
+  bool reads_file_layout() const override { return false; }  // drafts from the packed planes
   Status draft_matmul(const SplitProjection& planes, const cpu::QuantizedActivations& x, float* y,
                       const cpu::SignPlaneView* delta) override {
     planes.cpu_draft_matmul(*cpu_, x, y, delta);

@@ -101,13 +101,9 @@ Result<DistillReport> distill_delta_scales(const Model& base, const Model& finet
     const std::vector<float>&b = *base_w[name], &w = *ft_w[name];
     f.d.resize(b.size());
     f.s.resize(b.size());
-    for (int64_t o = 0; o < signs.out; ++o) {
-      for (int64_t i = 0; i < signs.in; ++i) {
-        const size_t k = size_t(o * signs.in + i);
-        f.d[k] = w[k] - b[k];
-        f.s[k] = (signs.signs[size_t(o * signs.row_bytes + i / 8)] >> (i % 8)) & 1 ? -1.0f : 1.0f;
-      }
-    }
+    for (size_t k = 0; k < f.d.size(); ++k) f.d[k] = w[k] - b[k];
+    for (int64_t o = 0; o < signs.out; ++o)  // S as ±1: the signs decoded with α = 1
+      quant::bitdelta_decode_row_ref(signs.signs.data() + o * signs.row_bytes, 1.0f, signs.in, f.s.data() + o * signs.in);
     f.num.assign(size_t(signs.out), 0.0);
     f.den.assign(size_t(signs.out), 0.0);
     f.dd.assign(size_t(signs.out), 0.0);

@@ -3,28 +3,16 @@
 #include <memory>
 
 #include "bitsplit/quality.h"
+#include "bitsplit/vram_plan.h"
 
 namespace bitsplit {
 namespace {
 
-uint64_t parts_bytes(const DeltaParts& p) {
-  uint64_t b = 0;
-  for (const auto& [n, s] : p.signs) b += s.signs.size() + 4 * s.alpha.size();
-  for (const auto& [n, t] : p.full) b += 4 * t.size();
-  return b;
-}
-
+// Bytes of the D + R planes of every projection.
 uint64_t plane_bytes(const Model& m) {
   uint64_t b = 0;
-  const ModelConfig& c = m.config();
-  auto add = [&](const std::string& name) {
+  for (const std::string& name : placement_order(m.config().n_layers))
     if (const SplitProjection* p = m.split(name)) b += p->plane_bytes();
-  };
-  add("output.weight");
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    for (const char* w : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"})
-      add("blk." + std::to_string(l) + "." + w + ".weight");
-  }
   return b;
 }
 
@@ -37,8 +25,6 @@ Result<VariantEvalReport> evaluate_variant_quality(const Model& base, const Mode
   VariantEvalReport report;
   BITSPLIT_ASSIGN_OR_RETURN(DeltaParts row, compute_delta(base, finetuned, quant::DeltaAlpha::kRow));
   BITSPLIT_ASSIGN_OR_RETURN(DeltaParts matrix, compute_delta(base, finetuned, quant::DeltaAlpha::kMatrix));
-  report.delta_bytes_row = parts_bytes(row);
-  report.delta_bytes_matrix = parts_bytes(matrix);
 
   // Both sides as `bitsplit convert` makes them (the embedding keeps f32 here: it is not a
   // split projection and the comparison is about the projections).
@@ -63,6 +49,8 @@ Result<VariantEvalReport> evaluate_variant_quality(const Model& base, const Mode
   };
   BITSPLIT_ASSIGN_OR_RETURN(const Variant* v_row, variant(row, "row"));
   BITSPLIT_ASSIGN_OR_RETURN(const Variant* v_mat, variant(matrix, "matrix"));
+  report.delta_bytes_row = v_row->bytes();
+  report.delta_bytes_matrix = v_mat->bytes();
   std::vector<ScoredModel> c = {
       {"FT D+R8", &ft_split.at(8), Tier::kTarget},
       {"FT D+R6", &ft_split.at(6), Tier::kTarget},

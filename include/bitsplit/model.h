@@ -106,6 +106,9 @@ class DraftTier {
   // BitDelta variant (docs/FORMAT.md, "Kernel arithmetic").
   virtual Status draft_matmul(const SplitProjection& planes, const cpu::QuantizedActivations& x, float* y,
                               const cpu::SignPlaneView* delta = nullptr) = 0;
+  // Whether the tier reads the draft plane's file layout after load (a GPU tier's CPU fallback
+  // does); if not, Model::load frees it once the CPU's packed copy exists.
+  virtual bool reads_file_layout() const { return true; }
   // Where the draft planes went (a GPU tier under a VRAM budget); "" when there is nothing to say.
   virtual std::string placement() const { return ""; }
   // Bytes moved to and from a device (all zero for the CPU tier).
