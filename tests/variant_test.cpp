@@ -123,8 +123,9 @@ TEST(Variant, F32PathMatchesMaterialisedWeights) {
   const auto a = logits(*s->base_f32, tokens, Tier::kDefault, v->get());
   const auto b = logits(materialised, tokens, Tier::kDefault, nullptr);
   const auto base = logits(*s->base_f32, tokens, Tier::kDefault, nullptr);
-  // Only the f32 summation order differs (signs summed apart from the base weights).
-  EXPECT_LT(max_abs_diff(a, b), 2e-3);
+  // Only the f32 summation order differs (signs summed apart from the base weights): measured
+  // 5.7e-6 on logits of magnitude ~17.
+  EXPECT_LT(max_abs_diff(a, b), 1e-4);
   EXPECT_GT(max_abs_diff(a, base), 0.1) << "the variant must change the logits";
 }
 
@@ -148,8 +149,9 @@ TEST(Variant, PlaneKernelsMatchTheF32VariantAndAreBatchInvariant) {
   auto vf = Variant::load(*d, *s->base_f32, *s->base_src, "f32");
   ASSERT_TRUE(vf.is_ok());
   const auto f32 = logits(*s->base_f32, tokens, Tier::kDefault, vf->get());
-  EXPECT_LT(max_abs_diff(all, f32), 0.5);
   const auto plain = logits(*s->split, tokens, Tier::kTarget, nullptr);
+  // Measured: 0.15 from the f32 variant, against 4.0 for the base without the delta.
+  EXPECT_LT(max_abs_diff(all, f32), 0.1 * max_abs_diff(plain, f32));
   EXPECT_GT(max_abs_diff(all, plain), 0.1);
 }
 
