@@ -22,8 +22,6 @@ struct InfoOptions {
   std::string vram_budget;
 };
 
-std::string human_bytes(double b) { return format_bytes(uint64_t(b)); }
-
 // A BitDelta variant file: what it was made from and what it changes.
 int info_delta(const std::string& path) {
   auto d = open_delta(path);
@@ -98,7 +96,7 @@ int info(const InfoOptions& o) {
       }
       const SplitFormat& f = **split;
       std::printf("bit-split:     group %d, %d-bit draft plane %s (VRAM tier), %d-bit residual plane %s (RAM tier)\n",
-                  f.group, f.draft_bits, human_bytes(double(vram)).c_str(), f.residual_bits, human_bytes(double(ram)).c_str());
+                  f.group, f.draft_bits, format_bytes(vram).c_str(), f.residual_bits, format_bytes(ram).c_str());
       if (auto sha = w.metadata().get_string("bitsplit.source_sha256")) std::printf("source sha256: %s\n", sha->c_str());
       // Where the draft planes would go: the budget asked for, else the device's default.
       std::optional<uint64_t> budget;
@@ -137,15 +135,15 @@ int info(const InfoOptions& o) {
   }
   const bool packed = w.metadata().contains("bitsplit.format_version");
   std::printf("%s%lld (%s)\n", packed ? "stored:        elements " : "parameters:    ", (long long)total_elements,
-              human_bytes(double(total_bytes)).c_str());
+              format_bytes(total_bytes).c_str());
   for (const auto& [type, e] : by_type) {
-    std::printf("  %-8s     %lld weights, %s\n", type.c_str(), (long long)e.first, human_bytes(double(e.second)).c_str());
+    std::printf("  %-8s     %lld weights, %s\n", type.c_str(), (long long)e.first, format_bytes(e.second).c_str());
   }
   if (o.tensors) {
     std::printf("tensors:\n");
     for (const auto& t : w.tensors()) {
       std::printf("  %-32s %-6s %-20s %s\n", t.name.c_str(), gguf::tensor_type_name(t.type).c_str(),
-                  t.shape_string().c_str(), human_bytes(double(t.nbytes)).c_str());
+                  t.shape_string().c_str(), format_bytes(t.nbytes).c_str());
     }
   }
   auto tokenizer = Tokenizer::from_metadata(w.metadata());
