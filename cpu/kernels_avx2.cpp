@@ -205,6 +205,28 @@ inline void group_signs(const __m256i* ws, const RowChunk& rc, int64_t k, __m256
   }
 }
 
+// The end of a block of 8 output rows o0 .. o0 + valid for NR activation rows: with a sign plane
+// y = fmaf(alpha_o, dacc, facc) (step 5), then the valid lanes of each row stored into y.
+template <int NR, bool kDelta>
+inline void store_block(__m256* facc, const __m256* dacc, const SignPlaneView* delta, int64_t out, int64_t o0,
+                        int valid, int64_t r0, float* y) {
+  alignas(32) float tmp[kLanes];
+  if constexpr (kDelta) {
+    for (int l = 0; l < kLanes; ++l) tmp[l] = l < valid ? delta_alpha(*delta, o0 + l) : 0.0f;
+    const __m256 alpha = _mm256_load_ps(tmp);
+    for (int r = 0; r < NR; ++r) facc[r] = _mm256_fmadd_ps(alpha, dacc[r], facc[r]);
+  }
+  for (int r = 0; r < NR; ++r) {
+    float* dst = y + (r0 + r) * out + o0;
+    if (valid == kLanes) {
+      _mm256_storeu_ps(dst, facc[r]);
+    } else {
+      _mm256_store_ps(tmp, facc[r]);
+      for (int l = 0; l < valid; ++l) dst[l] = tmp[l];
+    }
+  }
+}
+
 struct PlaneArgs {
   const uint8_t* codes;
   const uint16_t* scales;
@@ -252,21 +274,7 @@ void block_rows(const PlaneArgs& p, const QuantizedActivations& qa, int64_t o0, 
       }
     }
   }
-  alignas(32) float tmp[kLanes];
-  if constexpr (kDelta) {
-    for (int l = 0; l < kLanes; ++l) tmp[l] = l < valid ? delta_alpha(*p.delta, o0 + l) : 0.0f;
-    const __m256 alpha = _mm256_load_ps(tmp);
-    for (int r = 0; r < NR; ++r) facc[r] = _mm256_fmadd_ps(alpha, dacc[r], facc[r]);
-  }
-  for (int r = 0; r < NR; ++r) {
-    float* dst = y + (r0 + r) * p.out + o0;
-    if (valid == kLanes) {
-      _mm256_storeu_ps(dst, facc[r]);
-    } else {
-      _mm256_store_ps(tmp, facc[r]);
-      for (int l = 0; l < valid; ++l) dst[l] = tmp[l];
-    }
-  }
+  store_block<NR, kDelta>(facc, dacc, p.delta, p.out, o0, valid, r0, y);
 }
 
 template <int kBits, bool kDelta, int... NRs>
@@ -361,21 +369,7 @@ void packed_half(const PackedPlane& p, int64_t t, int half, const QuantizedActiv
       group_signs<NR, kGroup>(ws, rc, k, dacc);
     }
   }
-  alignas(32) float tmp[kLanes];
-  if constexpr (kDelta) {
-    for (int l = 0; l < kLanes; ++l) tmp[l] = l < valid ? delta_alpha(*delta, o0 + l) : 0.0f;
-    const __m256 alpha = _mm256_load_ps(tmp);
-    for (int r = 0; r < NR; ++r) facc[r] = _mm256_fmadd_ps(alpha, dacc[r], facc[r]);
-  }
-  for (int r = 0; r < NR; ++r) {
-    float* dst = y + (r0 + r) * p.out + o0;
-    if (valid == kLanes) {
-      _mm256_storeu_ps(dst, facc[r]);
-    } else {
-      _mm256_store_ps(tmp, facc[r]);
-      for (int l = 0; l < valid; ++l) dst[l] = tmp[l];
-    }
-  }
+  store_block<NR, kDelta>(facc, dacc, delta, p.out, o0, valid, r0, y);
 }
 
 template <int kBits, int kGroup, bool kDelta, int... NRs>
@@ -468,8 +462,8 @@ void quantize_avx2(const float* x, int64_t rows, int64_t in, int group, Quantize
 }  // namespace
 
 const KernelTable& avx2_kernels() {
-  static const KernelTable table{Isa::kAvx2,         quantize_avx2,       residual_avx2, draft_avx2,
-                                 residual_packed_avx2, draft_packed_avx2};
+  static const KernelTable table{Isa::kAvx2,   quantize_avx2,        quantize_group,   residual_avx2,
+                                 draft_avx2,   residual_packed_avx2, draft_packed_avx2};
   return table;
 }
 

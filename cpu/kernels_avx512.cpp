@@ -161,13 +161,8 @@ inline __m512 gather_fp16(const uint16_t* p, int64_t stride, int valid, int64_t 
   return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
 }
 
-// A chunk of up to 16 activation rows, re-laid out for the kernel: for group k, chunk c and row r
-// the 4 codes are the int32 at q[(k * chunks + c) * NR + r]; s_x and the sum of q at [k * NR + r].
-struct RowChunk {
-  const int32_t* q;
-  const float* scale;
-  const int32_t* sum;
-};
+// The activations of up to 16 rows in ChunkedActivations' layout (plane_kernels.h).
+using RowChunk = ChunkedActivations::Chunk;
 
 // One group for NR activation rows: exact int32 dot products over the group's 4-code chunks, then
 // the group's float step into facc[r] (16 outputs per row). Integer sums may be split into
@@ -294,38 +289,16 @@ void block_dispatch(int nr, const PlaneArgs& p, int64_t groups, const RowChunk& 
   ((nr == NRs + 1 ? block_rows<NRs + 1, kDraft, kGroup, kDelta>(p, groups, rc, o0, valid, r0, y) : void()), ...);
 }
 
-// Per-thread scratch for the re-laid-out activations (reused across calls).
-struct Scratch {
-  std::vector<int32_t> q, sum;
-  std::vector<float> scale;
-};
-
 template <bool kDraft, int kGroup, bool kDelta>
 void plane_rows(const PlaneArgs& p, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end, float* y) {
-  constexpr int kChunks = kGroup / 4;
   const int64_t groups = qa.groups, rows = qa.rows;
-  thread_local Scratch scratch;
-  scratch.q.resize(size_t(rows * groups * kChunks));
-  scratch.sum.resize(size_t(rows * groups));
-  scratch.scale.resize(size_t(rows * groups));
-  for (int64_t r0 = 0; r0 < rows; r0 += 16) {
-    const int64_t nr = std::min<int64_t>(16, rows - r0);
-    for (int64_t r = 0; r < nr; ++r) {
-      const int8_t* src = qa.row_q(r0 + r);
-      for (int64_t k = 0; k < groups; ++k) {
-        for (int c = 0; c < kChunks; ++c)
-          std::memcpy(&scratch.q[size_t(r0 * groups * kChunks + (k * kChunks + c) * nr + r)], src + k * kGroup + 4 * c, 4);
-        scratch.sum[size_t(r0 * groups + k * nr + r)] = qa.sum[size_t((r0 + r) * groups + k)];
-        scratch.scale[size_t(r0 * groups + k * nr + r)] = qa.scale[size_t((r0 + r) * groups + k)];
-      }
-    }
-  }
+  thread_local ChunkedActivations scratch;
+  scratch.fill(qa, 16);
   for (int64_t o0 = o_begin; o0 < o_end; o0 += kLanes) {
     const int valid = int(std::min<int64_t>(kLanes, o_end - o0));
     for (int64_t r0 = 0; r0 < rows; r0 += 16) {
       const int nr = int(std::min<int64_t>(16, rows - r0));
-      const RowChunk rc{scratch.q.data() + r0 * groups * kChunks, scratch.scale.data() + r0 * groups,
-                        scratch.sum.data() + r0 * groups};
+      const RowChunk rc = scratch.chunk(r0);
       block_dispatch<kDraft, kGroup, kDelta>(nr, p, groups, rc, o0, valid, r0, y,
                                              std::make_integer_sequence<int, 16>{});
     }
@@ -401,8 +374,8 @@ void quantize_avx512(const float* x, int64_t rows, int64_t in, int group, Quanti
 }  // namespace
 
 const KernelTable& avx512_kernels() {
-  static const KernelTable table{Isa::kAvx512,         quantize_avx512,       residual_avx512, draft_avx512,
-                                 residual_packed_avx512, draft_packed_avx512};
+  static const KernelTable table{Isa::kAvx512, quantize_avx512,        quantize_group,     residual_avx512,
+                                 draft_avx512, residual_packed_avx512, draft_packed_avx512};
   return table;
 }
 

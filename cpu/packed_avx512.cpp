@@ -42,13 +42,8 @@ inline __m512i chunk(const uint8_t* block, int c) {
   }
 }
 
-// Activation rows re-laid out per chunk of up to 16 rows: for group k, chunk c and row r the 4
-// int8 are the int32 at q[(k * chunks + c) * NR + r]; s_x and the sum of q at [k * NR + r].
-struct RowChunk {
-  const int32_t* q;
-  const float* scale;
-  const int32_t* sum;
-};
+// The activations of up to 16 rows in ChunkedActivations' layout (plane_kernels.h).
+using RowChunk = ChunkedActivations::Chunk;
 
 // The sign bits of one tile's rows re-laid out for the kernel: dword d of the row's signs (bits
 // 32d .. 32d + 31) of row l at out[16 d + l]; 0 past `valid` rows and past the readable bytes.
@@ -163,49 +158,26 @@ void tile_dispatch(int nr, const PackedPlane& p, int64_t t, const RowChunk& rc, 
    ...);
 }
 
-// Per-thread scratch for the re-laid-out activations (reused across calls).
-struct Scratch {
-  std::vector<int32_t> q, sum;
-  std::vector<float> scale;
-  std::vector<uint32_t> signs;  // transpose_signs of the current tile
-};
-
 template <int kBits, int kGroup, bool kDelta>
 void packed_rows(const PackedPlane& p, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end, float* y,
                  const SignPlaneView* delta) {
-  constexpr int kChunks = kGroup / 4;
   // Activation rows per pass. With a sign plane each row holds 4 accumulators (codes, signs and
   // two float sums) in the 32 registers: passes of 16 rows spilled (n = 16, 4096 x 4096, 1 thread:
   // 8617 us), of 8 less (5621 us), of 4 not (4143 us; the tile is re-read from L1/L2).
   constexpr int kChunkRows = kDelta ? 4 : 16;
   const int64_t groups = qa.groups, rows = qa.rows;
-  thread_local Scratch scratch;
-  scratch.q.resize(size_t(rows * groups * kChunks));
-  scratch.sum.resize(size_t(rows * groups));
-  scratch.scale.resize(size_t(rows * groups));
-  for (int64_t r0 = 0; r0 < rows; r0 += kChunkRows) {
-    const int64_t nr = std::min<int64_t>(kChunkRows, rows - r0);
-    for (int64_t r = 0; r < nr; ++r) {
-      const int8_t* src = qa.row_q(r0 + r);
-      for (int64_t k = 0; k < groups; ++k) {
-        for (int c = 0; c < kChunks; ++c)
-          std::memcpy(&scratch.q[size_t(r0 * groups * kChunks + (k * kChunks + c) * nr + r)], src + k * kGroup + 4 * c,
-                      4);
-        scratch.sum[size_t(r0 * groups + k * nr + r)] = qa.sum[size_t((r0 + r) * groups + k)];
-        scratch.scale[size_t(r0 * groups + k * nr + r)] = qa.scale[size_t((r0 + r) * groups + k)];
-      }
-    }
-  }
+  thread_local ChunkedActivations scratch;
+  thread_local std::vector<uint32_t> tile_signs;  // transpose_signs of the current tile
+  scratch.fill(qa, kChunkRows);
   const int64_t sign_dwords = groups * (kGroup / 32);
-  if (kDelta) scratch.signs.resize(size_t(sign_dwords * kLanes));
+  if (kDelta) tile_signs.resize(size_t(sign_dwords * kLanes));
   for (int64_t o0 = o_begin; o0 < o_end; o0 += kLanes) {
     const int valid = int(std::min<int64_t>(kLanes, o_end - o0));
-    if (kDelta) transpose_signs(*delta, o0, valid, sign_dwords, scratch.signs.data());
+    if (kDelta) transpose_signs(*delta, o0, valid, sign_dwords, tile_signs.data());
     for (int64_t r0 = 0; r0 < rows; r0 += kChunkRows) {
       const int nr = int(std::min<int64_t>(kChunkRows, rows - r0));
-      const RowChunk rc{scratch.q.data() + r0 * groups * kChunks, scratch.scale.data() + r0 * groups,
-                        scratch.sum.data() + r0 * groups};
-      tile_dispatch<kBits, kGroup, kDelta>(nr, p, o0 / kLanes, rc, valid, r0, y, delta, scratch.signs.data(),
+      const RowChunk rc = scratch.chunk(r0);
+      tile_dispatch<kBits, kGroup, kDelta>(nr, p, o0 / kLanes, rc, valid, r0, y, delta, tile_signs.data(),
                                            std::make_integer_sequence<int, kChunkRows>{});
     }
   }

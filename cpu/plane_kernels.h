@@ -5,17 +5,26 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include "bitsplit/cpu.h"
 #include "bitsplit/quant.h"
 
 namespace bitsplit::cpu::detail {
 
+// Quantises one group of n <= group valid values (the rest of the group is zero padding) with the
+// arithmetic of quantize_activations_ref: q (all `group` of them), s_x = amax / 127 (or 0) and sum(q).
+using GroupQuantizer = void (*)(const float* x, int64_t n, int group, int8_t* q, float* scale, int32_t* sum);
+
 // One ISA tier. The matmul entries compute output rows [o_begin, o_end) for every activation row
 // (y is [qa.rows x out]); the quantiser fills a QuantizedActivations already resized.
 struct KernelTable {
   Isa isa;
   void (*quantize)(const float* x, int64_t rows, int64_t in, int group, QuantizedActivations& qa);
+  // The tier's single-group quantiser behind `quantize`, for groups that are a multiple of 16
+  // (the Q8_0 kernels quantise their blocks of 32 with it, so both families quantise alike).
+  GroupQuantizer quantize_group;
   void (*residual)(const ResidualPlaneView& r, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
                    float* y);
   // delta (may be null): the variant's sign plane, fused into the same pass ("Kernel arithmetic" 5).
@@ -42,8 +51,8 @@ inline float round_half_away(float v) {
   return std::fabs(v - t) >= 0.5f ? t + std::copysign(1.0f, v) : t;
 }
 
-// Quantises every (row, group) of x with an ISA tier's single-group quantiser. In an unnamed
-// namespace on purpose: each tier's file, compiled with its own -m flags, gets its own copy,
+// Quantises every (row, group) of x with an ISA tier's single-group quantiser. This and
+// ChunkedActivations are in an unnamed namespace on purpose: each tier's file, compiled with its own -m flags, gets its own copy,
 // so the linker can never hand one tier the other's instructions.
 namespace {
 template <typename GroupQuantizer>
@@ -55,7 +64,49 @@ void quantize_rows(const float* x, int64_t rows, int64_t in, int group, Quantize
                      qa.q.data() + r * qa.padded + k * group, &qa.scale[size_t(r * qa.groups + k)],
                      &qa.sum[size_t(r * qa.groups + k)]);
 }
+
+// The activations re-laid out for the AVX-512 kernels, in chunks of up to chunk_rows rows: for the
+// chunk at row r0 (nr rows), group k, 4-code chunk c and row r the 4 int8 are the int32 at
+// q[r0 * groups * chunks + (k * chunks + c) * nr + r]; s_x and sum(q) at [r0 * groups + k * nr + r].
+// Each worker keeps one (thread_local), reused across calls.
+struct ChunkedActivations {
+  // One chunk's rows, indexed from its first: q[(k * chunks + c) * nr + r], scale / sum[k * nr + r].
+  struct Chunk {
+    const int32_t* q;
+    const float* scale;
+    const int32_t* sum;
+  };
+  std::vector<int32_t> q, sum;
+  std::vector<float> scale;
+  int64_t groups = 0, chunks = 0;
+  Chunk chunk(int64_t r0) const {
+    return {q.data() + r0 * groups * chunks, scale.data() + r0 * groups, sum.data() + r0 * groups};
+  }
+  void fill(const QuantizedActivations& qa, int64_t chunk_rows) {
+    groups = qa.groups;
+    chunks = qa.group / 4;
+    const int64_t rows = qa.rows;
+    q.resize(size_t(rows * groups * chunks));
+    sum.resize(size_t(rows * groups));
+    scale.resize(size_t(rows * groups));
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+      const int64_t nr = std::min(chunk_rows, rows - r0);
+      for (int64_t r = 0; r < nr; ++r) {
+        const int8_t* src = qa.row_q(r0 + r);
+        for (int64_t k = 0; k < groups; ++k) {
+          for (int64_t c = 0; c < chunks; ++c)
+            std::memcpy(&q[size_t(r0 * groups * chunks + (k * chunks + c) * nr + r)], src + k * qa.group + 4 * c, 4);
+          sum[size_t(r0 * groups + k * nr + r)] = qa.sum[size_t((r0 + r) * groups + k)];
+          scale[size_t(r0 * groups + k * nr + r)] = qa.scale[size_t((r0 + r) * groups + k)];
+        }
+      }
+    }
+  }
+};
 }  // namespace
+
+// The scalar tier's GroupQuantizer: the definition quantize_activations_ref applies to every group.
+void quantize_group_ref(const float* x, int64_t n, int group, int8_t* q, float* scale, int32_t* sum);
 
 // Row-range versions of the _ref kernels (the scalar tier).
 void residual_rows_ref(const ResidualPlaneView& r, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,

@@ -23,32 +23,31 @@ void QuantizedActivations::resize(int64_t rows_, int64_t in_, int group_) {
 
 void quantize_activations_ref(const float* x, int64_t rows, int64_t in, int group, QuantizedActivations& qa) {
   qa.resize(rows, in, group);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * in;
-    int8_t* qr = qa.q.data() + r * qa.padded;
-    for (int64_t k = 0; k < qa.groups; ++k) {
-      const int64_t base = k * group, n = std::min<int64_t>(group, in - base);
-      float amax = 0.0f;
-      for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(xr[base + i]));
-      int32_t sum = 0;
-      float scale = 0.0f;
-      if (amax >= detail::kTinyAmax) {
-        scale = amax / 127.0f;
-        const float inv = 127.0f / amax;
-        for (int64_t i = 0; i < n; ++i) {
-          const float v = std::clamp(detail::round_half_away(xr[base + i] * inv), -127.0f, 127.0f);
-          qr[base + i] = int8_t(v);
-          sum += int32_t(v);
-        }
-      } else {
-        for (int64_t i = 0; i < n; ++i) qr[base + i] = 0;
-      }
-      for (int64_t i = n; i < group; ++i) qr[base + i] = 0;
-      qa.scale[size_t(r * qa.groups + k)] = scale;
-      qa.sum[size_t(r * qa.groups + k)] = sum;
-    }
-  }
+  detail::quantize_rows(x, rows, in, group, qa, detail::quantize_group_ref);
 }
+
+namespace detail {
+
+void quantize_group_ref(const float* x, int64_t n, int group, int8_t* q, float* scale, int32_t* sum) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  *sum = 0;
+  *scale = 0.0f;
+  if (amax >= kTinyAmax) {
+    *scale = amax / 127.0f;
+    const float inv = 127.0f / amax;
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = std::clamp(round_half_away(x[i] * inv), -127.0f, 127.0f);
+      q[i] = int8_t(v);
+      *sum += int32_t(v);
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) q[i] = 0;
+  }
+  for (int64_t i = n; i < group; ++i) q[i] = 0;
+}
+
+}  // namespace detail
 
 namespace detail {
 namespace {
@@ -223,8 +222,8 @@ void quantize_scalar(const float* x, int64_t rows, int64_t in, int group, Quanti
 }  // namespace
 
 const KernelTable& scalar_kernels() {
-  static const KernelTable table{Isa::kScalar, quantize_scalar, residual_rows_ref, draft_rows_ref,
-                                 residual_packed_ref, draft_packed_ref};
+  static const KernelTable table{Isa::kScalar,      quantize_scalar,     quantize_group_ref, residual_rows_ref,
+                                 draft_rows_ref,    residual_packed_ref, draft_packed_ref};
   return table;
 }
 

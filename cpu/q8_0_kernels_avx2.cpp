@@ -8,7 +8,6 @@
 #include <cstring>
 #include <utility>
 
-#include "plane_kernels.h"
 #include "q8_0_kernels.h"
 
 namespace bitsplit::cpu::detail {
@@ -92,7 +91,9 @@ void tile_dispatch(int nr, const Q8_0PlaneView& w, const Q8_0Activations& qa, in
   ((nr == NRs + 1 ? tile_rows<NRs + 1>(w, qa, o0, valid, r0, y) : void()), ...);
 }
 
-void matmul_avx2(const Q8_0PlaneView& w, const Q8_0Activations& qa, int64_t o_begin, int64_t o_end, float* y) {
+}  // namespace
+
+void q8_0_rows_avx2(const Q8_0PlaneView& w, const Q8_0Activations& qa, int64_t o_begin, int64_t o_end, float* y) {
   for (int64_t o0 = o_begin; o0 < o_end; o0 += kLanes) {
     const int valid = int(std::min<int64_t>(kLanes, o_end - o0));
     for (int64_t r0 = 0; r0 < qa.rows; r0 += 16) {
@@ -100,57 +101,6 @@ void matmul_avx2(const Q8_0PlaneView& w, const Q8_0Activations& qa, int64_t o_be
       tile_dispatch(nr, w, qa, o0, valid, r0, y, std::make_integer_sequence<int, 16>{});
     }
   }
-}
-
-// quantize_block_q8_0_ref on 8 lanes.
-void quantize_block(const float* x, int8_t* q, float* d, int32_t* sum) {
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
-  __m256 v[4], amax = _mm256_setzero_ps();
-  for (int i = 0; i < 4; ++i) {
-    v[i] = _mm256_loadu_ps(x + 8 * i);
-    amax = _mm256_max_ps(amax, _mm256_and_ps(v[i], abs_mask));
-  }
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, amax);
-  float a = 0.0f;
-  for (float l : lanes) a = std::max(a, l);
-  if (!(a >= kTinyAmax)) {
-    std::memset(q, 0, kQ8_0Weights);
-    *d = 0.0f;
-    *sum = 0;
-    return;
-  }
-  *d = a / 127.0f;
-  const __m256 inv = _mm256_set1_ps(127.0f / a), sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
-  __m256i total = _mm256_setzero_si256();
-  for (int i = 0; i < 4; ++i) {
-    const __m256 s = _mm256_mul_ps(v[i], inv);
-    const __m256 t = _mm256_round_ps(s, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __m256 up = _mm256_cmp_ps(_mm256_and_ps(_mm256_sub_ps(s, t), abs_mask), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
-    __m256 r = _mm256_add_ps(t, _mm256_and_ps(up, _mm256_or_ps(one, _mm256_and_ps(s, sign))));
-    r = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
-    const __m256i qi = _mm256_cvttps_epi32(r);
-    total = _mm256_add_epi32(total, qi);
-    const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(qi), _mm256_extracti128_si256(qi, 1));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(q + 8 * i), _mm_packs_epi16(w16, w16));
-  }
-  alignas(32) int32_t s[8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(s), total);
-  *sum = s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
-}
-
-void quantize_avx2(const float* x, int64_t rows, int64_t in, Q8_0Activations& qa) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t b = 0; b < qa.blocks; ++b)
-      quantize_block(x + r * in + b * kQ8_0Weights, qa.q.data() + r * in + b * kQ8_0Weights,
-                     &qa.d[size_t(r * qa.blocks + b)], &qa.sum[size_t(r * qa.blocks + b)]);
-}
-
-}  // namespace
-
-const Q8_0Kernels& q8_0_avx2_kernels() {
-  static const Q8_0Kernels table{Isa::kAvx2, quantize_avx2, matmul_avx2};
-  return table;
 }
 
 }  // namespace bitsplit::cpu::detail

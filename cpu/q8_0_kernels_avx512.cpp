@@ -10,7 +10,6 @@
 #include <cstring>
 #include <utility>
 
-#include "plane_kernels.h"
 #include "q8_0_kernels.h"
 
 namespace bitsplit::cpu::detail {
@@ -103,7 +102,9 @@ void tile_dispatch(int nr, const Q8_0PlaneView& w, const Q8_0Activations& qa, in
   ((nr == NRs + 1 ? tile_rows<NRs + 1>(w, qa, o0, valid, r0, y) : void()), ...);
 }
 
-void matmul_avx512(const Q8_0PlaneView& w, const Q8_0Activations& qa, int64_t o_begin, int64_t o_end, float* y) {
+}  // namespace
+
+void q8_0_rows_avx512(const Q8_0PlaneView& w, const Q8_0Activations& qa, int64_t o_begin, int64_t o_end, float* y) {
   for (int64_t o0 = o_begin; o0 < o_end; o0 += kLanes) {
     const int valid = int(std::min<int64_t>(kLanes, o_end - o0));
     for (int64_t r0 = 0; r0 < qa.rows; r0 += 16) {
@@ -111,50 +112,6 @@ void matmul_avx512(const Q8_0PlaneView& w, const Q8_0Activations& qa, int64_t o_
       tile_dispatch(nr, w, qa, o0, valid, r0, y, std::make_integer_sequence<int, 16>{});
     }
   }
-}
-
-// quantize_block_q8_0_ref on 16 lanes: amax exact, q = clamp(round_half_away(x * (127 / amax))).
-void quantize_block(const float* x, int8_t* q, float* d, int32_t* sum) {
-  const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
-  const float a = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-  if (!(a >= kTinyAmax)) {
-    std::memset(q, 0, kQ8_0Weights);
-    *d = 0.0f;
-    *sum = 0;
-    return;
-  }
-  *d = a / 127.0f;
-  const __m512 inv = _mm512_set1_ps(127.0f / a), half = _mm512_set1_ps(0.5f);
-  const __m512i one = _mm512_castps_si512(_mm512_set1_ps(1.0f)), sign = _mm512_set1_epi32(int32_t(0x80000000u));
-  __m512i total = _mm512_setzero_si512();
-  int i = 0;
-  for (__m512 xv : {v0, v1}) {
-    const __m512 v = _mm512_mul_ps(xv, inv);
-    const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __mmask16 up = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, t)), half, _CMP_GE_OQ);
-    const __m512 step = _mm512_castsi512_ps(_mm512_or_si512(one, _mm512_and_si512(_mm512_castps_si512(v), sign)));
-    __m512 r = _mm512_mask_add_ps(t, up, t, step);
-    r = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
-    const __m512i qi = _mm512_cvttps_epi32(r);
-    total = _mm512_add_epi32(total, qi);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm512_cvtsepi32_epi8(qi));
-    i += 16;
-  }
-  *sum = _mm512_reduce_add_epi32(total);
-}
-
-void quantize_avx512(const float* x, int64_t rows, int64_t in, Q8_0Activations& qa) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t b = 0; b < qa.blocks; ++b)
-      quantize_block(x + r * in + b * kQ8_0Weights, qa.q.data() + r * in + b * kQ8_0Weights,
-                     &qa.d[size_t(r * qa.blocks + b)], &qa.sum[size_t(r * qa.blocks + b)]);
-}
-
-}  // namespace
-
-const Q8_0Kernels& q8_0_avx512_kernels() {
-  static const Q8_0Kernels table{Isa::kAvx512, quantize_avx512, matmul_avx512};
-  return table;
 }
 
 }  // namespace bitsplit::cpu::detail

@@ -26,26 +26,6 @@ void Q8_0Activations::resize(int64_t rows_, int64_t in_) {
 
 namespace detail {
 
-// The plane kernels' quantiser on one block (same kTinyAmax, same round_half_away), so both
-// kernel families quantise a group of 32 identically.
-void quantize_block_q8_0_ref(const float* x, int8_t* q, float* d, int32_t* sum) {
-  float amax = 0.0f;
-  for (int i = 0; i < kQ8_0Weights; ++i) amax = std::max(amax, std::fabs(x[i]));
-  *d = 0.0f;
-  *sum = 0;
-  if (!(amax >= kTinyAmax)) {
-    std::memset(q, 0, kQ8_0Weights);
-    return;
-  }
-  *d = amax / 127.0f;
-  const float inv = 127.0f / amax;
-  for (int i = 0; i < kQ8_0Weights; ++i) {
-    const float v = std::clamp(round_half_away(x[i] * inv), -127.0f, 127.0f);
-    q[i] = int8_t(v);
-    *sum += int32_t(v);
-  }
-}
-
 void q8_0_rows_ref(const Q8_0PlaneView& w, const Q8_0Activations& qa, int64_t o_begin, int64_t o_end, float* y) {
   BITSPLIT_CHECK(w.in % kQ8_0Weights == 0, "Q8_0: the row length must be a multiple of 32");
   BITSPLIT_CHECK(qa.in == w.in, "Q8_0 activations quantised for another row length");
@@ -69,33 +49,32 @@ void q8_0_rows_ref(const Q8_0PlaneView& w, const Q8_0Activations& qa, int64_t o_
 }
 
 namespace {
-void quantize_scalar(const float* x, int64_t rows, int64_t in, Q8_0Activations& qa) {
+
+// A Q8_0 block is a plane-kernel group of 32 (docs/FORMAT.md, "Q8_0 baseline kernel arithmetic"):
+// every block goes through a tier's group quantiser, whole (in % 32 == 0, so no padding).
+void quantize_blocks(const float* x, int64_t rows, int64_t in, Q8_0Activations& qa, GroupQuantizer quantize_group) {
+  qa.resize(rows, in);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t b = 0; b < qa.blocks; ++b)
-      quantize_block_q8_0_ref(x + r * in + b * kQ8_0Weights, qa.q.data() + r * in + b * kQ8_0Weights,
-                              &qa.d[size_t(r * qa.blocks + b)], &qa.sum[size_t(r * qa.blocks + b)]);
+      quantize_group(x + r * in + b * kQ8_0Weights, kQ8_0Weights, kQ8_0Weights,
+                     qa.q.data() + r * in + b * kQ8_0Weights, &qa.d[size_t(r * qa.blocks + b)],
+                     &qa.sum[size_t(r * qa.blocks + b)]);
 }
 
-const Q8_0Kernels& q8_0_kernels_for(Isa isa) {
+Q8_0Rows q8_0_rows_for(Isa isa) {
   switch (isa) {
-    case Isa::kAvx512: return q8_0_avx512_kernels();
-    case Isa::kAvx2: return q8_0_avx2_kernels();
+    case Isa::kAvx512: return q8_0_rows_avx512;
+    case Isa::kAvx2: return q8_0_rows_avx2;
     case Isa::kScalar: break;
   }
-  return q8_0_scalar_kernels();
+  return q8_0_rows_ref;
 }
+
 }  // namespace
-
-const Q8_0Kernels& q8_0_scalar_kernels() {
-  static const Q8_0Kernels table{Isa::kScalar, quantize_scalar, q8_0_rows_ref};
-  return table;
-}
-
 }  // namespace detail
 
 void quantize_activations_q8_0_ref(const float* x, int64_t rows, int64_t in, Q8_0Activations& qa) {
-  qa.resize(rows, in);
-  detail::quantize_scalar(x, rows, in, qa);
+  detail::quantize_blocks(x, rows, in, qa, detail::quantize_group_ref);
 }
 
 void q8_0_matmul_ref(const Q8_0PlaneView& w, const Q8_0Activations& qa, float* y) {
@@ -103,15 +82,14 @@ void q8_0_matmul_ref(const Q8_0PlaneView& w, const Q8_0Activations& qa, float* y
 }
 
 void quantize_activations_q8_0(CpuContext& ctx, const float* x, int64_t rows, int64_t in, Q8_0Activations& qa) {
-  qa.resize(rows, in);
-  detail::q8_0_kernels_for(ctx.isa()).quantize(x, rows, in, qa);
+  detail::quantize_blocks(x, rows, in, qa, detail::kernels_of(ctx).quantize_group);
 }
 
 void q8_0_matmul(CpuContext& ctx, const Q8_0PlaneView& w, const Q8_0Activations& qa, float* y) {
   BITSPLIT_CHECK(w.in % detail::kQ8_0Weights == 0, "Q8_0: the row length must be a multiple of 32");
   BITSPLIT_CHECK(qa.in == w.in, "Q8_0 activations quantised for another row length");
-  const auto& k = detail::q8_0_kernels_for(ctx.isa());
-  ctx.run_slices(w.out, 16, [&](int64_t b, int64_t e) { k.matmul(w, qa, b, e, y); });
+  const detail::Q8_0Rows rows = detail::q8_0_rows_for(ctx.isa());
+  ctx.run_slices(w.out, 16, [&](int64_t b, int64_t e) { rows(w, qa, b, e, y); });
 }
 
 }  // namespace bitsplit::cpu
