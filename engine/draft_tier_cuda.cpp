@@ -3,8 +3,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include <set>
-
 #include "bitsplit/gpu.h"
 #include "bitsplit/model.h"
 #include "bitsplit/vram_plan.h"
@@ -21,37 +19,25 @@ class CudaDraftTier final : public DraftTier {
   std::string name() const override { return "cuda:" + std::to_string(device_); }
 
   // Planes arrive in placement order (Model::load); they go to VRAM while the budget lasts,
-  // and from the first that does not fit on, the CPU drafts them (vram_plan.h).
+  // and from the first that does not fit on, the CPU drafts them: vram_plan.h's plan_vram over
+  // the planes seen so far decides (a few hundred planes, once, at load time). prepare() gets
+  // no weight name, so a plane is named by its position among the 2-bit planes and its shape.
   Status prepare(const SplitProjection& p) override {
     if (p.draft_bits != 2) return Status::ok();  // computed on the CPU
     const uint64_t bytes = p.draft_codes.size() + 2 * (p.draft_scales.size() + p.draft_offsets.size());
-    if (full_ || placed_bytes_ + bytes > budget_) {
-      full_ = true;
-      host_bytes_ += bytes;
-      ++host_planes_;
-      return Status::ok();
-    }
-    BITSPLIT_RETURN_IF_ERROR(gpu_->upload(&p, {p.draft_codes.data(), p.draft_scales.data(), p.draft_offsets.data(),
-                                               p.out, p.in, p.group, p.draft_bits}));
-    placed_bytes_ += bytes;
-    on_device_.insert(&p);
-    return Status::ok();
+    planes_.push_back({"plane " + std::to_string(planes_.size() + 1) + " in placement order (" + std::to_string(p.out) +
+                           " x " + std::to_string(p.in) + ")",
+                       bytes});
+    if (plan_vram(planes_, budget_).host_planes > 0) return Status::ok();  // this plane or an earlier one did not fit
+    return gpu_->upload(&p, {p.draft_codes.data(), p.draft_scales.data(), p.draft_offsets.data(), p.out, p.in, p.group,
+                             p.draft_bits});
   }
 
-  std::string placement() const override {
-    VramPlan plan;
-    plan.budget = budget_;
-    plan.device_bytes = placed_bytes_;
-    plan.device_planes = on_device_.size();
-    plan.host_bytes = host_bytes_;
-    plan.host_planes = host_planes_;
-    plan.first_on_host = host_planes_ ? "the first plane over budget" : "";
-    return plan.summary();
-  }
+  std::string placement() const override { return plan_vram(planes_, budget_).summary(); }
 
   Status draft_matmul(const SplitProjection& p, const cpu::QuantizedActivations& x, float* y,
                       const cpu::SignPlaneView* delta) override {
-    if (p.draft_bits != 2 || !on_device_.count(&p)) {
+    if (p.draft_bits != 2 || !gpu_->resident(&p)) {
       p.cpu_draft_matmul(*cpu_, x, y, delta);
       return Status::ok();
     }
@@ -64,9 +50,11 @@ class CudaDraftTier final : public DraftTier {
   }
 
   Status prepare_delta(const SplitProjection& p, const cpu::SignPlaneView& d) override {
-    if (p.draft_bits != 2 || !on_device_.count(&p)) return Status::ok();  // drafted on the CPU, signs fused there
+    if (p.draft_bits != 2 || !gpu_->resident(&p)) return Status::ok();  // drafted on the CPU, signs fused there
     return gpu_->upload_signs(d.signs, {d.signs, d.alpha, d.out, d.in, d.row_bytes, d.alpha_per_row}, p.group);
   }
+
+  void release_delta(const cpu::SignPlaneView& d) override { gpu_->release_signs(d.signs); }
 
   Transfers transfers() const override {
     const gpu::TransferCounters c = gpu_->counters();
@@ -78,10 +66,7 @@ class CudaDraftTier final : public DraftTier {
   std::shared_ptr<cpu::CpuContext> cpu_;
   int device_;
   uint64_t budget_;
-  uint64_t placed_bytes_ = 0, host_bytes_ = 0;
-  size_t host_planes_ = 0;
-  bool full_ = false;
-  std::set<const SplitProjection*> on_device_;
+  std::vector<DraftPlaneSize> planes_;  // every 2-bit plane prepared, in order
 };
 
 }  // namespace

@@ -160,14 +160,22 @@ VariantRegistry::VariantRegistry(const Model& base, const WeightSource& base_sou
           file = it->second;
         }
         const auto t0 = std::chrono::steady_clock::now();
-        BITSPLIT_ASSIGN_OR_RETURN(auto v, Variant::load(*file, base_, base_source_, name));
-        // The signs go where D lives (VRAM with a GPU draft tier) before the first request.
+        BITSPLIT_ASSIGN_OR_RETURN(std::shared_ptr<const Variant> loaded, Variant::load(*file, base_, base_source_, name));
+        // The signs go where D lives (VRAM with a GPU draft tier) before the first request, and
+        // leave it when the cache drops the variant: the last owner's release frees them there.
+        std::shared_ptr<const Variant> v = loaded;
         if (base_.has_planes()) {
-          for (const std::string& w : v->sign_names()) {
+          DraftTier* tier = &base_.draft_tier();
+          for (const std::string& w : loaded->sign_names()) {
             if (const SplitProjection* p = base_.split(w)) {
-              BITSPLIT_RETURN_IF_ERROR(base_.draft_tier().prepare_delta(*p, v->signs(w)->view()));
+              BITSPLIT_RETURN_IF_ERROR(tier->prepare_delta(*p, loaded->signs(w)->view()));
             }
           }
+          const Model* base = &base_;
+          v = std::shared_ptr<const Variant>(loaded.get(), [loaded, tier, base](const Variant*) {
+            for (const std::string& w : loaded->sign_names())
+              if (base->split(w)) tier->release_delta(loaded->signs(w)->view());
+          });
         }
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (log_) {

@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <map>
 #include <vector>
 
@@ -84,9 +85,17 @@ class CudaDraftMatmul final : public DraftMatmul {
   explicit CudaDraftMatmul(int device) : device_(device) {}
 
   Status upload(const void* key, const DraftPlaneHost& p) override {
-    if (planes_.count(key)) return Status::ok();
+    if (auto it = planes_.find(key); it != planes_.end()) {
+      const ResidentPlane& r = it->second;
+      if (r.out != p.out || r.in != p.in || r.group != p.group) {
+        return Status::error("another draft plane is already resident under this key");
+      }
+      return Status::ok();
+    }
     if (p.bits != 2) return Status::error("the GPU draft kernel supports 2-bit planes only (got " + std::to_string(p.bits) + ")");
     if (p.group % 4 != 0 || p.group <= 0) return Status::error("bad group size for the GPU draft kernel");
+    // One block per output row (launch()).
+    if (p.out <= 0 || p.out > 0x7fffffff) return Status::error("the GPU draft kernel needs 1 to 2^31 - 1 output rows");
     BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));
     ResidentPlane r;
     r.out = p.out;
@@ -103,13 +112,18 @@ class CudaDraftMatmul final : public DraftMatmul {
     BITSPLIT_RETURN_IF_ERROR(
         cuda_status(cudaMemcpy(r.offsets.get(), p.offsets, n_scales * 2, cudaMemcpyHostToDevice), "upload offsets"));
     counters_.weight_bytes_to_device += code_bytes + 4 * n_scales;
-    resident_ += code_bytes + 4 * n_scales;
     planes_.emplace(key, std::move(r));
     return Status::ok();
   }
 
   Status upload_signs(const void* key, const SignPlaneHost& s, int group) override {
-    if (signs_.count(key)) return Status::ok();
+    if (auto it = signs_.find(key); it != signs_.end()) {
+      const ResidentSigns& r = it->second;
+      if (r.out != s.out || r.in != s.in || r.group != group || r.alpha_per_row != s.alpha_per_row) {
+        return Status::error("another sign plane is already resident under this key");
+      }
+      return Status::ok();
+    }
     if (group % 8 != 0 || group <= 0) return Status::error("sign planes need a group size that is a multiple of 8");
     BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));
     ResidentSigns r;
@@ -122,8 +136,9 @@ class CudaDraftMatmul final : public DraftMatmul {
     const int64_t padded_row = r.groups * group / 8, used = (s.in + 7) / 8;
     std::vector<uint8_t> host(size_t(s.out * padded_row), 0);
     for (int64_t o = 0; o < s.out; ++o) {
-      for (int64_t b = 0; b < used; ++b) host[size_t(o * padded_row + b)] = s.signs[o * s.row_bytes + b];
-      if (s.in % 8) host[size_t(o * padded_row + used - 1)] &= uint8_t((1u << (s.in % 8)) - 1);
+      uint8_t* row = host.data() + o * padded_row;
+      std::memcpy(row, s.signs + o * s.row_bytes, size_t(used));
+      if (s.in % 8) row[used - 1] &= uint8_t((1u << (s.in % 8)) - 1);
     }
     const size_t n_alpha = s.alpha_per_row ? size_t(s.out) : 1;
     BITSPLIT_RETURN_IF_ERROR(r.signs.allocate(host.size()));
@@ -133,12 +148,13 @@ class CudaDraftMatmul final : public DraftMatmul {
     BITSPLIT_RETURN_IF_ERROR(
         cuda_status(cudaMemcpy(r.alpha.get(), s.alpha, n_alpha * 4, cudaMemcpyHostToDevice), "upload sign scales"));
     counters_.weight_bytes_to_device += host.size() + 4 * n_alpha;
-    resident_ += host.size() + 4 * n_alpha;
     signs_.emplace(key, std::move(r));
     return Status::ok();
   }
 
-  Status run(const void* key, const QuantizedRowsHost& x, float* y) override { return run(key, x, y, nullptr); }
+  bool resident(const void* key) const override { return planes_.count(key) != 0; }
+
+  void release_signs(const void* key) override { signs_.erase(key); }
 
   Status run(const void* key, const QuantizedRowsHost& x, float* y, const void* signs_key) override {
     auto it = planes_.find(key);
@@ -168,7 +184,6 @@ class CudaDraftMatmul final : public DraftMatmul {
         cuda_status(cudaMemcpy(dscale_.get(), x.scale, s_count * 4, cudaMemcpyHostToDevice), "copy scales"));
     BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaMemcpy(dsum_.get(), x.sum, s_count * 4, cudaMemcpyHostToDevice), "copy sums"));
     counters_.activation_bytes_to_device += q_bytes + 8 * s_count;
-    if (p.out > 0x7fffffff) return Status::error("too many output rows for one launch");
     launch(p, x.rows, sg);
     BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "draft_matmul_kernel launch"));
     BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaMemcpy(y, dy_.get(), y_count * 4, cudaMemcpyDeviceToHost), "copy results"));
@@ -199,10 +214,6 @@ class CudaDraftMatmul final : public DraftMatmul {
         s ? s->alpha_per_row : true, dy_.get());
   }
 
- public:
-  uint64_t resident_bytes() const override { return resident_; }
-
- private:
   int device_;
   std::map<const void*, ResidentPlane> planes_;
   std::map<const void*, ResidentSigns> signs_;
@@ -210,7 +221,6 @@ class CudaDraftMatmul final : public DraftMatmul {
   DeviceBuffer<float> dscale_, dy_;
   DeviceBuffer<int32_t> dsum_;
   TransferCounters counters_;
-  uint64_t resident_ = 0;
 };
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <memory>
+#include <set>
 
 #include "bitsplit/convert.h"
 #include "bitsplit/speculative.h"
@@ -256,6 +257,56 @@ TEST(Variant, ComputedDeltaEqualsTheFileAndDistillationReducesOutputError) {
   EXPECT_GT(rep->rel_error_before, 0.0);
   EXPECT_LT(rep->rel_error_after, rep->rel_error_before);
   EXPECT_NE(tuned.signs.begin()->second.alpha, parts->signs.begin()->second.alpha);
+}
+
+// The draft tier is told about a variant's sign planes when the registry loads it and again
+// when the cache drops it (a GPU tier uploads and frees them; here a recording tier counts).
+TEST(Variant, DraftTierReleasesTheSignsOfAnEvictedVariant) {
+  BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
+  auto s = make_setup("bible-psalms.gguf");
+  struct RecordingTier : DraftTier {
+    std::shared_ptr<cpu::CpuContext> cpu = std::make_shared<cpu::CpuContext>();
+    std::multiset<const void*> live;
+    int prepared = 0, released = 0;
+    std::string name() const override { return "recording"; }
+    Status prepare_delta(const SplitProjection&, const cpu::SignPlaneView& d) override {
+      ++prepared;
+      live.insert(d.signs);
+      return Status::ok();
+    }
+    void release_delta(const cpu::SignPlaneView& d) override {
+      ++released;
+      auto it = live.find(d.signs);
+      if (it != live.end()) live.erase(it);
+    }
+    Status draft_matmul(const SplitProjection& p, const cpu::QuantizedActivations& x, float* y,
+                        const cpu::SignPlaneView* delta) override {
+      p.cpu_draft_matmul(*cpu, x, y, delta);
+      return Status::ok();
+    }
+  };
+  auto tier = std::make_shared<RecordingTier>();
+  auto model = Model::load(*s->split_src, {.cpu = tier->cpu, .draft_tier = tier});
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  std::string devil = s->dir.file("devil.delta.gguf");
+  auto devil_src = open_weights(fixture("bible-devil.gguf"));
+  ASSERT_TRUE(devil_src.is_ok());
+  ASSERT_TRUE(make_delta(*s->base_src, **devil_src, devil, {}, nullptr).is_ok());
+  // Room for one variant: asking for the second evicts the first.
+  VariantRegistry reg(*model, *s->split_src, {.budget_bytes = 1 << 20});
+  ASSERT_TRUE(reg.add("psalms", s->delta_path).is_ok());
+  ASSERT_TRUE(reg.add("devil", devil).is_ok());
+  {
+    auto a = reg.get("psalms");
+    ASSERT_TRUE(a.is_ok());
+    EXPECT_EQ(tier->prepared, 6 * 7 + 1);  // the projections with planes (the embedding has none)
+    EXPECT_EQ(tier->released, 0) << "held by the cache and by us";
+  }
+  auto b = reg.get("devil");
+  ASSERT_TRUE(b.is_ok());
+  EXPECT_EQ(reg.stats().evictions, 1u);
+  EXPECT_EQ(tier->released, tier->prepared / 2) << "psalms' signs released on eviction, devil's still live";
+  EXPECT_EQ(tier->live.size(), size_t(tier->prepared / 2));
 }
 
 }  // namespace

@@ -27,9 +27,9 @@ Status rms_norm(const float* x, const float* weight, int64_t rows, int64_t n, fl
 
 // Device-to-device copy bandwidth (bytes/s) over `bytes`, the yardstick for GPU kernels.
 Result<double> measure_copy_bandwidth(uint64_t bytes, int iterations, int device = 0);
-// Times `iterations` calls of DraftMatmul::run on the resident plane `key` (seconds per
-// call, kernel only: activations already on the device).
-class DraftMatmul;
+
+// The host structs below mirror cpu::DraftPlaneView, cpu::QuantizedActivations and
+// cpu::SignPlaneView field for field: cpu.h is C++20 and the CUDA sources are C++17.
 
 // One 2-bit draft plane in host memory (the layout of docs/FORMAT.md, "Bit-split planes").
 struct DraftPlaneHost {
@@ -67,21 +67,30 @@ struct TransferCounters {
 // D·X on the GPU with exactly the CPU kernels' arithmetic (integer dot products per group,
 // then the same fused multiply-adds in the same order), so results are bitwise equal to
 // cpu::draft_matmul_ref. Planes are uploaded once (keyed by the caller's pointer) and stay
-// in VRAM; each call copies only activations in and results out.
+// in VRAM for the object's lifetime; each call copies only activations in and results out.
+// A key names its plane for good: the caller keeps a key's host object alive (or its address
+// unused by another plane) while it is resident; draft planes stay for the object's lifetime,
+// sign planes until release_signs().
 class DraftMatmul {
  public:
   static Result<std::unique_ptr<DraftMatmul>> create(int device);
   virtual ~DraftMatmul() = default;
-  // Uploads a plane unless `key` is already resident. Only 2-bit planes are supported.
+  // Uploads a plane unless `key` is already resident (an error if the resident plane has
+  // another shape). Only 2-bit planes are supported.
   virtual Status upload(const void* key, const DraftPlaneHost& plane) = 0;
-  // Uploads a variant's sign plane for draft planes of group `group`, unless `key` is resident.
+  // Uploads a variant's sign plane for draft planes of group `group`, unless `key` is resident
+  // (an error if the resident sign plane has another shape).
   virtual Status upload_signs(const void* key, const SignPlaneHost& signs, int group) = 0;
+  // Frees the sign plane resident under `key` (nothing if none): a variant leaving the cache
+  // releases its signs, so a later variant whose host buffer reuses the address is uploaded.
+  virtual void release_signs(const void* key) = 0;
+  // Whether upload(key, ...) has made a plane resident.
+  virtual bool resident(const void* key) const = 0;
   // y (host, rows x out) = D · X for the resident plane `key`; with a resident sign plane
   // `signs_key`, (D + α⊙S) · X fused in the same pass (bitwise cpu::draft_matmul_ref with delta).
-  virtual Status run(const void* key, const QuantizedRowsHost& x, float* y) = 0;
   virtual Status run(const void* key, const QuantizedRowsHost& x, float* y, const void* signs_key) = 0;
+  Status run(const void* key, const QuantizedRowsHost& x, float* y) { return run(key, x, y, nullptr); }
   virtual TransferCounters counters() const = 0;
-  virtual uint64_t resident_bytes() const = 0;
   // Seconds per kernel launch for the plane `key` and the activations of the last run(),
   // averaged over `iterations` (no copies timed).
   virtual Result<double> time_kernel(const void* key, int64_t rows, int iterations) = 0;

@@ -106,6 +106,8 @@ class DraftTier {
   // BitDelta variant (docs/FORMAT.md, "Kernel arithmetic").
   virtual Status draft_matmul(const SplitProjection& planes, const cpu::QuantizedActivations& x, float* y,
                               const cpu::SignPlaneView* delta = nullptr) = 0;
+  // Forgets a sign plane prepare_delta made resident (its variant is going away).
+  virtual void release_delta(const cpu::SignPlaneView& delta) { (void)delta; }
   // Whether the tier reads the draft plane's file layout after load (a GPU tier's CPU fallback
   // does); if not, Model::load frees it once the CPU's packed copy exists.
   virtual bool reads_file_layout() const { return true; }
