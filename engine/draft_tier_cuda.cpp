@@ -3,12 +3,16 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "bitsplit/device_draft.h"
 #include "bitsplit/gpu.h"
 #include "bitsplit/model.h"
 #include "bitsplit/vram_plan.h"
 
 namespace bitsplit {
 namespace {
+
+// Rows of one draft batch: a tree level's frontier, at most the largest budget (spec.h).
+constexpr int64_t kMaxDraftRows = 64;
 
 class CudaDraftTier final : public DraftTier {
  public:
@@ -55,6 +59,26 @@ class CudaDraftTier final : public DraftTier {
   }
 
   void release_delta(const cpu::SignPlaneView& d) override { gpu_->release_signs(d.signs); }
+
+  // The whole draft on the device needs every plane in VRAM and room for the embedding, the
+  // K/V cache and scratch in what the budget leaves; otherwise the error says what is missing
+  // and speculative decoding keeps the per-projection path.
+  Result<std::shared_ptr<DeviceDraft>> make_device_draft(const Model& draft, int64_t n_slots) override {
+    const VramPlan plan = plan_vram(planes_, budget_);
+    if (plan.host_planes > 0) {
+      return Status::error(std::to_string(plan.host_planes) + " draft planes are drafted on the CPU under the VRAM budget");
+    }
+    const ModelConfig& c = draft.config();
+    const DeviceDraftBytes extra = device_draft_bytes(c.n_layers, c.n_embd, c.n_heads, c.n_kv_heads, c.head_dim, c.n_ff,
+                                                      c.n_vocab, n_slots, kMaxDraftRows);
+    if (plan.device_bytes + extra.total() > budget_) {
+      return Status::error("the whole draft needs " + extra.summary() + " beside its planes (" +
+                           format_bytes(plan.device_bytes) + "); the VRAM budget is " + format_bytes(budget_));
+    }
+    BITSPLIT_ASSIGN_OR_RETURN(gpu::DraftModelHost host, describe_device_draft(draft));
+    BITSPLIT_ASSIGN_OR_RETURN(auto model, gpu::DraftModel::create(*gpu_, host, n_slots, kMaxDraftRows));
+    return wrap_device_draft(std::move(model), name(), c, n_slots);
+  }
 
   Transfers transfers() const override {
     const gpu::TransferCounters c = gpu_->counters();

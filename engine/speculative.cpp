@@ -1,6 +1,8 @@
 // The speculative decoding loop over a draft and a target model sharing one KV cache.
 #include "bitsplit/speculative.h"
 
+#include "bitsplit/device_draft.h"
+
 #include <chrono>
 #include <cmath>
 #include <optional>
@@ -85,6 +87,24 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
   stats.prompt_tokens = int64_t(prompt.size());
   const Variant* draft_variant = options.base_draft ? nullptr : options.variant;
 
+  // The whole draft on a device, when the draft tier offers it.
+  std::shared_ptr<DeviceDraft> device;
+  if (!options.device_draft) {
+    result.draft_pass = "host (device draft switched off)";
+  } else if (draft_variant) {
+    result.draft_pass = "host (a variant drafts projection by projection)";
+  } else if (!draft.has_planes()) {
+    result.draft_pass = "host (the draft has no bit-split planes)";
+  } else {
+    auto d = draft.draft_tier().make_device_draft(draft, slots);
+    if (d) {
+      device = *d;
+      result.draft_pass = "device (" + device->name() + ")";
+    } else {
+      result.draft_pass = "host (" + d.status().message() + ")";
+    }
+  }
+
   // Prefill all but the last prompt token; the last becomes the first root.
   auto t0 = Clock::now();
   const size_t prefix = prompt.size() - 1;
@@ -94,6 +114,7 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
     b.want_logits.assign(n, 0);
     BITSPLIT_RETURN_IF_ERROR(forward_reference(target, cache, b, nullptr, Tier::kTarget, options.variant));
   }
+  if (device) BITSPLIT_RETURN_IF_ERROR(device->sync_cache(cache, 0, int64_t(prefix)));
   stats.prompt_seconds = seconds_since(t0);
 
   std::vector<int32_t> history(prompt.begin(), prompt.end());
@@ -115,16 +136,38 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
     const int32_t budget = std::min<int32_t>(policy.budget, int32_t(needed - int64_t(history.size())));
     int32_t drafted = 0;
     for (int32_t depth = 0; depth < policy.max_depth && drafted < budget && !frontier.empty(); ++depth) {
-      BITSPLIT_ASSIGN_OR_RETURN(auto logits, forward_reference(draft, cache, tree_batch(tree, frontier, committed, true),
-                                                                nullptr, Tier::kDraft, draft_variant));
+      const int32_t k = policy.shape == spec::DraftShape::kChain ? 1 : policy.top_k;
+      const Batch level = tree_batch(tree, frontier, committed, true);
       std::vector<spec::Candidate> candidates;
-      for (size_t r = 0; r < frontier.size(); ++r) {
+      std::vector<float> logits;
+      if (device && greedy && k <= 32) {
+        // Greedy needs only each row's top k, computed on the device.
+        DraftTopK top;
+        BITSPLIT_RETURN_IF_ERROR(device->forward(level, k, top, nullptr));
+        for (size_t r = 0; r < frontier.size(); ++r) {
+          const int32_t node = frontier[r];
+          const double base = tree.node(node).log_prob;
+          std::vector<int32_t> tokens;
+          for (int32_t j = 0; j < k; ++j) {
+            const float lp = top.log_probs[r * size_t(k) + size_t(j)];
+            if (!(std::exp(lp) > 0.0f)) break;  // as propose_children: only tokens with q > 0
+            tokens.push_back(top.tokens[r * size_t(k) + size_t(j)]);
+            candidates.push_back({node, tokens.back(), base + double(lp)});
+          }
+          tree.set_proposals(node, std::move(tokens));
+        }
+      } else if (device) {
+        DraftTopK none;
+        BITSPLIT_RETURN_IF_ERROR(device->forward(level, 0, none, &logits));
+      } else {
+        BITSPLIT_ASSIGN_OR_RETURN(logits, forward_reference(draft, cache, level, nullptr, Tier::kDraft, draft_variant));
+      }
+      for (size_t r = 0; r < frontier.size() && !logits.empty(); ++r) {
         const std::span<const float> l(logits.data() + r * size_t(c.n_vocab), size_t(c.n_vocab));
         const int32_t node = frontier[r];
         // The proposal distribution: the sampler's own (so acceptance ratios are exact) or,
         // for greedy decoding, the plain softmax (only the ranking matters there).
         auto q = greedy ? softmax(l) : sampler.distribution(l, history_at(history, tree, node, sampler));
-        const int32_t k = policy.shape == spec::DraftShape::kChain ? 1 : policy.top_k;
         auto proposed = spec::propose_children(tree, node, q, k, !greedy, rng);
         std::vector<int32_t> tokens;
         for (const auto& cand : proposed) tokens.push_back(cand.token);
@@ -175,7 +218,9 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
     // Commit: the root and the accepted nodes, in path order, to consecutive positions.
     cache.move_slot(committed + 0, committed);
     for (size_t k = 0; k < verdict.accepted.size(); ++k) cache.move_slot(committed + verdict.accepted[k], committed + 1 + int32_t(k));
+    const int32_t was_committed = committed;
     committed += 1 + int32_t(verdict.accepted.size());
+    if (device) BITSPLIT_RETURN_IF_ERROR(device->sync_cache(cache, was_committed, committed));
     acc.record(int32_t(verdict.accepted.size()), drafted);
 
     std::vector<int32_t> emitted;
@@ -201,6 +246,7 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
     root = verdict.next_token;
   }
   stats.generate_seconds = seconds_since(t1);
+  if (device) result.device_transfers = device->transfers();
   result.committed = std::min<int64_t>(committed, int64_t(history.size()));  // drop cut-off tokens
   return result;
 }

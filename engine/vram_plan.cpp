@@ -2,6 +2,7 @@
 // byte-size parsing for --vram-budget.
 #include "bitsplit/vram_plan.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -63,6 +64,26 @@ std::string VramPlan::summary() const {
   if (host_planes == 0) return s + ", all of the draft";
   return s + "; from " + first_on_host + " on, " + std::to_string(host_planes) + " planes (" + format_bytes(host_bytes) +
          ") draft on the CPU (a budget of " + format_bytes(device_bytes + host_bytes) + " holds them all)";
+}
+
+DeviceDraftBytes device_draft_bytes(int64_t n_layers, int64_t n_embd, int64_t n_heads, int64_t n_kv_heads,
+                                    int64_t head_dim, int64_t n_ff, int64_t n_vocab, int64_t n_slots, int64_t max_rows) {
+  const uint64_t q = uint64_t(n_heads * head_dim), kv = uint64_t(n_kv_heads * head_dim), r = uint64_t(max_rows);
+  const uint64_t widest = std::max({uint64_t(n_embd), q, uint64_t(n_ff)});
+  DeviceDraftBytes b;
+  b.embedding = 4 * (uint64_t(n_vocab) * uint64_t(n_embd) + uint64_t(n_layers) * 2 * uint64_t(n_embd) + uint64_t(n_embd));
+  b.kv_cache = 8 * uint64_t(n_layers) * uint64_t(n_slots) * kv;
+  // x, h, proj (n_embd); q, attn; k, v; gate, up; logits; scores; int8 activations + scales;
+  // the staged batch in (3 ints + mask per row) and top-k out.
+  b.scratch = 4 * r * (3 * uint64_t(n_embd) + 2 * q + 2 * kv + 2 * uint64_t(n_ff) + uint64_t(n_vocab) +
+                       uint64_t(n_heads) * uint64_t(n_slots)) +
+              r * widest * 2 + 2 * r * (12 + uint64_t(n_slots)) + 2 * r * 32 * 8;
+  return b;
+}
+
+std::string DeviceDraftBytes::summary() const {
+  return format_bytes(total()) + " (embedding and norms " + format_bytes(embedding) + ", K/V cache " +
+         format_bytes(kv_cache) + ", scratch " + format_bytes(scratch) + ")";
 }
 
 Result<uint64_t> parse_byte_size(const std::string& text) {

@@ -1,11 +1,7 @@
 // The 2-bit draft plane times int8-quantised activations on the GPU, bit-exact with the CPU
-// reference (cpu::draft_matmul_ref): per group an exact integer dot product, then
-// inner = fma(s, float(Sq), m * float(Sx)) and acc = fma(s_x, inner, acc) in group order.
-// One block per output row; one thread per activation row, so each output element is
-// accumulated by one thread in the reference's order. With a BitDelta sign plane (FORMAT.md
-// "Kernel arithmetic" step 5) the signs are read in the same pass: Ss = Σq − 2·Σ_{bit set} q
-// per group, dacc = fma(float(Ss), s_x, dacc) in group order, y = fma(alpha, dacc, acc).
-#include <cuda_fp16.h>
+// reference (cpu::draft_matmul_ref); the kernel is kernels::draft_matmul (draft_kernels.cuh).
+// This file keeps planes and variant sign planes resident and runs the kernel for the CPU's
+// quantised activations (the per-projection path of the CUDA draft tier).
 #include <cuda_runtime.h>
 
 #include <cstring>
@@ -14,56 +10,10 @@
 
 #include "bitsplit/gpu.h"
 #include "cuda_util.h"
+#include "draft_kernels.cuh"
 
 namespace bitsplit::gpu {
 namespace {
-
-constexpr int kThreads = 64;
-
-__device__ __forceinline__ float half_bits_to_float(uint16_t h) { return __half2float(__ushort_as_half(h)); }
-
-__global__ void draft_matmul_kernel(const uint8_t* __restrict__ codes, const uint16_t* __restrict__ scales,
-                                    const uint16_t* __restrict__ offsets, int64_t out, int64_t groups, int group,
-                                    const int8_t* __restrict__ q, const float* __restrict__ sx,
-                                    const int32_t* __restrict__ sum, int64_t rows, int64_t padded,
-                                    const uint8_t* __restrict__ signs, const float* __restrict__ alpha,
-                                    bool alpha_per_row, float* __restrict__ y) {
-  const int64_t o = blockIdx.x;
-  const int64_t row_bytes = groups * group / 4;  // 2-bit codes
-  const uint8_t* orow = codes + o * row_bytes;
-  const int plane_bytes = group / 4;
-  // Sign rows are stored padded to whole groups (zero bits past `in`), group / 8 bytes each.
-  const uint8_t* srow = signs ? signs + o * groups * (group / 8) : nullptr;
-  for (int64_t n = threadIdx.x; n < rows; n += blockDim.x) {
-    const int8_t* qn = q + n * padded;
-    float acc = 0.0f, dacc = 0.0f;
-    for (int64_t k = 0; k < groups; ++k) {
-      const uint8_t* g = orow + k * plane_bytes;
-      const int8_t* qg = qn + k * group;
-      int32_t sq = 0;
-      for (int j = 0; j < plane_bytes; ++j) {
-        const uint32_t b = g[j];
-        // Byte j holds the weights j + t * plane_bytes at bits 2t.
-        sq += int32_t(b & 3u) * int32_t(qg[j]) + int32_t((b >> 2) & 3u) * int32_t(qg[j + plane_bytes]) +
-              int32_t((b >> 4) & 3u) * int32_t(qg[j + 2 * plane_bytes]) +
-              int32_t((b >> 6) & 3u) * int32_t(qg[j + 3 * plane_bytes]);
-      }
-      const float s = half_bits_to_float(scales[o * groups + k]);
-      const float m = half_bits_to_float(offsets[o * groups + k]);
-      const float fsx = __int2float_rn(sum[n * groups + k]);
-      const float inner = __fmaf_rn(s, __int2float_rn(sq), __fmul_rn(m, fsx));
-      acc = __fmaf_rn(sx[n * groups + k], inner, acc);
-      if (srow) {
-        const uint8_t* sg = srow + k * (group / 8);
-        int32_t neg = 0;
-        for (int j = 0; j < group; ++j) neg += ((sg[j >> 3] >> (j & 7)) & 1) ? int32_t(qg[j]) : 0;
-        const int32_t ss = sum[n * groups + k] - 2 * neg;
-        dacc = __fmaf_rn(__int2float_rn(ss), sx[n * groups + k], dacc);
-      }
-    }
-    y[n * out + o] = srow ? __fmaf_rn(alpha[alpha_per_row ? o : 0], dacc, acc) : acc;
-  }
-}
 
 struct ResidentSigns {
   DeviceBuffer<uint8_t> signs;  // out rows of groups * group / 8 bytes, zero past `in`
@@ -205,10 +155,19 @@ class CudaDraftMatmul final : public DraftMatmul {
 
   TransferCounters counters() const override { return counters_; }
 
+  int device() const override { return device_; }
+
+  DevicePlane device_plane(const void* key) const override {
+    auto it = planes_.find(key);
+    if (it == planes_.end()) return {};
+    const ResidentPlane& p = it->second;
+    return {p.codes.get(), p.scales.get(), p.offsets.get(), p.out, p.in, p.group};
+  }
+
  private:
   // The one launch of the kernel on the staged activations of `rows` rows.
   void launch(const ResidentPlane& p, int64_t rows, const ResidentSigns* s = nullptr) {
-    draft_matmul_kernel<<<unsigned(p.out), kThreads>>>(
+    kernels::draft_matmul<<<unsigned(p.out), kernels::kMatmulThreads>>>(
         p.codes.get(), p.scales.get(), p.offsets.get(), p.out, p.groups, p.group, dq_.get(), dscale_.get(), dsum_.get(),
         rows, p.groups * p.group, s ? s->signs.get() : nullptr, s ? s->alpha.get() : nullptr,
         s ? s->alpha_per_row : true, dy_.get());

@@ -15,6 +15,9 @@ Status rms_norm(const float*, const float*, int64_t, int64_t, float, float*, int
   return no_cuda();
 }
 Result<std::unique_ptr<DraftMatmul>> DraftMatmul::create(int) { return no_cuda(); }
+Result<std::unique_ptr<DraftModel>> DraftModel::create(DraftMatmul&, const DraftModelHost&, int64_t, int64_t) {
+  return no_cuda();
+}
 Result<double> measure_copy_bandwidth(uint64_t, int, int) { return no_cuda(); }
 
 }  // namespace bitsplit::gpu

@@ -114,7 +114,17 @@ int info(const InfoOptions& o) {
       if (!sizes) {
         std::printf("vram plan:     (%s)\n", sizes.status().message().c_str());
       } else if (budget) {
-        std::printf("vram plan:     %s%s\n", plan_vram(*sizes, *budget).summary().c_str(), why.c_str());
+        const VramPlan plan = plan_vram(*sizes, *budget);
+        std::printf("vram plan:     %s%s\n", plan.summary().c_str(), why.c_str());
+        // The whole draft on the device at the full context (speculative decoding sizes its
+        // cache to the run: prompt + tokens + budget).
+        const DeviceDraftBytes extra = device_draft_bytes(c.n_layers, c.n_embd, c.n_heads, c.n_kv_heads, c.head_dim,
+                                                          c.n_ff, c.n_vocab, c.n_ctx_train, 64);
+        const bool fits = plan.host_planes == 0 && plan.device_bytes + extra.total() <= *budget;
+        std::printf("device draft:  %s more at the full context of %lld tokens: %s\n", extra.summary().c_str(),
+                    (long long)c.n_ctx_train,
+                    fits ? "fits, the whole draft runs on the GPU"
+                         : "does not fit, the GPU runs the draft's projections and the CPU the rest");
       } else {
         std::printf("vram plan:     no CUDA device; `--vram-budget SIZE` shows what a GPU of that size would hold\n");
       }

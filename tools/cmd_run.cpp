@@ -36,6 +36,7 @@ struct RunOptions {
   std::vector<std::string> deltas;  // NAME=FILE
   std::string variant;
   bool base_draft = false;
+  bool host_draft = false;
 };
 
 void print_acceptance(const spec::AcceptanceStats& a) {
@@ -113,6 +114,7 @@ int run(const RunOptions& o) {
   Result<GenerationStats> stats = Status::error("not run");
   std::string budget_note;
   std::optional<spec::AcceptanceStats> acceptance;
+  std::string draft_note;
   if (speculative) {
     SpeculativeOptions so;
     so.n_predict = gen.n_predict;
@@ -125,10 +127,19 @@ int run(const RunOptions& o) {
     so.policy.width = o.top_k;
     so.variant = variant.get();
     so.base_draft = o.base_draft;
+    so.device_draft = !o.host_draft;
     auto r = generate_speculative(loaded->model, loaded->model, prompt_ids, so, sampler, on_token);
     if (r) {
       stats = r->generation;
       acceptance = r->acceptance;
+      draft_note = "draft pass: " + r->draft_pass;
+      if (const auto& t = r->device_transfers; t.calls > 0 && r->acceptance.checks > 0) {
+        const double checks = double(r->acceptance.checks);
+        char buf[160];
+        std::snprintf(buf, sizeof(buf), "; per check %.1f KiB to the device (batches, committed K/V), %.1f KiB back",
+                      double(t.activation_bytes) / 1024.0 / checks, double(t.result_bytes) / 1024.0 / checks);
+        draft_note += buf;
+      }
       if (so.auto_budget) {
         std::string used;
         for (size_t b = 0; b < r->checks_per_budget.size(); ++b)
@@ -162,6 +173,7 @@ int run(const RunOptions& o) {
                  double(variant->bytes()) / (1 << 20), speculative && o.base_draft ? "; drafting with the plain base D" : "");
   }
   if (acceptance) print_acceptance(*acceptance);
+  if (!draft_note.empty()) std::fprintf(stderr, "  %s\n", draft_note.c_str());
   if (!budget_note.empty()) std::fprintf(stderr, "  %s\n", budget_note.c_str());
   if (!sampling.greedy()) std::fprintf(stderr, "seed: %llu\n", (unsigned long long)sampling.seed);
   return 0;
@@ -216,6 +228,9 @@ void add_run_command(CLI::App& app, int* exit_code) {
                   "model's source); repeatable")
       ->type_name("NAME=FILE");
   cmd->add_option("--variant", o->variant, "Run the registered variant NAME instead of the base");
+  cmd->add_flag("--host-draft", o->host_draft,
+                "With a GPU: run only the draft's projections on it and the rest of the draft on the CPU (the "
+                "default runs the whole draft on the GPU when every draft plane is in VRAM)");
   cmd->add_flag("--base-draft", o->base_draft,
                 "With --variant: draft with the plain base D instead of the variant's D + signs (to compare acceptance)");
   cmd->add_flag("--stats", o->stats, "Print acceptance statistics (always printed for speculative runs)");

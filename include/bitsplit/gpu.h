@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "bitsplit/status.h"
 
@@ -91,9 +92,76 @@ class DraftMatmul {
   virtual Status run(const void* key, const QuantizedRowsHost& x, float* y, const void* signs_key) = 0;
   Status run(const void* key, const QuantizedRowsHost& x, float* y) { return run(key, x, y, nullptr); }
   virtual TransferCounters counters() const = 0;
+  // The device, and the device addresses of a resident plane (nulls when `key` is not
+  // resident): other device code (DraftModel) computes with the same copy.
+  struct DevicePlane {
+    const void* codes = nullptr;
+    const void* scales = nullptr;
+    const void* offsets = nullptr;
+    int64_t out = 0, in = 0;
+    int group = 0;
+  };
+  virtual int device() const = 0;
+  virtual DevicePlane device_plane(const void* key) const = 0;
   // Seconds per kernel launch for the plane `key` and the activations of the last run(),
   // averaged over `iterations` (no copies timed).
   virtual Result<double> time_kernel(const void* key, int64_t rows, int iterations) = 0;
+};
+
+// The whole draft model, as the device needs it: every projection and the output head as a
+// 2-bit plane (with the DraftMatmul key it is resident under), f32 norms, biases and embedding
+// (host memory; the engine builds this from a Model, engine/device_draft.cpp).
+struct DraftModelHost {
+  int64_t n_layers = 0, n_embd = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, n_ff = 0, n_vocab = 0, n_rot = 0;
+  float rope_base = 10000.0f, rope_freq_scale = 1.0f, rms_eps = 1e-5f;
+  bool rope_neox = false;
+  int group = 64;  // shared by every plane
+  const float* token_embd = nullptr;         // [n_vocab x n_embd]
+  const float* output_norm = nullptr;        // n_embd
+  const float* rope_freq_factors = nullptr;  // n_rot / 2, or null
+  struct Plane {
+    const void* key = nullptr;  // the DraftMatmul key the plane is resident under
+    DraftPlaneHost plane{};
+  };
+  Plane head;
+  struct Layer {
+    const float* attn_norm = nullptr;
+    const float* ffn_norm = nullptr;
+    const float* q_norm = nullptr;  // null without QK-norm
+    const float* k_norm = nullptr;
+    const float* bq = nullptr;  // null without biases
+    const float* bk = nullptr;
+    const float* bv = nullptr;
+    Plane wq, wk, wv, wo, gate, up, down;
+  };
+  std::vector<Layer> layers;
+};
+
+// The draft's whole forward pass on the GPU (gpu/draft_forward.cuh): planes shared with a
+// DraftMatmul (not copied again), the embedding, norms and a K/V cache of n_slots slots in VRAM.
+// Per call only the batch (tokens, positions, slots, mask) goes in and the top-k of each row
+// (or, when asked, the logits) comes out; committed K/V are copied in by upload_kv().
+class DraftModel {
+ public:
+  // Fails with a message naming what is missing (a plane not resident in `planes`, a shape the
+  // kernels do not take) or what did not fit in VRAM. max_rows bounds a batch's rows.
+  static Result<std::unique_ptr<DraftModel>> create(DraftMatmul& planes, const DraftModelHost& model, int64_t n_slots,
+                                                    int64_t max_rows);
+  virtual ~DraftModel() = default;
+  // Copies `count` slots from first_slot on of one layer: k and v are [count x kv_dim] (host).
+  virtual Status upload_kv(int64_t layer, int64_t first_slot, int64_t count, const float* k, const float* v) = 0;
+  // One batch: row r is token tokens[r] at RoPE position positions[r], written to slot slots[r],
+  // attending to slots j < kv_len with mask[r * kv_len + j] != 0. Writes the top_k tokens of
+  // each row (largest logit first) and their log-softmax values ([rows x top_k]); with
+  // `logits` non-null also the logits [rows x n_vocab].
+  virtual Status forward(const int32_t* tokens, const int32_t* positions, const int32_t* slots, const uint8_t* mask,
+                         int64_t rows, int64_t kv_len, int top_k, int32_t* top_tokens, float* top_log_probs,
+                         float* logits) = 0;
+  // Bytes moved: weight_bytes_to_device counts the embedding and norms (once, at create),
+  // activation_bytes_to_device the batches and K/V, result_bytes_to_host the top-k and logits.
+  virtual TransferCounters counters() const = 0;
+  // VRAM this object holds beyond the shared planes.
+  virtual uint64_t device_bytes() const = 0;
 };
 
 }  // namespace bitsplit::gpu

@@ -62,6 +62,8 @@ enum class Tier {
 };
 
 class DraftTier;
+class DeviceDraft;
+class Model;
 class Variant;
 
 struct ModelLoadOptions {
@@ -118,6 +120,14 @@ class DraftTier {
     uint64_t weight_bytes = 0, activation_bytes = 0, result_bytes = 0, calls = 0;
   };
   virtual Transfers transfers() const { return {}; }
+  // The whole draft forward pass (not just D·X) on the tier's device, with a K/V cache of
+  // n_slots slots there (device_draft.h). An error says why the tier cannot (the CPU tier runs
+  // the draft in forward_reference; a GPU tier whose planes did not all fit in VRAM).
+  virtual Result<std::shared_ptr<DeviceDraft>> make_device_draft(const Model& draft, int64_t n_slots) {
+    (void)draft;
+    (void)n_slots;
+    return Status::error("the " + name() + " draft tier runs the draft's projections only");
+  }
 };
 
 // The CPU draft tier, on the model's CpuContext.

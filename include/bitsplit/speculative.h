@@ -24,6 +24,10 @@ struct SpeculativeOptions {
   // D + α ⊙ S unless base_draft asks for the plain base draft D (for comparing acceptance).
   const Variant* variant = nullptr;
   bool base_draft = false;
+  // Run the whole draft on the draft tier's device when it offers that (DraftTier::
+  // make_device_draft; the CUDA tier with every plane in VRAM): per level only the batch goes
+  // in and each row's top k comes out. Variants draft projection by projection (sign planes).
+  bool device_draft = true;
   spec::SamplingVerifyOptions verify;  // test-only switches
 };
 
@@ -33,6 +37,11 @@ struct SpeculativeResult {
   int32_t final_budget = 0;                  // the budget in use at the end
   int64_t committed = 0;                     // cache slots holding committed target K/V at the end
   std::vector<int64_t> checks_per_budget;    // index = budget
+  // Where the draft's forward pass ran: "device (cuda:0)", or "host" and why not on a device.
+  std::string draft_pass;
+  // Bytes the whole-draft device path moved (zero without it): weights once at its start, then
+  // only batches, committed K/V and top-k.
+  DraftTier::Transfers device_transfers;
 };
 
 // `cache` (optional, for inspection) must have at least prompt + n_predict + 65 slots; it is

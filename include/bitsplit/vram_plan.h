@@ -33,6 +33,17 @@ struct VramPlan {
 };
 VramPlan plan_vram(const std::vector<DraftPlaneSize>& planes, uint64_t budget);
 
+// VRAM the whole draft on the device (device_draft.h) needs beside its planes: the f32 token
+// embedding and norms, the f32 K/V cache of n_slots slots, and scratch for batches of up to
+// max_rows rows (activations, int8 copies, attention scores, logits, staging).
+struct DeviceDraftBytes {
+  uint64_t embedding = 0, kv_cache = 0, scratch = 0;
+  uint64_t total() const { return embedding + kv_cache + scratch; }
+  std::string summary() const;  // "2.00 GiB (embedding ..., K/V cache ..., scratch ...)"
+};
+DeviceDraftBytes device_draft_bytes(int64_t n_layers, int64_t n_embd, int64_t n_heads, int64_t n_kv_heads,
+                                    int64_t head_dim, int64_t n_ff, int64_t n_vocab, int64_t n_slots, int64_t max_rows);
+
 // "123456", "512M", "24G", "1.5GiB", "800MB" (K/M/G/T are powers of 1024). Errors name the text.
 Result<uint64_t> parse_byte_size(const std::string& text);
 std::string format_bytes(uint64_t bytes);

@@ -1,0 +1,112 @@
+// The draft model's description for a device, and the DeviceDraft over gpu::DraftModel.
+#include "bitsplit/device_draft.h"
+
+namespace bitsplit {
+
+Result<gpu::DraftModelHost> describe_device_draft(const Model& draft) {
+  const ModelConfig& c = draft.config();
+  gpu::DraftModelHost m;
+  m.n_layers = c.n_layers;
+  m.n_embd = c.n_embd;
+  m.n_heads = c.n_heads;
+  m.n_kv_heads = c.n_kv_heads;
+  m.head_dim = c.head_dim;
+  m.n_ff = c.n_ff;
+  m.n_vocab = c.n_vocab;
+  m.n_rot = c.n_rot;
+  m.rope_base = c.rope_base;
+  m.rope_freq_scale = c.rope_freq_scale;
+  m.rms_eps = c.rms_eps;
+  m.rope_neox = c.rope_order == cpu::RopeOrder::kNeox;
+  if (draft.token_embd().empty()) return Status::error("the draft has no f32 token embedding");
+  m.token_embd = draft.token_embd().data();
+  m.output_norm = draft.output_norm().data();
+  m.rope_freq_factors = draft.rope_freq_factors().empty() ? nullptr : draft.rope_freq_factors().data();
+  int group = 0;
+  auto plane = [&](const std::string& name, gpu::DraftModelHost::Plane& out) -> Status {
+    const SplitProjection* p = draft.split(name);
+    if (!p) return Status::error(name + " is not a bit-split projection (held in f32)");
+    if (p->draft_bits != 2) return Status::error(name + " has a " + std::to_string(p->draft_bits) + "-bit draft plane (2 needed)");
+    if (p->draft_codes.empty()) return Status::error(name + ": the draft plane's file layout was released");
+    if (group == 0) group = p->group;
+    if (p->group != group) return Status::error(name + " has group " + std::to_string(p->group) + ", others " + std::to_string(group));
+    out.key = p;
+    out.plane = {p->draft_codes.data(), p->draft_scales.data(), p->draft_offsets.data(), p->out, p->in, p->group,
+                 p->draft_bits};
+    return Status::ok();
+  };
+  auto opt = [](const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
+  m.layers.resize(size_t(c.n_layers));
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& w = draft.layer(l);
+    gpu::DraftModelHost::Layer& d = m.layers[size_t(l)];
+    d.attn_norm = w.attn_norm.data();
+    d.ffn_norm = w.ffn_norm.data();
+    d.q_norm = c.has_qk_norm ? opt(w.q_norm) : nullptr;
+    d.k_norm = c.has_qk_norm ? opt(w.k_norm) : nullptr;
+    d.bq = c.has_qkv_bias ? opt(w.bq) : nullptr;
+    d.bk = c.has_qkv_bias ? opt(w.bk) : nullptr;
+    d.bv = c.has_qkv_bias ? opt(w.bv) : nullptr;
+    const std::string b = "blk." + std::to_string(l) + ".";
+    BITSPLIT_RETURN_IF_ERROR(plane(b + "attn_q.weight", d.wq));
+    BITSPLIT_RETURN_IF_ERROR(plane(b + "attn_k.weight", d.wk));
+    BITSPLIT_RETURN_IF_ERROR(plane(b + "attn_v.weight", d.wv));
+    BITSPLIT_RETURN_IF_ERROR(plane(b + "attn_output.weight", d.wo));
+    BITSPLIT_RETURN_IF_ERROR(plane(b + "ffn_gate.weight", d.gate));
+    BITSPLIT_RETURN_IF_ERROR(plane(b + "ffn_up.weight", d.up));
+    BITSPLIT_RETURN_IF_ERROR(plane(b + "ffn_down.weight", d.down));
+  }
+  BITSPLIT_RETURN_IF_ERROR(plane("output.weight", m.head));
+  m.group = group;
+  return m;
+}
+
+namespace {
+
+class GpuDeviceDraft final : public DeviceDraft {
+ public:
+  GpuDeviceDraft(std::unique_ptr<gpu::DraftModel> model, std::string name, const ModelConfig& c, int64_t n_slots)
+      : model_(std::move(model)), name_(std::move(name)), n_slots_(n_slots), kv_dim_(c.kv_dim()),
+        n_layers_(c.n_layers), n_vocab_(c.n_vocab) {}
+
+  std::string name() const override { return name_; }
+
+  Status sync_cache(const KvCache& cache, int64_t from, int64_t to) override {
+    if (cache.kv_dim() != kv_dim_ || from < 0 || to < from || to > std::min(cache.n_slots(), n_slots_)) {
+      return Status::error("device draft: cannot copy cache slots " + std::to_string(from) + ".." + std::to_string(to));
+    }
+    for (int64_t l = 0; l < n_layers_; ++l) {
+      BITSPLIT_RETURN_IF_ERROR(model_->upload_kv(l, from, to - from, cache.k(l, from), cache.v(l, from)));
+    }
+    return Status::ok();
+  }
+
+  Status forward(const Batch& batch, int k, DraftTopK& top, std::vector<float>* logits) override {
+    const int64_t rows = batch.size();
+    top.k = k;
+    top.tokens.resize(size_t(rows * k));
+    top.log_probs.resize(size_t(rows * k));
+    if (logits) logits->resize(size_t(rows) * size_t(n_vocab_));
+    return model_->forward(batch.tokens.data(), batch.positions.data(), batch.slots.data(), batch.mask.data(), rows,
+                           batch.kv_len, k, top.tokens.data(), top.log_probs.data(), logits ? logits->data() : nullptr);
+  }
+
+  DraftTier::Transfers transfers() const override {
+    const gpu::TransferCounters c = model_->counters();
+    return {c.weight_bytes_to_device, c.activation_bytes_to_device, c.result_bytes_to_host, c.calls};
+  }
+
+ private:
+  std::unique_ptr<gpu::DraftModel> model_;
+  std::string name_;
+  int64_t n_slots_, kv_dim_, n_layers_, n_vocab_;
+};
+
+}  // namespace
+
+std::shared_ptr<DeviceDraft> wrap_device_draft(std::unique_ptr<gpu::DraftModel> model, std::string name,
+                                               const ModelConfig& config, int64_t n_slots) {
+  return std::make_shared<GpuDeviceDraft>(std::move(model), std::move(name), config, n_slots);
+}
+
+}  // namespace bitsplit

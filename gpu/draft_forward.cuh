@@ -1,0 +1,158 @@
+// The draft model's whole forward pass on the device, as a sequence of launches of
+// gpu/draft_kernels.cuh on one stream: embedding gather, then per layer RMSNorm, int8
+// quantisation, the 2-bit q/k/v projections (+ biases, QK-norm, RoPE), K/V into the device
+// cache, tree-masked attention, the output projection, the SwiGLU FFN and the residual adds;
+// then the output norm, the 2-bit head and the top-k of each row. The same order of operations
+// as forward_reference() with Tier::kDraft, so the logits agree with the CPU draft up to the
+// device's libm (expf, powf, sinf, cosf).
+//
+// Everything here takes device pointers and only launches kernels; gpu/draft_model.cu owns the
+// memory. Under tests/cuda_emulation.h the same code runs on host memory (the CI test of the
+// whole pass against forward_reference).
+#pragma once
+
+#include "draft_kernels.cuh"
+
+namespace bitsplit::gpu::kernels {
+
+// A 2-bit draft plane on the device (docs/FORMAT.md "Bit-split planes").
+struct PlaneDev {
+  const uint8_t* codes = nullptr;
+  const uint16_t* scales = nullptr;
+  const uint16_t* offsets = nullptr;
+  int64_t out = 0, in = 0, groups = 0;
+  int group = 0;
+};
+
+struct LayerDev {
+  const float* attn_norm = nullptr;
+  const float* ffn_norm = nullptr;
+  const float* q_norm = nullptr;  // null without QK-norm
+  const float* k_norm = nullptr;
+  const float* bq = nullptr;  // null without biases
+  const float* bk = nullptr;
+  const float* bv = nullptr;
+  PlaneDev wq, wk, wv, wo, gate, up, down;
+  float* k_cache = nullptr;  // [n_slots x kv_dim], keys after RoPE
+  float* v_cache = nullptr;
+};
+
+struct ShapeDev {
+  int64_t n_layers = 0, n_embd = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, n_ff = 0, n_vocab = 0, n_rot = 0;
+  float rope_base = 10000.0f, rope_freq_scale = 1.0f, rms_eps = 1e-5f;
+  bool rope_neox = false;
+  int group = 64;  // every plane's group (the activations are quantised once per input)
+  int64_t q_dim() const { return n_heads * head_dim; }
+  int64_t kv_dim() const { return n_kv_heads * head_dim; }
+};
+
+struct ModelDev {
+  ShapeDev shape;
+  const float* token_embd = nullptr;  // [n_vocab x n_embd]
+  const float* output_norm = nullptr;
+  const float* rope_freq_factors = nullptr;  // n_rot / 2, or null
+  PlaneDev head;
+  const LayerDev* layers = nullptr;  // host array of n_layers (its pointers are device pointers)
+};
+
+// Scratch for up to max_rows rows and max_kv_len cache slots (draft_scratch_floats()).
+struct ScratchDev {
+  float *x, *h, *q, *k, *v, *attn, *proj, *gate, *up, *logits, *scores;
+  int8_t* qa;
+  float* qa_scale;
+  int32_t* qa_sum;
+};
+
+// One draft batch on the device: tokens/positions/slots per row, mask [rows x kv_len].
+struct BatchDev {
+  const int32_t* tokens;
+  const int32_t* positions;
+  const int32_t* slots;
+  const uint8_t* mask;
+  int64_t rows, kv_len;
+};
+
+inline int64_t padded_width(int64_t in, int group) { return (in + group - 1) / group * group; }
+
+inline unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
+
+// Element counts of ScratchDev's arrays, in its order (the owner allocates them).
+struct ScratchSizes {
+  int64_t x, h, q, k, v, attn, proj, gate, up, logits, scores, qa, qa_groups;
+};
+inline ScratchSizes scratch_sizes(const ShapeDev& s, int64_t rows, int64_t kv_len) {
+  const int64_t widest = s.n_ff > s.q_dim() ? (s.n_ff > s.n_embd ? s.n_ff : s.n_embd) : (s.q_dim() > s.n_embd ? s.q_dim() : s.n_embd);
+  const int64_t padded = padded_width(widest, s.group);
+  return {rows * s.n_embd, rows * s.n_embd, rows * s.q_dim(), rows * s.kv_dim(), rows * s.kv_dim(),
+          rows * s.q_dim(), rows * s.n_embd, rows * s.n_ff,   rows * s.n_ff,      rows * s.n_vocab,
+          rows * s.n_heads * kv_len, rows * padded, rows * (padded / s.group)};
+}
+
+// Quantises x [rows x in] into the scratch's int8 activations for planes of width `in`.
+inline void quantize_input(const ShapeDev& s, const float* x, int64_t rows, int64_t in, ScratchDev& t, Stream stream) {
+  (void)stream;  // unused under the emulation
+  const int64_t groups = (in + s.group - 1) / s.group;
+  BS_LAUNCH(quantize_rows, blocks_for(rows * groups, 128), 128, stream, x, rows, in, s.group, groups,
+            groups * s.group, t.qa, t.qa_scale, t.qa_sum);
+}
+
+// y [rows x out] = D · X for the activations last quantised (their width is the plane's in).
+inline void matmul(const PlaneDev& p, int64_t rows, const ScratchDev& t, float* y, Stream stream) {
+  (void)stream;
+  BS_LAUNCH(draft_matmul, p.out, kMatmulThreads, stream, p.codes, p.scales, p.offsets, p.out, p.groups, p.group, t.qa,
+            t.qa_scale, t.qa_sum, rows, p.groups * p.group, static_cast<const uint8_t*>(nullptr),
+            static_cast<const float*>(nullptr), true, y);
+}
+
+// Runs the batch through the draft; logits [rows x n_vocab] land in t.logits. Every row's
+// K/V are written to its slot before any row attends (stream order).
+inline void draft_forward(const ModelDev& m, const BatchDev& b, ScratchDev& t, Stream stream) {
+  (void)stream;
+  const ShapeDev& s = m.shape;
+  const int64_t n = b.rows;
+  BS_LAUNCH(embed_rows, n, 128, stream, m.token_embd, b.tokens, s.n_embd, t.x);
+  const float scale = 1.0f / sqrtf(float(s.head_dim));
+  for (int64_t l = 0; l < s.n_layers; ++l) {
+    const LayerDev& w = m.layers[l];
+    BS_LAUNCH_SYNC(rms_norm_rows, n, kBlock, stream, t.x, w.attn_norm, s.n_embd, s.rms_eps, t.h);
+    quantize_input(s, t.h, n, s.n_embd, t, stream);
+    matmul(w.wq, n, t, t.q, stream);
+    matmul(w.wk, n, t, t.k, stream);
+    matmul(w.wv, n, t, t.v, stream);
+    if (w.bq) {
+      BS_LAUNCH(add_bias, blocks_for(n * s.q_dim(), 128), 128, stream, t.q, w.bq, n, s.q_dim());
+      BS_LAUNCH(add_bias, blocks_for(n * s.kv_dim(), 128), 128, stream, t.k, w.bk, n, s.kv_dim());
+      BS_LAUNCH(add_bias, blocks_for(n * s.kv_dim(), 128), 128, stream, t.v, w.bv, n, s.kv_dim());
+    }
+    if (w.q_norm) {
+      BS_LAUNCH_SYNC(rms_norm_rows, n * s.n_heads, kBlock, stream, t.q, w.q_norm, s.head_dim, s.rms_eps, t.q);
+      BS_LAUNCH_SYNC(rms_norm_rows, n * s.n_kv_heads, kBlock, stream, t.k, w.k_norm, s.head_dim, s.rms_eps, t.k);
+    }
+    const int64_t half = s.n_rot / 2;
+    BS_LAUNCH(rope_rows, blocks_for(n * s.n_heads * half, 128), 128, stream, t.q, n, s.n_heads, s.head_dim, s.n_rot,
+              s.rope_neox, b.positions, s.rope_base, s.rope_freq_scale, m.rope_freq_factors);
+    BS_LAUNCH(rope_rows, blocks_for(n * s.n_kv_heads * half, 128), 128, stream, t.k, n, s.n_kv_heads, s.head_dim,
+              s.n_rot, s.rope_neox, b.positions, s.rope_base, s.rope_freq_scale, m.rope_freq_factors);
+    BS_LAUNCH(write_kv, blocks_for(n * s.kv_dim(), 128), 128, stream, t.k, t.v, b.slots, n, s.kv_dim(), w.k_cache,
+              w.v_cache);
+    BS_LAUNCH_SYNC(attention_rows, n * s.n_heads, kBlock, stream, t.q, w.k_cache, w.v_cache, b.mask, b.kv_len,
+                   s.n_heads, s.n_kv_heads, s.head_dim, scale, t.scores, t.attn);
+    quantize_input(s, t.attn, n, s.q_dim(), t, stream);
+    matmul(w.wo, n, t, t.proj, stream);
+    BS_LAUNCH(add_into, blocks_for(n * s.n_embd, 128), 128, stream, t.x, t.proj, n * s.n_embd);
+
+    BS_LAUNCH_SYNC(rms_norm_rows, n, kBlock, stream, t.x, w.ffn_norm, s.n_embd, s.rms_eps, t.h);
+    quantize_input(s, t.h, n, s.n_embd, t, stream);
+    matmul(w.gate, n, t, t.gate, stream);
+    matmul(w.up, n, t, t.up, stream);
+    BS_LAUNCH(silu_mul, blocks_for(n * s.n_ff, 128), 128, stream, t.gate, t.up, n * s.n_ff);
+    quantize_input(s, t.gate, n, s.n_ff, t, stream);
+    matmul(w.down, n, t, t.proj, stream);
+    BS_LAUNCH(add_into, blocks_for(n * s.n_embd, 128), 128, stream, t.x, t.proj, n * s.n_embd);
+  }
+  BS_LAUNCH_SYNC(rms_norm_rows, n, kBlock, stream, t.x, m.output_norm, s.n_embd, s.rms_eps, t.h);
+  quantize_input(s, t.h, n, s.n_embd, t, stream);
+  matmul(m.head, n, t, t.logits, stream);
+}
+
+}  // namespace bitsplit::gpu::kernels

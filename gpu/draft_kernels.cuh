@@ -1,0 +1,362 @@
+// The draft model's device kernels: the 2-bit matmul (bit-exact with cpu::draft_matmul_ref)
+// and the ops around it (embedding gather, RMSNorm, activation quantisation, bias, RoPE, K/V
+// writes, tree-masked attention, SwiGLU, residual add, top-k of the logits).
+//
+// Written in a small subset of CUDA (1-D grids, __syncthreads, __shared__ arrays, no warp
+// intrinsics) so that the same source also compiles as plain C++ under the CPU emulation in
+// tests/cuda_emulation.h: the kernels' logic (indexing, reductions, synchronisation) is tested
+// against the CPU reference in every CI run, without a GPU (tests/gpu_kernels_emulated_test.cpp).
+// Each kernel states its launch shape; those with block reductions need exactly kBlock threads.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+// BS_LAUNCH for kernels without __syncthreads, BS_LAUNCH_SYNC for those with (the emulation
+// runs the former's threads one after another and the latter's concurrently).
+#define BS_LAUNCH(kernel, blocks, threads, stream, ...) \
+  kernel<<<unsigned(blocks), unsigned(threads), 0, (stream)>>>(__VA_ARGS__)
+#define BS_LAUNCH_SYNC BS_LAUNCH
+#define BS_KERNEL static __global__  // each .cu that includes this gets its own copy
+#define BS_DEVICE __device__ __forceinline__
+#define BS_SHARED __shared__
+#define BS_RESTRICT __restrict__
+#define BS_FMA(a, b, c) __fmaf_rn(a, b, c)
+#define BS_MUL(a, b) __fmul_rn(a, b)  // never contracted into an FMA
+#define BS_I2F(i) __int2float_rn(i)
+#define BS_HALF(h) __half2float(__ushort_as_half(h))
+#elif defined(BITSPLIT_CUDA_EMULATION)
+// tests/cuda_emulation.h defines threadIdx, blockIdx, blockDim, __syncthreads and
+// bs_emulated_half_to_float before including this file.
+#define BS_LAUNCH(kernel, blocks, threads, stream, ...) \
+  emulate_launch_serial(unsigned(blocks), unsigned(threads), [&] { kernel(__VA_ARGS__); })
+#define BS_LAUNCH_SYNC(kernel, blocks, threads, stream, ...) \
+  emulate_launch(unsigned(blocks), unsigned(threads), [&] { kernel(__VA_ARGS__); })
+#define BS_KERNEL inline
+#define BS_DEVICE inline
+#define BS_SHARED static
+#define BS_RESTRICT
+#define BS_FMA(a, b, c) std::fma(float(a), float(b), float(c))
+#define BS_MUL(a, b) (float(a) * float(b))
+#define BS_I2F(i) float(i)
+#define BS_HALF(h) bs_emulated_half_to_float(h)
+#else
+#error "gpu/draft_kernels.cuh is compiled by nvcc or under tests/cuda_emulation.h"
+#endif
+
+namespace bitsplit::gpu::kernels {
+
+#if defined(__CUDACC__)
+using Stream = cudaStream_t;
+#else
+using Stream = int;
+#endif
+
+// Threads of every block-reduction kernel (a power of two). The emulation runs the same code
+// with 16 (its block threads are OS threads, and 128 of them meeting at every barrier would
+// make the CI tests slow); nothing in the kernels depends on the value but the shared arrays.
+#if defined(BITSPLIT_CUDA_EMULATION)
+constexpr int kBlock = 16;
+#else
+constexpr int kBlock = 128;
+#endif
+constexpr int kMatmulThreads = 64;
+constexpr int kMaxTopK = 32;   // top_k_rows' k
+constexpr float kTinyAmax = 0x1p-120f;  // cpu/plane_kernels.h: groups below quantise to zero
+
+struct SumOp {
+  template <typename T>
+  BS_DEVICE T operator()(T a, T b) const { return a + b; }
+};
+struct MaxOp {
+  BS_DEVICE float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// Tree reduction of one value per thread over a kBlock-thread block; every thread gets the
+// result. `scratch` is a kBlock-element __shared__ array; it is free again on return.
+template <typename T, typename Op>
+BS_DEVICE T block_reduce(T v, T* scratch, Op op) {
+  const int t = int(threadIdx.x);
+  scratch[t] = v;
+  __syncthreads();
+  for (int s = kBlock / 2; s > 0; s >>= 1) {
+    if (t < s) scratch[t] = op(scratch[t], scratch[t + s]);
+    __syncthreads();
+  }
+  const T r = scratch[0];
+  __syncthreads();
+  return r;
+}
+
+// cpu::dot_f32's order: 8 interleaved partial sums (lane i % 8), then the same fixed tree.
+BS_DEVICE float dot8(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t i = 0; i < n; ++i) acc[i % 8] += BS_MUL(a[i], b[i]);
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+// cpu/plane_kernels.h's round_half_away.
+BS_DEVICE float round_half_away(float v) {
+  const float t = truncf(v);
+  return fabsf(v - t) >= 0.5f ? t + copysignf(1.0f, v) : t;
+}
+
+// ---------------------------------------------------------------------------------------
+// The 2-bit draft plane times int8 activations, exactly cpu::draft_matmul_ref: per group an
+// exact integer dot product, then inner = fma(s, float(Sq), m * float(Sx)) and
+// acc = fma(s_x, inner, acc) in group order. With a BitDelta sign plane (FORMAT.md "Kernel
+// arithmetic" step 5) the signs are read in the same pass: Ss = Σq − 2·Σ_{bit set} q per group,
+// dacc = fma(float(Ss), s_x, dacc) in group order, y = fma(alpha, dacc, acc).
+// Launch: one block per output row, kMatmulThreads threads; thread n computes activation rows
+// n, n + blockDim, ..., so each output element is accumulated by one thread in the reference's
+// order. Sign rows are padded to whole groups (group / 8 bytes each, zero past `in`).
+BS_KERNEL void draft_matmul(const uint8_t* BS_RESTRICT codes, const uint16_t* BS_RESTRICT scales,
+                            const uint16_t* BS_RESTRICT offsets, int64_t out, int64_t groups, int group,
+                            const int8_t* BS_RESTRICT q, const float* BS_RESTRICT sx, const int32_t* BS_RESTRICT sum,
+                            int64_t rows, int64_t padded, const uint8_t* BS_RESTRICT signs,
+                            const float* BS_RESTRICT alpha, bool alpha_per_row, float* BS_RESTRICT y) {
+  const int64_t o = blockIdx.x;
+  const int plane_bytes = group / 4;
+  const uint8_t* orow = codes + o * groups * plane_bytes;
+  const uint8_t* srow = signs ? signs + o * groups * (group / 8) : nullptr;
+  for (int64_t n = threadIdx.x; n < rows; n += blockDim.x) {
+    const int8_t* qn = q + n * padded;
+    float acc = 0.0f, dacc = 0.0f;
+    for (int64_t k = 0; k < groups; ++k) {
+      const uint8_t* g = orow + k * plane_bytes;
+      const int8_t* qg = qn + k * group;
+      int32_t sq = 0;
+      for (int j = 0; j < plane_bytes; ++j) {
+        const uint32_t b = g[j];
+        // Byte j holds the weights j + t * plane_bytes at bits 2t.
+        sq += int32_t(b & 3u) * int32_t(qg[j]) + int32_t((b >> 2) & 3u) * int32_t(qg[j + plane_bytes]) +
+              int32_t((b >> 4) & 3u) * int32_t(qg[j + 2 * plane_bytes]) +
+              int32_t((b >> 6) & 3u) * int32_t(qg[j + 3 * plane_bytes]);
+      }
+      const float s = BS_HALF(scales[o * groups + k]);
+      const float m = BS_HALF(offsets[o * groups + k]);
+      const float fsx = BS_I2F(sum[n * groups + k]);
+      const float inner = BS_FMA(s, BS_I2F(sq), BS_MUL(m, fsx));
+      acc = BS_FMA(sx[n * groups + k], inner, acc);
+      if (srow) {
+        const uint8_t* sg = srow + k * (group / 8);
+        int32_t neg = 0;
+        for (int j = 0; j < group; ++j) neg += ((sg[j >> 3] >> (j & 7)) & 1) ? int32_t(qg[j]) : 0;
+        const int32_t ss = sum[n * groups + k] - 2 * neg;
+        dacc = BS_FMA(BS_I2F(ss), sx[n * groups + k], dacc);
+      }
+    }
+    y[n * out + o] = srow ? BS_FMA(alpha[alpha_per_row ? o : 0], dacc, acc) : acc;
+  }
+}
+
+// x[r, :] = table[tokens[r], :]. Launch: one block per row, any block size.
+BS_KERNEL void embed_rows(const float* BS_RESTRICT table, const int32_t* BS_RESTRICT tokens, int64_t width,
+                          float* BS_RESTRICT x) {
+  const int64_t r = blockIdx.x;
+  const float* src = table + int64_t(tokens[r]) * width;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) x[r * width + i] = src[i];
+}
+
+// y[r] = x[r] / sqrt(mean(x[r]²) + eps) ⊙ w, as cpu::rms_norm_f32 (sum of squares in double).
+// In place (y == x) is allowed. Launch: one block per row of n values, kBlock threads.
+BS_KERNEL void rms_norm_rows(const float* x, const float* BS_RESTRICT w, int64_t n, float eps, float* y) {
+  BS_SHARED double scratch[kBlock];
+  const float* xr = x + int64_t(blockIdx.x) * n;
+  float* yr = y + int64_t(blockIdx.x) * n;
+  double s = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += kBlock) s += double(xr[i]) * double(xr[i]);
+  s = block_reduce(s, scratch, SumOp());
+  const float scale = 1.0f / sqrtf(float(s / double(n)) + eps);
+  for (int64_t i = threadIdx.x; i < n; i += kBlock) yr[i] = BS_MUL(BS_MUL(xr[i], scale), w[i]);
+}
+
+// Per (row, group) int8 quantisation, exactly cpu::detail::quantize_group_ref: s_x = amax/127,
+// q = clamp(round_half_away(x · 127/amax)), Σq; zeros past `in` and for groups below kTinyAmax.
+// Launch: one thread per (row, group), any block size, rows · groups threads in all.
+BS_KERNEL void quantize_rows(const float* BS_RESTRICT x, int64_t rows, int64_t in, int group, int64_t groups,
+                             int64_t padded, int8_t* BS_RESTRICT q, float* BS_RESTRICT scale,
+                             int32_t* BS_RESTRICT sum) {
+  const int64_t task = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (task >= rows * groups) return;
+  const int64_t r = task / groups, g = task % groups;
+  const float* xg = x + r * in + g * group;
+  const int64_t n = in - g * group < group ? in - g * group : group;
+  int8_t* qg = q + r * padded + g * group;
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = fmaxf(amax, fabsf(xg[i]));
+  int32_t s = 0;
+  float sc = 0.0f;
+  if (amax >= kTinyAmax) {
+    sc = amax / 127.0f;
+    const float inv = 127.0f / amax;
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = fminf(fmaxf(round_half_away(BS_MUL(xg[i], inv)), -127.0f), 127.0f);
+      qg[i] = int8_t(v);
+      s += int32_t(v);
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) qg[i] = 0;
+  }
+  for (int64_t i = n; i < group; ++i) qg[i] = 0;
+  scale[task] = sc;
+  sum[task] = s;
+}
+
+// y[r, i] += bias[i] for rows x n values. Launch: one thread per value, any block size.
+BS_KERNEL void add_bias(float* BS_RESTRICT y, const float* BS_RESTRICT bias, int64_t rows, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < rows * n) y[i] += bias[i % n];
+}
+
+// x[i] += y[i] (the residual stream). Launch: one thread per value.
+BS_KERNEL void add_into(float* BS_RESTRICT x, const float* BS_RESTRICT y, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += y[i];
+}
+
+// gate[i] = silu(gate[i]) · up[i] with silu(v) = v / (1 + e^-v), as the CPU forward pass.
+// Launch: one thread per value.
+BS_KERNEL void silu_mul(float* BS_RESTRICT gate, const float* BS_RESTRICT up, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) {
+    const float v = gate[i];
+    gate[i] = BS_MUL(v / (1.0f + expf(-v)), up[i]);
+  }
+}
+
+// RoPE on rows x heads heads of head_dim values, as cpu::rope_f32: pair i of n_rot / 2 turns by
+// theta = pos · freq_scale · base^(−2i / n_rot) (/ freq_factors[i]); adjacent pairs (llama) or
+// halves (neox). Launch: one thread per pair, rows · heads · n_rot / 2 threads.
+BS_KERNEL void rope_rows(float* BS_RESTRICT x, int64_t rows, int64_t heads, int64_t head_dim, int64_t n_rot,
+                         bool neox, const int32_t* BS_RESTRICT positions, float base, float freq_scale,
+                         const float* BS_RESTRICT freq_factors) {
+  const int64_t half = n_rot / 2;
+  const int64_t task = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (task >= rows * heads * half) return;
+  const int64_t i = task % half, rh = task / half, r = rh / heads;
+  float theta = BS_MUL(BS_MUL(float(positions[r]), freq_scale), powf(base, -2.0f * float(i) / float(n_rot)));
+  if (freq_factors) theta /= freq_factors[i];
+  const float c = cosf(theta), s = sinf(theta);
+  float* head = x + rh * head_dim;
+  const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+  const float x0 = head[a], x1 = head[b];
+  head[a] = BS_MUL(x0, c) - BS_MUL(x1, s);
+  head[b] = BS_MUL(x0, s) + BS_MUL(x1, c);
+}
+
+// Writes row r of k and v ([rows x kv_dim]) to cache slot slots[r] of one layer's caches
+// ([n_slots x kv_dim]). Launch: one thread per value.
+BS_KERNEL void write_kv(const float* BS_RESTRICT k, const float* BS_RESTRICT v, const int32_t* BS_RESTRICT slots,
+                        int64_t rows, int64_t kv_dim, float* BS_RESTRICT k_cache, float* BS_RESTRICT v_cache) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * kv_dim) return;
+  const int64_t r = i / kv_dim, d = i % kv_dim, at = int64_t(slots[r]) * kv_dim + d;
+  k_cache[at] = k[i];
+  v_cache[at] = v[i];
+}
+
+// Attention of q's rows over one layer's cache with the batch's mask ([rows x kv_len], 1 =
+// visible), grouped-query heads, as the CPU forward pass: scores = q·k · scale where visible,
+// softmax (max subtracted, sum in double, multiplied by float(1 / sum)), out = Σ p_j v_j over
+// visible j in slot order. `scores` is scratch of rows · heads · kv_len floats.
+// Launch: one block per (row, head) = rows · heads blocks, kBlock threads.
+BS_KERNEL void attention_rows(const float* BS_RESTRICT q, const float* BS_RESTRICT k_cache,
+                              const float* BS_RESTRICT v_cache, const uint8_t* BS_RESTRICT mask, int64_t kv_len,
+                              int64_t heads, int64_t kv_heads, int64_t head_dim, float scale, float* scores,
+                              float* BS_RESTRICT out) {
+  BS_SHARED float fscratch[kBlock];
+  BS_SHARED double dscratch[kBlock];
+  const int64_t task = blockIdx.x, r = task / heads, h = task % heads, kvh = h / (heads / kv_heads);
+  const int64_t kv_dim = kv_heads * head_dim;
+  const float* qh = q + task * head_dim;  // [rows x heads x head_dim]
+  const uint8_t* m = mask + r * kv_len;
+  float* sc = scores + task * kv_len;
+  float local_max = -INFINITY;
+  for (int64_t j = threadIdx.x; j < kv_len; j += kBlock) {
+    float s = -INFINITY;
+    if (m[j]) s = BS_MUL(dot8(qh, k_cache + j * kv_dim + kvh * head_dim, head_dim), scale);
+    sc[j] = s;
+    local_max = fmaxf(local_max, s);
+  }
+  const float mx = block_reduce(local_max, fscratch, MaxOp());
+  double local_sum = 0.0;
+  for (int64_t j = threadIdx.x; j < kv_len; j += kBlock) {
+    const float e = expf(sc[j] - mx);
+    sc[j] = e;
+    local_sum += e;
+  }
+  const double total = block_reduce(local_sum, dscratch, SumOp());
+  const float inv = float(1.0 / total);
+  for (int64_t j = threadIdx.x; j < kv_len; j += kBlock) sc[j] = BS_MUL(sc[j], inv);
+  __syncthreads();  // every probability is written before any thread reads them all
+  float* o = out + task * head_dim;
+  for (int64_t d = threadIdx.x; d < head_dim; d += kBlock) {
+    float acc = 0.0f;
+    for (int64_t j = 0; j < kv_len; ++j) {
+      if (m[j]) acc += BS_MUL(sc[j], v_cache[j * kv_dim + kvh * head_dim + d]);
+    }
+    o[d] = acc;
+  }
+}
+
+// The k largest logits of each row (largest first, ties to the smaller token id) with their
+// log-softmax values; k <= kMaxTopK and k <= n_vocab. Launch: one block per row, kBlock threads.
+BS_KERNEL void top_k_rows(const float* BS_RESTRICT logits, int64_t n_vocab, int k, int32_t* BS_RESTRICT tokens,
+                          float* BS_RESTRICT log_probs) {
+  BS_SHARED float fscratch[kBlock];
+  BS_SHARED double dscratch[kBlock];
+  BS_SHARED int64_t iscratch[kBlock];
+  const int64_t row = blockIdx.x;
+  const float* l = logits + row * n_vocab;
+  const int t = int(threadIdx.x);
+  float local_max = -INFINITY;
+  for (int64_t i = t; i < n_vocab; i += kBlock) local_max = fmaxf(local_max, l[i]);
+  const float mx = block_reduce(local_max, fscratch, MaxOp());
+  double local_sum = 0.0;
+  for (int64_t i = t; i < n_vocab; i += kBlock) local_sum += double(expf(l[i] - mx));
+  const double total = block_reduce(local_sum, dscratch, SumOp());
+  const float lse = mx + float(log(total));
+  // Round c picks the best (value, id) strictly after round c - 1's in the order.
+  float prev_v = INFINITY;
+  int64_t prev_i = -1;
+  for (int c = 0; c < k; ++c) {
+    float best_v = -INFINITY;
+    int64_t best_i = -1;
+    for (int64_t i = t; i < n_vocab; i += kBlock) {
+      const float v = l[i];
+      const bool after = v < prev_v || (v == prev_v && i > prev_i);
+      if (after && (best_i < 0 || v > best_v)) {  // i grows, so ties keep the smaller id
+        best_v = v;
+        best_i = i;
+      }
+    }
+    fscratch[t] = best_v;
+    iscratch[t] = best_i;
+    __syncthreads();
+    for (int s = kBlock / 2; s > 0; s >>= 1) {
+      if (t < s) {
+        const float ov = fscratch[t + s];
+        const int64_t oi = iscratch[t + s];
+        const bool take = oi >= 0 && (iscratch[t] < 0 || ov > fscratch[t] || (ov == fscratch[t] && oi < iscratch[t]));
+        if (take) {
+          fscratch[t] = ov;
+          iscratch[t] = oi;
+        }
+      }
+      __syncthreads();
+    }
+    prev_v = fscratch[0];
+    prev_i = iscratch[0];
+    if (t == 0) {
+      tokens[row * k + c] = int32_t(prev_i);
+      log_probs[row * k + c] = prev_i >= 0 ? prev_v - lse : -INFINITY;
+    }
+    __syncthreads();
+  }
+}
+
+}  // namespace bitsplit::gpu::kernels

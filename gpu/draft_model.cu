@@ -1,0 +1,260 @@
+// gpu::DraftModel: the draft's whole forward pass on the GPU (draft_forward.cuh), its memory,
+// the pinned staging of each batch and the copies in and out on one stream.
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <vector>
+
+#include "bitsplit/gpu.h"
+#include "cuda_util.h"
+#include "draft_forward.cuh"
+
+namespace bitsplit::gpu {
+namespace {
+
+// Page-locked host memory for the per-call copies (so they are true DMA transfers).
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer() {
+    if (ptr_) cudaFreeHost(ptr_);
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  Status allocate(size_t bytes) {
+    if (cudaError_t e = cudaHostAlloc(&ptr_, bytes, cudaHostAllocDefault); e != cudaSuccess) {
+      ptr_ = nullptr;
+      return Status::error("cannot allocate " + std::to_string(bytes) + " bytes of pinned host memory: " +
+                           cudaGetErrorString(e));
+    }
+    return Status::ok();
+  }
+  uint8_t* get() const { return static_cast<uint8_t*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+};
+
+class CudaDraftModel final : public DraftModel {
+ public:
+  ~CudaDraftModel() override {
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  Status init(DraftMatmul& planes, const DraftModelHost& m, int64_t n_slots, int64_t max_rows) {
+    if (n_slots <= 0 || max_rows <= 0) return Status::error("the device draft needs at least one cache slot and one row");
+    if (m.n_layers <= 0 || m.n_heads <= 0 || m.n_kv_heads <= 0 || m.n_heads % m.n_kv_heads != 0 ||
+        int64_t(m.layers.size()) != m.n_layers) {
+      return Status::error("the device draft got an inconsistent model shape");
+    }
+    if (m.n_rot > m.head_dim || m.n_rot % 2 != 0) return Status::error("the device draft needs an even n_rot <= head_dim");
+    device_ = planes.device();
+    n_slots_ = n_slots;
+    max_rows_ = max_rows;
+    BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));
+    BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+    kernels::ShapeDev& s = model_.shape;
+    s = {m.n_layers, m.n_embd, m.n_heads, m.n_kv_heads, m.head_dim, m.n_ff, m.n_vocab, m.n_rot,
+         m.rope_base, m.rope_freq_scale, m.rms_eps, m.rope_neox, m.group};
+    BITSPLIT_ASSIGN_OR_RETURN(model_.head, plane(planes, m.head, "output.weight", m.n_vocab, m.n_embd));
+    BITSPLIT_ASSIGN_OR_RETURN(model_.token_embd, put(m.token_embd, m.n_vocab * m.n_embd, "token_embd"));
+    BITSPLIT_ASSIGN_OR_RETURN(model_.output_norm, put(m.output_norm, m.n_embd, "output_norm"));
+    if (m.rope_freq_factors) {
+      BITSPLIT_ASSIGN_OR_RETURN(model_.rope_freq_factors, put(m.rope_freq_factors, m.n_rot / 2, "rope_freqs"));
+    }
+    const int64_t kv = s.kv_dim(), cache = m.n_layers * n_slots * kv;
+    BITSPLIT_RETURN_IF_ERROR(k_cache_.allocate(size_t(cache)));
+    BITSPLIT_RETURN_IF_ERROR(v_cache_.allocate(size_t(cache)));
+    bytes_ += uint64_t(cache) * 8;
+    layers_.resize(size_t(m.n_layers));
+    for (int64_t l = 0; l < m.n_layers; ++l) {
+      const DraftModelHost::Layer& h = m.layers[size_t(l)];
+      kernels::LayerDev& d = layers_[size_t(l)];
+      const std::string b = "blk." + std::to_string(l) + ".";
+      BITSPLIT_ASSIGN_OR_RETURN(d.attn_norm, put(h.attn_norm, s.n_embd, b + "attn_norm"));
+      BITSPLIT_ASSIGN_OR_RETURN(d.ffn_norm, put(h.ffn_norm, s.n_embd, b + "ffn_norm"));
+      if (h.q_norm) {
+        BITSPLIT_ASSIGN_OR_RETURN(d.q_norm, put(h.q_norm, s.head_dim, b + "attn_q_norm"));
+        BITSPLIT_ASSIGN_OR_RETURN(d.k_norm, put(h.k_norm, s.head_dim, b + "attn_k_norm"));
+      }
+      if (h.bq) {
+        BITSPLIT_ASSIGN_OR_RETURN(d.bq, put(h.bq, s.q_dim(), b + "attn_q.bias"));
+        BITSPLIT_ASSIGN_OR_RETURN(d.bk, put(h.bk, kv, b + "attn_k.bias"));
+        BITSPLIT_ASSIGN_OR_RETURN(d.bv, put(h.bv, kv, b + "attn_v.bias"));
+      }
+      BITSPLIT_ASSIGN_OR_RETURN(d.wq, plane(planes, h.wq, b + "attn_q", s.q_dim(), s.n_embd));
+      BITSPLIT_ASSIGN_OR_RETURN(d.wk, plane(planes, h.wk, b + "attn_k", kv, s.n_embd));
+      BITSPLIT_ASSIGN_OR_RETURN(d.wv, plane(planes, h.wv, b + "attn_v", kv, s.n_embd));
+      BITSPLIT_ASSIGN_OR_RETURN(d.wo, plane(planes, h.wo, b + "attn_output", s.n_embd, s.q_dim()));
+      BITSPLIT_ASSIGN_OR_RETURN(d.gate, plane(planes, h.gate, b + "ffn_gate", s.n_ff, s.n_embd));
+      BITSPLIT_ASSIGN_OR_RETURN(d.up, plane(planes, h.up, b + "ffn_up", s.n_ff, s.n_embd));
+      BITSPLIT_ASSIGN_OR_RETURN(d.down, plane(planes, h.down, b + "ffn_down", s.n_embd, s.n_ff));
+      d.k_cache = k_cache_.get() + l * n_slots * kv;
+      d.v_cache = v_cache_.get() + l * n_slots * kv;
+    }
+    model_.layers = layers_.data();
+
+    const kernels::ScratchSizes z = kernels::scratch_sizes(s, max_rows, n_slots);
+    for (int64_t count : {z.x, z.h, z.q, z.k, z.v, z.attn, z.proj, z.gate, z.up, z.logits, z.scores, z.qa_groups}) {
+      floats_.emplace_back();
+      BITSPLIT_RETURN_IF_ERROR(floats_.back().allocate(size_t(count)));
+      bytes_ += uint64_t(count) * 4;
+    }
+    BITSPLIT_RETURN_IF_ERROR(qa_.allocate(size_t(z.qa)));
+    BITSPLIT_RETURN_IF_ERROR(qa_sum_.allocate(size_t(z.qa_groups)));
+    bytes_ += uint64_t(z.qa) + uint64_t(z.qa_groups) * 4;
+    scratch_ = {floats_[0].get(), floats_[1].get(), floats_[2].get(),  floats_[3].get(),
+                floats_[4].get(), floats_[5].get(), floats_[6].get(),  floats_[7].get(),
+                floats_[8].get(), floats_[9].get(), floats_[10].get(), qa_.get(),
+                floats_[11].get(), qa_sum_.get()};
+
+    // Per call: 3 int32 per row and the mask in; top-k tokens and log-probs out.
+    in_bytes_ = size_t(max_rows) * (12 + size_t(n_slots));
+    out_bytes_ = size_t(max_rows) * kernels::kMaxTopK * 8;
+    BITSPLIT_RETURN_IF_ERROR(batch_.allocate(in_bytes_));
+    BITSPLIT_RETURN_IF_ERROR(top_.allocate(out_bytes_));
+    BITSPLIT_RETURN_IF_ERROR(pinned_in_.allocate(in_bytes_));
+    BITSPLIT_RETURN_IF_ERROR(pinned_out_.allocate(out_bytes_));
+    bytes_ += in_bytes_ + out_bytes_;
+    return cuda_status(cudaStreamSynchronize(stream_), "device draft upload");
+  }
+
+  Status upload_kv(int64_t layer, int64_t first_slot, int64_t count, const float* k, const float* v) override {
+    if (layer < 0 || layer >= model_.shape.n_layers || first_slot < 0 || count < 0 || first_slot + count > n_slots_) {
+      return Status::error("device draft: K/V upload outside the cache (layer " + std::to_string(layer) + ", slots " +
+                           std::to_string(first_slot) + ".." + std::to_string(first_slot + count) + " of " +
+                           std::to_string(n_slots_) + ")");
+    }
+    if (count == 0) return Status::ok();
+    const int64_t kv = model_.shape.kv_dim();
+    const size_t bytes = size_t(count * kv) * sizeof(float);
+    BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));
+    float* kd = layers_[size_t(layer)].k_cache + first_slot * kv;
+    float* vd = layers_[size_t(layer)].v_cache + first_slot * kv;
+    BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(kd, k, bytes, cudaMemcpyHostToDevice, stream_), "upload K"));
+    BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(vd, v, bytes, cudaMemcpyHostToDevice, stream_), "upload V"));
+    counters_.activation_bytes_to_device += 2 * bytes;
+    return Status::ok();
+  }
+
+  Status forward(const int32_t* tokens, const int32_t* positions, const int32_t* slots, const uint8_t* mask,
+                 int64_t rows, int64_t kv_len, int top_k, int32_t* top_tokens, float* top_log_probs,
+                 float* logits) override {
+    const kernels::ShapeDev& s = model_.shape;
+    if (rows <= 0 || rows > max_rows_) {
+      return Status::error("device draft: a batch of " + std::to_string(rows) + " rows (1.." + std::to_string(max_rows_) +
+                           " allowed)");
+    }
+    if (kv_len <= 0 || kv_len > n_slots_) {
+      return Status::error("device draft: kv_len " + std::to_string(kv_len) + " outside the cache of " +
+                           std::to_string(n_slots_) + " slots");
+    }
+    if (top_k < 0 || top_k > kernels::kMaxTopK || top_k > s.n_vocab) {
+      return Status::error("device draft: top_k " + std::to_string(top_k) + " outside 0.." +
+                           std::to_string(kernels::kMaxTopK));
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      if (tokens[r] < 0 || tokens[r] >= s.n_vocab) return Status::error("device draft: token id outside the vocabulary");
+      if (slots[r] < 0 || slots[r] >= kv_len) return Status::error("device draft: slot outside [0, kv_len)");
+      if (positions[r] < 0) return Status::error("device draft: negative position");
+    }
+    BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));
+    // One staged copy in: tokens | positions | slots | mask.
+    uint8_t* in = pinned_in_.get();
+    const size_t ints = size_t(rows) * 4, mask_bytes = size_t(rows * kv_len);
+    std::memcpy(in, tokens, ints);
+    std::memcpy(in + ints, positions, ints);
+    std::memcpy(in + 2 * ints, slots, ints);
+    std::memcpy(in + 3 * ints, mask, mask_bytes);
+    const size_t in_used = 3 * ints + mask_bytes;
+    uint8_t* dev = batch_.get();
+    BITSPLIT_RETURN_IF_ERROR(
+        cuda_status(cudaMemcpyAsync(dev, in, in_used, cudaMemcpyHostToDevice, stream_), "copy the draft batch"));
+    counters_.activation_bytes_to_device += in_used;
+    const kernels::BatchDev b{reinterpret_cast<const int32_t*>(dev), reinterpret_cast<const int32_t*>(dev + ints),
+                              reinterpret_cast<const int32_t*>(dev + 2 * ints), dev + 3 * ints, rows, kv_len};
+    kernels::draft_forward(model_, b, scratch_, stream_);
+    const size_t top_count = size_t(rows) * size_t(top_k);
+    if (top_k > 0) {
+      int32_t* dt = reinterpret_cast<int32_t*>(top_.get());
+      float* dl = reinterpret_cast<float*>(top_.get() + top_count * 4);
+      kernels::top_k_rows<<<unsigned(rows), kernels::kBlock, 0, stream_>>>(scratch_.logits, s.n_vocab, top_k, dt, dl);
+      BITSPLIT_RETURN_IF_ERROR(cuda_status(
+          cudaMemcpyAsync(pinned_out_.get(), top_.get(), top_count * 8, cudaMemcpyDeviceToHost, stream_), "copy top-k"));
+      counters_.result_bytes_to_host += top_count * 8;
+    }
+    BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "device draft launch"));
+    if (logits) {
+      const size_t bytes = size_t(rows * s.n_vocab) * 4;
+      BITSPLIT_RETURN_IF_ERROR(cuda_status(
+          cudaMemcpyAsync(logits, scratch_.logits, bytes, cudaMemcpyDeviceToHost, stream_), "copy draft logits"));
+      counters_.result_bytes_to_host += bytes;
+    }
+    BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream_), "device draft forward"));
+    if (top_k > 0) {
+      std::memcpy(top_tokens, pinned_out_.get(), top_count * 4);
+      std::memcpy(top_log_probs, pinned_out_.get() + top_count * 4, top_count * 4);
+    }
+    ++counters_.calls;
+    return Status::ok();
+  }
+
+  TransferCounters counters() const override { return counters_; }
+  uint64_t device_bytes() const override { return bytes_; }
+
+ private:
+  // A small f32 tensor copied to the device (embedding, norms, biases).
+  Result<const float*> put(const float* host, int64_t n, const std::string& what) {
+    if (!host) return Status::error("device draft: " + what + " is missing");
+    DeviceBuffer<float> d;
+    BITSPLIT_RETURN_IF_ERROR(d.allocate(size_t(n)).with_context(what));
+    BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaMemcpy(d.get(), host, size_t(n) * 4, cudaMemcpyHostToDevice), "upload"));
+    counters_.weight_bytes_to_device += uint64_t(n) * 4;
+    bytes_ += uint64_t(n) * 4;
+    small_.push_back(std::move(d));
+    return static_cast<const float*>(small_.back().get());
+  }
+
+  // The resident copy of a projection's plane, checked against the shape the pass needs.
+  Result<kernels::PlaneDev> plane(const DraftMatmul& planes, const DraftModelHost::Plane& p, const std::string& what,
+                                  int64_t out, int64_t in) const {
+    const DraftMatmul::DevicePlane d = planes.device_plane(p.key);
+    if (!d.codes) return Status::error("device draft: the 2-bit plane of " + what + " is not in VRAM");
+    if (d.out != out || d.in != in || d.group != model_.shape.group) {
+      return Status::error("device draft: the plane of " + what + " is " + std::to_string(d.out) + " x " +
+                           std::to_string(d.in) + " (group " + std::to_string(d.group) + "), expected " +
+                           std::to_string(out) + " x " + std::to_string(in) + " (group " +
+                           std::to_string(model_.shape.group) + ")");
+    }
+    return kernels::PlaneDev{static_cast<const uint8_t*>(d.codes), static_cast<const uint16_t*>(d.scales),
+                             static_cast<const uint16_t*>(d.offsets), d.out, d.in, (d.in + d.group - 1) / d.group,
+                             d.group};
+  }
+
+  int device_ = 0;
+  int64_t n_slots_ = 0, max_rows_ = 0;
+  cudaStream_t stream_ = nullptr;
+  kernels::ModelDev model_;
+  std::vector<kernels::LayerDev> layers_;
+  std::vector<DeviceBuffer<float>> small_, floats_;
+  DeviceBuffer<float> k_cache_, v_cache_;
+  DeviceBuffer<int8_t> qa_;
+  DeviceBuffer<int32_t> qa_sum_;
+  DeviceBuffer<uint8_t> batch_, top_;
+  PinnedBuffer pinned_in_, pinned_out_;
+  size_t in_bytes_ = 0, out_bytes_ = 0;
+  kernels::ScratchDev scratch_{};
+  TransferCounters counters_;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<DraftModel>> DraftModel::create(DraftMatmul& planes, const DraftModelHost& model,
+                                                       int64_t n_slots, int64_t max_rows) {
+  auto m = std::make_unique<CudaDraftModel>();
+  BITSPLIT_RETURN_IF_ERROR(m->init(planes, model, n_slots, max_rows));
+  return std::unique_ptr<DraftModel>(std::move(m));
+}
+
+}  // namespace bitsplit::gpu
