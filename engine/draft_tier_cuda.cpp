@@ -53,6 +53,20 @@ class CudaDraftTier final : public DraftTier {
     return gpu_->run(&p, rows, y, delta->signs);
   }
 
+  Status draft_matmul_overlapped(const SplitProjection& p, const cpu::QuantizedActivations& x, float* y,
+                                 const cpu::SignPlaneView* delta, const std::function<void()>& cpu_work) override {
+    if (p.draft_bits != 2 || !gpu_->resident(&p)) {
+      p.cpu_draft_matmul(*cpu_, x, y, delta);
+      cpu_work();
+      return Status::ok();
+    }
+    if (delta) BITSPLIT_RETURN_IF_ERROR(prepare_delta(p, *delta));
+    const gpu::QuantizedRowsHost rows{x.q.data(), x.scale.data(), x.sum.data(), x.rows, x.padded, x.groups};
+    BITSPLIT_RETURN_IF_ERROR(gpu_->start(&p, rows, delta ? delta->signs : nullptr));
+    cpu_work();  // R·X while the GPU copies, computes and copies back
+    return gpu_->finish(y);
+  }
+
   Status prepare_delta(const SplitProjection& p, const cpu::SignPlaneView& d) override {
     if (p.draft_bits != 2 || !gpu_->resident(&p)) return Status::ok();  // drafted on the CPU, signs fused there
     return gpu_->upload_signs(d.signs, {d.signs, d.alpha, d.out, d.in, d.row_bytes, d.alpha_per_row}, p.group);

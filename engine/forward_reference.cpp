@@ -184,10 +184,14 @@ Status linear(const Model& model, Tier tier, const std::string& name, Projection
     const cpu::QuantizedActivations& qa = in.quantized(model, planes->group);
     // The two tiers: D·X (+ the variant's signs) on the draft tier (CPU or GPU), R·X on the
     // CPU, summed draft first (the same order as cpu::target_matmul).
-    BITSPLIT_RETURN_IF_ERROR(model.draft_tier().draft_matmul(*planes, qa, y.data.data(), delta ? &*delta : nullptr));
-    if (tier != Tier::kDraft) {
+    const cpu::SignPlaneView* d = delta ? &*delta : nullptr;
+    if (tier == Tier::kDraft) {
+      BITSPLIT_RETURN_IF_ERROR(model.draft_tier().draft_matmul(*planes, qa, y.data.data(), d));
+    } else {
+      // R·X (packed when loaded) runs on the CPU while the tier computes D·X (a GPU overlaps).
       std::vector<float> residual(y.data.size());
-      planes->cpu_residual_matmul(model.cpu(), qa, residual.data());  // packed when loaded
+      BITSPLIT_RETURN_IF_ERROR(model.draft_tier().draft_matmul_overlapped(
+          *planes, qa, y.data.data(), d, [&] { planes->cpu_residual_matmul(model.cpu(), qa, residual.data()); }));
       for (size_t i = 0; i < residual.size(); ++i) y.data[i] += residual[i];
     }
   }

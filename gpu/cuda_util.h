@@ -61,6 +61,36 @@ class DeviceBuffer {
   size_t count_ = 0;
 };
 
+// Page-locked host memory for per-call copies (true asynchronous DMA transfers), grow-only.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer() {
+    if (ptr_) cudaFreeHost(ptr_);
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  // Makes room for `bytes` (keeps the buffer when it is large enough; contents are not kept).
+  Status reserve(size_t bytes) {
+    if (bytes <= size_) return Status::ok();
+    if (ptr_) cudaFreeHost(ptr_);
+    ptr_ = nullptr;
+    size_ = 0;
+    if (cudaError_t e = cudaHostAlloc(&ptr_, bytes, cudaHostAllocDefault); e != cudaSuccess) {
+      ptr_ = nullptr;
+      return Status::error("cannot allocate " + std::to_string(bytes) + " bytes of pinned host memory: " +
+                           cudaGetErrorString(e));
+    }
+    size_ = bytes;
+    return Status::ok();
+  }
+  uint8_t* get() const { return static_cast<uint8_t*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t size_ = 0;
+};
+
 // Times `body` (called `iterations` times) on the device with RAII-held CUDA events;
 // milliseconds per iteration.
 template <typename Body>

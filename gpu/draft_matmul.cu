@@ -33,6 +33,9 @@ struct ResidentPlane {
 class CudaDraftMatmul final : public DraftMatmul {
  public:
   explicit CudaDraftMatmul(int device) : device_(device) {}
+  ~CudaDraftMatmul() override {
+    if (stream_) cudaStreamDestroy(stream_);
+  }
 
   Status upload(const void* key, const DraftPlaneHost& p) override {
     if (auto it = planes_.find(key); it != planes_.end()) {
@@ -106,7 +109,10 @@ class CudaDraftMatmul final : public DraftMatmul {
 
   void release_signs(const void* key) override { signs_.erase(key); }
 
-  Status run(const void* key, const QuantizedRowsHost& x, float* y, const void* signs_key) override {
+  // Stages the activations in pinned memory and queues copy in, kernel and copy out on the
+  // stream; the caller is free until finish().
+  Status start(const void* key, const QuantizedRowsHost& x, const void* signs_key) override {
+    if (pending_) return Status::error("DraftMatmul::start() while another call is pending (finish() it first)");
     auto it = planes_.find(key);
     if (it == planes_.end()) return Status::error("draft plane not resident on the GPU");
     const ResidentPlane& p = it->second;
@@ -122,21 +128,42 @@ class CudaDraftMatmul final : public DraftMatmul {
     if (x.groups != p.groups || x.padded != p.groups * p.group) {
       return Status::error("activations quantised for another plane shape");
     }
+    if (x.rows <= 0) return Status::error("no activation rows");
     BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));
+    if (!stream_) BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaStreamCreate(&stream_), "cudaStreamCreate"));
     const size_t q_bytes = size_t(x.rows * x.padded), s_count = size_t(x.rows * x.groups), y_count = size_t(x.rows * p.out);
-    // Grow-only staging buffers on the device.
+    // Grow-only staging buffers: on the device, and pinned on the host (q | scales | sums in one copy).
     if (dq_.size() < q_bytes) BITSPLIT_RETURN_IF_ERROR(dq_.allocate(q_bytes));
     if (dscale_.size() < s_count) BITSPLIT_RETURN_IF_ERROR(dscale_.allocate(s_count));
     if (dsum_.size() < s_count) BITSPLIT_RETURN_IF_ERROR(dsum_.allocate(s_count));
     if (dy_.size() < y_count) BITSPLIT_RETURN_IF_ERROR(dy_.allocate(y_count));
-    BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaMemcpy(dq_.get(), x.q, q_bytes, cudaMemcpyHostToDevice), "copy activations"));
-    BITSPLIT_RETURN_IF_ERROR(
-        cuda_status(cudaMemcpy(dscale_.get(), x.scale, s_count * 4, cudaMemcpyHostToDevice), "copy scales"));
-    BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaMemcpy(dsum_.get(), x.sum, s_count * 4, cudaMemcpyHostToDevice), "copy sums"));
+    BITSPLIT_RETURN_IF_ERROR(pinned_in_.reserve(q_bytes + 8 * s_count));
+    BITSPLIT_RETURN_IF_ERROR(pinned_out_.reserve(y_count * 4));
+    uint8_t* in = pinned_in_.get();
+    std::memcpy(in, x.q, q_bytes);
+    std::memcpy(in + q_bytes, x.scale, s_count * 4);
+    std::memcpy(in + q_bytes + 4 * s_count, x.sum, s_count * 4);
+    auto copy_in = [&](void* dst, const void* src, size_t n, const char* what) {
+      return cuda_status(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream_), what);
+    };
+    BITSPLIT_RETURN_IF_ERROR(copy_in(dq_.get(), in, q_bytes, "copy activations"));
+    BITSPLIT_RETURN_IF_ERROR(copy_in(dscale_.get(), in + q_bytes, s_count * 4, "copy scales"));
+    BITSPLIT_RETURN_IF_ERROR(copy_in(dsum_.get(), in + q_bytes + 4 * s_count, s_count * 4, "copy sums"));
     counters_.activation_bytes_to_device += q_bytes + 8 * s_count;
-    launch(p, x.rows, sg);
-    BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "draft_matmul_kernel launch"));
-    BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaMemcpy(y, dy_.get(), y_count * 4, cudaMemcpyDeviceToHost), "copy results"));
+    launch(p, x.rows, sg, stream_);
+    BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "draft_matmul launch"));
+    BITSPLIT_RETURN_IF_ERROR(cuda_status(
+        cudaMemcpyAsync(pinned_out_.get(), dy_.get(), y_count * 4, cudaMemcpyDeviceToHost, stream_), "copy results"));
+    pending_ = y_count;
+    return Status::ok();
+  }
+
+  Status finish(float* y) override {
+    if (!pending_) return Status::error("DraftMatmul::finish() without start()");
+    const size_t y_count = pending_;
+    pending_ = 0;
+    BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream_), "draft_matmul"));
+    std::memcpy(y, pinned_out_.get(), y_count * 4);
     counters_.result_bytes_to_host += y_count * 4;
     ++counters_.calls;
     return Status::ok();
@@ -166,8 +193,8 @@ class CudaDraftMatmul final : public DraftMatmul {
 
  private:
   // The one launch of the kernel on the staged activations of `rows` rows.
-  void launch(const ResidentPlane& p, int64_t rows, const ResidentSigns* s = nullptr) {
-    kernels::draft_matmul<<<unsigned(p.out), kernels::kMatmulThreads>>>(
+  void launch(const ResidentPlane& p, int64_t rows, const ResidentSigns* s = nullptr, cudaStream_t stream = nullptr) {
+    kernels::draft_matmul<<<unsigned(p.out), kernels::kMatmulThreads, 0, stream>>>(
         p.codes.get(), p.scales.get(), p.offsets.get(), p.out, p.groups, p.group, dq_.get(), dscale_.get(), dsum_.get(),
         rows, p.groups * p.group, s ? s->signs.get() : nullptr, s ? s->alpha.get() : nullptr,
         s ? s->alpha_per_row : true, dy_.get());
@@ -180,6 +207,9 @@ class CudaDraftMatmul final : public DraftMatmul {
   DeviceBuffer<float> dscale_, dy_;
   DeviceBuffer<int32_t> dsum_;
   TransferCounters counters_;
+  cudaStream_t stream_ = nullptr;  // blocking: orders with the legacy default stream time_kernel uses
+  PinnedBuffer pinned_in_, pinned_out_;
+  size_t pending_ = 0;  // result values of a started call, 0 when none
 };
 
 }  // namespace

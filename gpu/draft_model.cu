@@ -12,29 +12,6 @@
 namespace bitsplit::gpu {
 namespace {
 
-// Page-locked host memory for the per-call copies (so they are true DMA transfers).
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  ~PinnedBuffer() {
-    if (ptr_) cudaFreeHost(ptr_);
-  }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  Status allocate(size_t bytes) {
-    if (cudaError_t e = cudaHostAlloc(&ptr_, bytes, cudaHostAllocDefault); e != cudaSuccess) {
-      ptr_ = nullptr;
-      return Status::error("cannot allocate " + std::to_string(bytes) + " bytes of pinned host memory: " +
-                           cudaGetErrorString(e));
-    }
-    return Status::ok();
-  }
-  uint8_t* get() const { return static_cast<uint8_t*>(ptr_); }
-
- private:
-  void* ptr_ = nullptr;
-};
-
 class CudaDraftModel final : public DraftModel {
  public:
   ~CudaDraftModel() override {
@@ -113,8 +90,8 @@ class CudaDraftModel final : public DraftModel {
     out_bytes_ = size_t(max_rows) * kernels::kMaxTopK * 8;
     BITSPLIT_RETURN_IF_ERROR(batch_.allocate(in_bytes_));
     BITSPLIT_RETURN_IF_ERROR(top_.allocate(out_bytes_));
-    BITSPLIT_RETURN_IF_ERROR(pinned_in_.allocate(in_bytes_));
-    BITSPLIT_RETURN_IF_ERROR(pinned_out_.allocate(out_bytes_));
+    BITSPLIT_RETURN_IF_ERROR(pinned_in_.reserve(in_bytes_));
+    BITSPLIT_RETURN_IF_ERROR(pinned_out_.reserve(out_bytes_));
     bytes_ += in_bytes_ + out_bytes_;
     return cuda_status(cudaStreamSynchronize(stream_), "device draft upload");
   }

@@ -3,6 +3,7 @@
 // CPU-only engine's.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <list>
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "bitsplit/convert.h"
+#include "bitsplit/device_draft.h"
 #include "bitsplit/gpu.h"
 #include "bitsplit/speculative.h"
 #include "bitsplit/variant.h"
@@ -203,6 +205,127 @@ TEST(GpuDraftTier, PlanesOverTheVramBudgetDraftOnTheCpu) {
   EXPECT_NE(m_full->draft_tier().placement().find("all of the draft"), std::string::npos) << m_full->draft_tier().placement();
   EXPECT_NE(m_half->draft_tier().placement().find("draft on the CPU"), std::string::npos) << m_half->draft_tier().placement();
   EXPECT_EQ(greedy_spec(*m_half, {1, 5, 9}, 32, 8), greedy_spec(*m_cpu, {1, 5, 9}, 32, 8));
+}
+
+}  // namespace
+}  // namespace bitsplit
+
+namespace bitsplit {
+namespace {
+
+// bible-base converted and loaded twice: on the CPU tier and on the CUDA tier (every draft
+// plane in VRAM), with a prompt.
+struct DeviceDraftSetup {
+  std::unique_ptr<WeightSource> src;
+  std::unique_ptr<Model> cpu_model, gpu_model;
+  std::vector<int32_t> prompt = {1, 45, 300, 12, 77, 5, 910};
+};
+
+std::unique_ptr<DeviceDraftSetup> device_draft_setup() {
+  auto s = std::make_unique<DeviceDraftSetup>();
+  const std::string dir = testing::source_dir() + "/tests/models/";
+  auto base = open_weights(dir + "bible-base.gguf");
+  BITSPLIT_CHECK(base.is_ok(), "fixture");
+  const auto path = std::filesystem::temp_directory_path() / ("bitsplit_gpu_dd_" + std::to_string(::getpid()) + ".gguf");
+  BITSPLIT_CHECK(convert_model(**base, path.string(), {}, nullptr, nullptr).is_ok());
+  auto w = open_weights(path.string());
+  BITSPLIT_CHECK(w.is_ok());
+  s->src = std::move(*w);
+  std::filesystem::remove(path);  // mapped: stays readable
+  auto ctx = std::make_shared<cpu::CpuContext>();
+  auto tier = make_cuda_draft_tier(ctx, 0);
+  BITSPLIT_CHECK(tier.is_ok(), tier.status().message());
+  auto c = Model::load(*s->src);
+  auto g = Model::load(*s->src, {.cpu = ctx, .draft_tier = *tier});
+  BITSPLIT_CHECK(c.is_ok() && g.is_ok(), g.status().message());
+  s->cpu_model = std::make_unique<Model>(std::move(*c));
+  s->gpu_model = std::make_unique<Model>(std::move(*g));
+  return s;
+}
+
+// The device's draft logits agree with the CPU draft's (same arithmetic but for the device's
+// expf/powf/sinf/cosf and two double sums), for a causal prompt batch and a tree level.
+TEST(GpuDeviceDraft, LogitsMatchTheCpuDraft) {
+  REQUIRE_GPU();
+  BITSPLIT_REQUIRE_FILE(testing::source_dir() + "/tests/models/bible-base.gguf");
+  auto s = device_draft_setup();
+  const int64_t slots = 64;
+  auto dev = s->gpu_model->draft_tier().make_device_draft(*s->gpu_model, slots);
+  ASSERT_TRUE(dev.is_ok()) << dev.status().message();
+  KvCache cache(s->cpu_model->config(), slots);
+  const int32_t n = int32_t(s->prompt.size());
+  Batch prompt = Batch::causal(s->prompt, 0, true);
+  Batch tree;
+  tree.tokens = {17, 300, 45};
+  tree.positions = {n, n, n + 1};
+  tree.slots = {n, n + 1, n + 2};
+  tree.kv_len = n + 3;
+  tree.want_logits = {1, 1, 1};
+  tree.mask.assign(size_t(3 * tree.kv_len), 0);
+  for (int r = 0; r < 3; ++r) std::fill(tree.mask.begin() + r * tree.kv_len, tree.mask.begin() + r * tree.kv_len + n, 1);
+  tree.mask[size_t(n)] = 1;
+  tree.mask[size_t(tree.kv_len + n + 1)] = 1;
+  tree.mask[size_t(2 * tree.kv_len + n)] = 1;
+  tree.mask[size_t(2 * tree.kv_len + n + 2)] = 1;
+  const int64_t vocab = s->cpu_model->config().n_vocab;
+  for (const Batch* b : {&prompt, &tree}) {
+    auto want = forward_reference(*s->cpu_model, cache, *b, nullptr, Tier::kDraft);
+    ASSERT_TRUE(want.is_ok());
+    DraftTopK top;
+    std::vector<float> got;
+    ASSERT_TRUE((*dev)->forward(*b, 4, top, &got).is_ok());
+    ASSERT_EQ(got.size(), want->size());
+    for (int64_t r = 0; r < b->size(); ++r) {
+      const float* w = want->data() + r * vocab;
+      const float* g = got.data() + r * vocab;
+      float scale = 0, diff = 0;
+      for (int64_t i = 0; i < vocab; ++i) {
+        scale = std::max(scale, std::fabs(w[i]));
+        diff = std::max(diff, std::fabs(w[i] - g[i]));
+      }
+      EXPECT_LT(diff, 2e-3f * scale) << "row " << r;
+      EXPECT_EQ(top.tokens[size_t(r * 4)], int32_t(std::max_element(g, g + vocab) - g)) << "row " << r;
+    }
+  }
+}
+
+// Speculative decoding with the whole draft on the device: the same greedy text as the CPU-only
+// engine; while decoding no weight byte moves (the tier's counter and the device draft's own
+// stay at their load-time values); the committed K/V go in once each.
+TEST(GpuDeviceDraft, SpeculativeIsLosslessAndOnlyActivationsMove) {
+  REQUIRE_GPU();
+  BITSPLIT_REQUIRE_FILE(testing::source_dir() + "/tests/models/bible-base.gguf");
+  auto s = device_draft_setup();
+  SamplingParams sp;
+  sp.temperature = 0;
+  for (auto shape : {spec::DraftShape::kChain, spec::DraftShape::kTree}) {
+    Sampler a(sp), b(sp);
+    SpeculativeOptions o;
+    o.n_predict = 64;
+    o.policy.shape = shape;
+    o.policy.budget = shape == spec::DraftShape::kChain ? 4 : 16;
+    o.policy.max_depth = shape == spec::DraftShape::kChain ? 4 : 6;
+    std::vector<int32_t> on_gpu, on_cpu;
+    const auto tier_before = s->gpu_model->draft_tier().transfers();
+    auto r = generate_speculative(*s->gpu_model, *s->gpu_model, s->prompt, o, a,
+                                  [&](int32_t t) { on_gpu.push_back(t); return true; });
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    auto rc = generate_speculative(*s->cpu_model, *s->cpu_model, s->prompt, o, b,
+                                   [&](int32_t t) { on_cpu.push_back(t); return true; });
+    ASSERT_TRUE(rc.is_ok());
+    EXPECT_EQ(on_gpu, on_cpu);
+    EXPECT_EQ(r->draft_pass, "device (cuda:0)");
+    EXPECT_EQ(s->gpu_model->draft_tier().transfers().weight_bytes, tier_before.weight_bytes);
+    const ModelConfig& c = s->cpu_model->config();
+    // Embedding and norms, once, when the device draft was made.
+    EXPECT_EQ(r->device_transfers.weight_bytes, uint64_t(4 * (c.n_vocab * c.n_embd + (2 * c.n_layers + 1) * c.n_embd)));
+    const uint64_t kv_bytes = uint64_t(int64_t(s->prompt.size()) - 1 + r->acceptance.checks + r->acceptance.accepted) *
+                              uint64_t(c.n_layers * c.kv_dim() * 8);
+    EXPECT_GE(r->device_transfers.activation_bytes, kv_bytes);
+    // Beyond the K/V: per level 12 bytes and a mask row per row (at most 64 rows x 256 slots).
+    EXPECT_LE(r->device_transfers.activation_bytes - kv_bytes, r->device_transfers.calls * 64 * (12 + 256));
+    EXPECT_LE(r->device_transfers.result_bytes, r->device_transfers.calls * 64 * 4 * 8);
+  }
 }
 
 }  // namespace

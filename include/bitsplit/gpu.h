@@ -89,8 +89,15 @@ class DraftMatmul {
   virtual bool resident(const void* key) const = 0;
   // y (host, rows x out) = D · X for the resident plane `key`; with a resident sign plane
   // `signs_key`, (D + α⊙S) · X fused in the same pass (bitwise cpu::draft_matmul_ref with delta).
-  virtual Status run(const void* key, const QuantizedRowsHost& x, float* y, const void* signs_key) = 0;
-  Status run(const void* key, const QuantizedRowsHost& x, float* y) { return run(key, x, y, nullptr); }
+  Status run(const void* key, const QuantizedRowsHost& x, float* y, const void* signs_key = nullptr) {
+    BITSPLIT_RETURN_IF_ERROR(start(key, x, signs_key));
+    return finish(y);
+  }
+  // run() in two halves, so the caller works while the device computes: start() stages the
+  // activations in pinned memory and queues the copy in, the kernel and the copy out on the
+  // object's stream; finish() waits and writes y. One call in flight at a time.
+  virtual Status start(const void* key, const QuantizedRowsHost& x, const void* signs_key) = 0;
+  virtual Status finish(float* y) = 0;
   virtual TransferCounters counters() const = 0;
   // The device, and the device addresses of a resident plane (nulls when `key` is not
   // resident): other device code (DraftModel) computes with the same copy.

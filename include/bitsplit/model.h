@@ -108,6 +108,15 @@ class DraftTier {
   // BitDelta variant (docs/FORMAT.md, "Kernel arithmetic").
   virtual Status draft_matmul(const SplitProjection& planes, const cpu::QuantizedActivations& x, float* y,
                               const cpu::SignPlaneView* delta = nullptr) = 0;
+  // The target's two halves at once: D·X (+ signs) into y on the tier while `cpu_work` (the
+  // CPU's R·X) runs on the calling thread; returns when both are done. A GPU tier overlaps them
+  // (the copies and its kernel run while the CPU streams R); the default runs one after the other.
+  virtual Status draft_matmul_overlapped(const SplitProjection& planes, const cpu::QuantizedActivations& x, float* y,
+                                         const cpu::SignPlaneView* delta, const std::function<void()>& cpu_work) {
+    BITSPLIT_RETURN_IF_ERROR(draft_matmul(planes, x, y, delta));
+    cpu_work();
+    return Status::ok();
+  }
   // Forgets a sign plane prepare_delta made resident (its variant is going away).
   virtual void release_delta(const cpu::SignPlaneView& delta) { (void)delta; }
   // Whether the tier reads the draft plane's file layout after load (a GPU tier's CPU fallback
