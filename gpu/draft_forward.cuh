@@ -53,6 +53,9 @@ struct ModelDev {
   const float* rope_freq_factors = nullptr;  // n_rot / 2, or null
   PlaneDev head;
   const LayerDev* layers = nullptr;  // host array of n_layers (its pointers are device pointers)
+  // Group-64 planes on draft_matmul_g64 (16-byte loads, dp4a); false: the plain kernel for all
+  // (same results bit for bit; the CPU emulation runs the plain one where speed matters).
+  bool g64_kernel = true;
 };
 
 // Scratch for up to max_rows rows and max_kv_len cache slots (draft_scratch_floats()).
@@ -97,8 +100,15 @@ inline void quantize_input(const ShapeDev& s, const float* x, int64_t rows, int6
 }
 
 // y [rows x out] = D · X for the activations last quantised (their width is the plane's in).
-inline void matmul(const PlaneDev& p, int64_t rows, const ScratchDev& t, float* y, Stream stream) {
+inline void matmul(const PlaneDev& p, int64_t rows, const ScratchDev& t, float* y, Stream stream, bool g64) {
   (void)stream;
+  if (g64 && p.group == 64 && g64_rows_per_pass(p.groups) > 0) {
+    BS_LAUNCH_SHARED(draft_matmul_g64, blocks_for(p.out, kG64Warps), kG64Threads, g64_shared_bytes(p.groups), stream,
+                     p.codes, p.scales, p.offsets, p.out, p.groups, t.qa, t.qa_scale, t.qa_sum, rows,
+                     p.groups * p.group, static_cast<const uint8_t*>(nullptr), static_cast<const float*>(nullptr), true,
+                     y);
+    return;
+  }
   BS_LAUNCH(draft_matmul, p.out, kMatmulThreads, stream, p.codes, p.scales, p.offsets, p.out, p.groups, p.group, t.qa,
             t.qa_scale, t.qa_sum, rows, p.groups * p.group, static_cast<const uint8_t*>(nullptr),
             static_cast<const float*>(nullptr), true, y);
@@ -116,9 +126,9 @@ inline void draft_forward(const ModelDev& m, const BatchDev& b, ScratchDev& t, S
     const LayerDev& w = m.layers[l];
     BS_LAUNCH_SYNC(rms_norm_rows, n, kBlock, stream, t.x, w.attn_norm, s.n_embd, s.rms_eps, t.h);
     quantize_input(s, t.h, n, s.n_embd, t, stream);
-    matmul(w.wq, n, t, t.q, stream);
-    matmul(w.wk, n, t, t.k, stream);
-    matmul(w.wv, n, t, t.v, stream);
+    matmul(w.wq, n, t, t.q, stream, m.g64_kernel);
+    matmul(w.wk, n, t, t.k, stream, m.g64_kernel);
+    matmul(w.wv, n, t, t.v, stream, m.g64_kernel);
     if (w.bq) {
       BS_LAUNCH(add_bias, blocks_for(n * s.q_dim(), 128), 128, stream, t.q, w.bq, n, s.q_dim());
       BS_LAUNCH(add_bias, blocks_for(n * s.kv_dim(), 128), 128, stream, t.k, w.bk, n, s.kv_dim());
@@ -138,21 +148,21 @@ inline void draft_forward(const ModelDev& m, const BatchDev& b, ScratchDev& t, S
     BS_LAUNCH_SYNC(attention_rows, n * s.n_heads, kBlock, stream, t.q, w.k_cache, w.v_cache, b.mask, b.kv_len,
                    s.n_heads, s.n_kv_heads, s.head_dim, scale, t.scores, t.attn);
     quantize_input(s, t.attn, n, s.q_dim(), t, stream);
-    matmul(w.wo, n, t, t.proj, stream);
+    matmul(w.wo, n, t, t.proj, stream, m.g64_kernel);
     BS_LAUNCH(add_into, blocks_for(n * s.n_embd, 128), 128, stream, t.x, t.proj, n * s.n_embd);
 
     BS_LAUNCH_SYNC(rms_norm_rows, n, kBlock, stream, t.x, w.ffn_norm, s.n_embd, s.rms_eps, t.h);
     quantize_input(s, t.h, n, s.n_embd, t, stream);
-    matmul(w.gate, n, t, t.gate, stream);
-    matmul(w.up, n, t, t.up, stream);
+    matmul(w.gate, n, t, t.gate, stream, m.g64_kernel);
+    matmul(w.up, n, t, t.up, stream, m.g64_kernel);
     BS_LAUNCH(silu_mul, blocks_for(n * s.n_ff, 128), 128, stream, t.gate, t.up, n * s.n_ff);
     quantize_input(s, t.gate, n, s.n_ff, t, stream);
-    matmul(w.down, n, t, t.proj, stream);
+    matmul(w.down, n, t, t.proj, stream, m.g64_kernel);
     BS_LAUNCH(add_into, blocks_for(n * s.n_embd, 128), 128, stream, t.x, t.proj, n * s.n_embd);
   }
   BS_LAUNCH_SYNC(rms_norm_rows, n, kBlock, stream, t.x, m.output_norm, s.n_embd, s.rms_eps, t.h);
   quantize_input(s, t.h, n, s.n_embd, t, stream);
-  matmul(m.head, n, t, t.logits, stream);
+  matmul(m.head, n, t, t.logits, stream, m.g64_kernel);
 }
 
 }  // namespace bitsplit::gpu::kernels

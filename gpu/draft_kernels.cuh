@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #if defined(__CUDACC__)
 #include <cuda_fp16.h>
@@ -20,8 +21,15 @@
 #define BS_LAUNCH(kernel, blocks, threads, stream, ...) \
   kernel<<<unsigned(blocks), unsigned(threads), 0, (stream)>>>(__VA_ARGS__)
 #define BS_LAUNCH_SYNC BS_LAUNCH
+// A kernel with __syncthreads and `shared_bytes` of dynamic shared memory (BS_DYNAMIC_SHARED).
+#define BS_LAUNCH_SHARED(kernel, blocks, threads, shared_bytes, stream, ...) \
+  kernel<<<unsigned(blocks), unsigned(threads), size_t(shared_bytes), (stream)>>>(__VA_ARGS__)
+#define BS_DYNAMIC_SHARED(type, name) \
+  extern __shared__ __align__(16) unsigned char bs_dynamic_shared[]; \
+  type* name = reinterpret_cast<type*>(bs_dynamic_shared)
 #define BS_KERNEL static __global__  // each .cu that includes this gets its own copy
 #define BS_DEVICE __device__ __forceinline__
+#define BS_HOST_DEVICE __host__ __device__ inline
 #define BS_SHARED __shared__
 #define BS_RESTRICT __restrict__
 #define BS_FMA(a, b, c) __fmaf_rn(a, b, c)
@@ -35,8 +43,12 @@
   emulate_launch_serial(unsigned(blocks), unsigned(threads), [&] { kernel(__VA_ARGS__); })
 #define BS_LAUNCH_SYNC(kernel, blocks, threads, stream, ...) \
   emulate_launch(unsigned(blocks), unsigned(threads), [&] { kernel(__VA_ARGS__); })
+#define BS_LAUNCH_SHARED(kernel, blocks, threads, shared_bytes, stream, ...) \
+  emulate_launch(unsigned(blocks), unsigned(threads), [&] { kernel(__VA_ARGS__); }, size_t(shared_bytes))
+#define BS_DYNAMIC_SHARED(type, name) type* name = reinterpret_cast<type*>(emulated_dynamic_shared.data())
 #define BS_KERNEL inline
 #define BS_DEVICE inline
+#define BS_HOST_DEVICE inline
 #define BS_SHARED static
 #define BS_RESTRICT
 #define BS_FMA(a, b, c) std::fma(float(a), float(b), float(c))
@@ -150,6 +162,106 @@ BS_KERNEL void draft_matmul(const uint8_t* BS_RESTRICT codes, const uint16_t* BS
       }
     }
     y[n * out + o] = srow ? BS_FMA(alpha[alpha_per_row ? o : 0], dacc, acc) : acc;
+  }
+}
+
+// 16-byte load of a uint4 (the address is 16-byte aligned).
+BS_DEVICE uint4 load16(const void* p) {
+#if defined(__CUDACC__)
+  return *static_cast<const uint4*>(p);
+#else
+  uint4 v;
+  std::memcpy(&v, p, 16);
+  return v;
+#endif
+}
+
+BS_DEVICE uint32_t word(const uint4& v, int w) { return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w; }
+
+// Output rows per block of draft_matmul_g64 (one warp of kLanes threads each) and its dynamic
+// shared memory. The emulation uses 8-lane "warps" (its threads are OS threads); the kernel
+// does not depend on the width (no warp intrinsics).
+#if defined(BITSPLIT_CUDA_EMULATION)
+constexpr int kLanes = 8;
+#else
+constexpr int kLanes = 32;
+#endif
+constexpr int kG64Warps = 4;
+constexpr int kG64Threads = kLanes * kG64Warps;
+// Activation rows per pass: a warp's partial results (float inner + int Ss per group and row)
+// use at most 8 KiB; 0 when a row has too many groups for the kernel (the plain kernel runs).
+BS_HOST_DEVICE int g64_rows_per_pass(int64_t groups) {
+  const int64_t cap = kLanes < 16 ? kLanes : 16, r = 1024 / groups;
+  return r <= 0 ? 0 : int(r < cap ? r : cap);
+}
+inline size_t g64_shared_bytes(int64_t groups) { return size_t(kG64Warps) * size_t(g64_rows_per_pass(groups)) * size_t(groups) * 8; }
+
+// draft_matmul for group 64 (a group's codes are 16 bytes, its activations 64, its signs 8):
+// the same results bit for bit, with the plane read once per call in 16-byte loads and the
+// integer dot products in dp4a. Each warp owns one output row: its lanes take the groups
+// (lane, lane + kLanes, ...), compute every activation row's exact integer dot product (Sq and
+// the sign sum Ss; integer sums do not depend on order) and inner = fma(s, Sq, m·Sx) into
+// shared memory; then lane r runs activation row r's float chain acc = fma(s_x, inner, acc)
+// over the groups in order, exactly as the reference.
+// Launch: ceil(out / kG64Warps) blocks, kG64Threads threads, g64_shared_bytes(groups) bytes;
+// needs g64_rows_per_pass(groups) > 0.
+BS_KERNEL void draft_matmul_g64(const uint8_t* BS_RESTRICT codes, const uint16_t* BS_RESTRICT scales,
+                                const uint16_t* BS_RESTRICT offsets, int64_t out, int64_t groups,
+                                const int8_t* BS_RESTRICT q, const float* BS_RESTRICT sx,
+                                const int32_t* BS_RESTRICT sum, int64_t rows, int64_t padded,
+                                const uint8_t* BS_RESTRICT signs, const float* BS_RESTRICT alpha, bool alpha_per_row,
+                                float* BS_RESTRICT y) {
+  BS_DYNAMIC_SHARED(float, shared);
+  const int warp = int(threadIdx.x) / kLanes, lane = int(threadIdx.x) % kLanes;
+  const int chunk = g64_rows_per_pass(groups);
+  float* inner = shared + size_t(warp) * size_t(chunk) * size_t(groups) * 2;
+  int32_t* ss = reinterpret_cast<int32_t*>(inner + size_t(chunk) * size_t(groups));
+  const int64_t o = int64_t(blockIdx.x) * kG64Warps + warp;
+  const bool active = o < out;
+  for (int64_t n0 = 0; n0 < rows; n0 += chunk) {  // the same trip count in every thread
+    const int64_t nn = rows - n0 < chunk ? rows - n0 : chunk;
+    for (int64_t k = lane; active && k < groups; k += kLanes) {
+      const uint4 c = load16(codes + (o * groups + k) * 16);
+      const float s = BS_HALF(scales[o * groups + k]);
+      const float m = BS_HALF(offsets[o * groups + k]);
+      uint4 sg{0, 0, 0, 0};
+      if (signs) {
+        const uint8_t* sp = signs + (o * groups + k) * 8;
+        sg.x = uint32_t(sp[0]) | uint32_t(sp[1]) << 8 | uint32_t(sp[2]) << 16 | uint32_t(sp[3]) << 24;
+        sg.y = uint32_t(sp[4]) | uint32_t(sp[5]) << 8 | uint32_t(sp[6]) << 16 | uint32_t(sp[7]) << 24;
+      }
+      for (int64_t r = 0; r < nn; ++r) {
+        const int8_t* qg = q + (n0 + r) * padded + k * 64;
+        int32_t sq = 0, neg = 0;
+        for (int t = 0; t < 4; ++t) {  // activations 16t .. 16t + 15 meet bits 2t of code bytes 0 .. 15
+          const uint4 qv = load16(qg + 16 * t);
+          for (int w = 0; w < 4; ++w) {
+            sq = __dp4a(int((word(c, w) >> (2 * t)) & 0x03030303u), int(word(qv, w)), sq);
+            if (signs) {
+              // Signs of activations 16t + 4w .. + 3: a nibble of sign byte 2t + w / 2, as 0/1 bytes.
+              const uint32_t byte = ((t < 2 ? sg.x : sg.y) >> (8 * ((2 * t + w / 2) % 4))) & 0xffu;
+              const uint32_t nib = (byte >> (4 * (w % 2))) & 0xfu;
+              neg = __dp4a(int((nib * 0x00204081u) & 0x01010101u), int(word(qv, w)), neg);
+            }
+          }
+        }
+        const int32_t sxs = sum[(n0 + r) * groups + k];
+        inner[r * groups + k] = BS_FMA(s, BS_I2F(sq), BS_MUL(m, BS_I2F(sxs)));
+        ss[r * groups + k] = sxs - 2 * neg;
+      }
+    }
+    __syncthreads();
+    if (active && lane < nn) {
+      const int64_t n = n0 + lane;
+      float acc = 0.0f, dacc = 0.0f;
+      for (int64_t k = 0; k < groups; ++k) {
+        const float sxk = sx[n * groups + k];
+        acc = BS_FMA(sxk, inner[lane * groups + k], acc);
+        if (signs) dacc = BS_FMA(BS_I2F(ss[lane * groups + k]), sxk, dacc);
+      }
+      y[n * out + o] = signs ? BS_FMA(alpha[alpha_per_row ? o : 0], dacc, acc) : acc;
+    }
+    __syncthreads();
   }
 }
 

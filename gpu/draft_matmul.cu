@@ -10,7 +10,7 @@
 
 #include "bitsplit/gpu.h"
 #include "cuda_util.h"
-#include "draft_kernels.cuh"
+#include "draft_forward.cuh"
 
 namespace bitsplit::gpu {
 namespace {
@@ -194,6 +194,14 @@ class CudaDraftMatmul final : public DraftMatmul {
  private:
   // The one launch of the kernel on the staged activations of `rows` rows.
   void launch(const ResidentPlane& p, int64_t rows, const ResidentSigns* s = nullptr, cudaStream_t stream = nullptr) {
+    if (p.group == 64 && kernels::g64_rows_per_pass(p.groups) > 0) {  // 16-byte loads, dp4a: the same bits
+      kernels::draft_matmul_g64<<<kernels::blocks_for(p.out, kernels::kG64Warps), kernels::kG64Threads,
+                                  kernels::g64_shared_bytes(p.groups), stream>>>(
+          p.codes.get(), p.scales.get(), p.offsets.get(), p.out, p.groups, dq_.get(), dscale_.get(), dsum_.get(), rows,
+          p.groups * p.group, s ? s->signs.get() : nullptr, s ? s->alpha.get() : nullptr, s ? s->alpha_per_row : true,
+          dy_.get());
+      return;
+    }
     kernels::draft_matmul<<<unsigned(p.out), kernels::kMatmulThreads, 0, stream>>>(
         p.codes.get(), p.scales.get(), p.offsets.get(), p.out, p.groups, p.group, dq_.get(), dscale_.get(), dsum_.get(),
         rows, p.groups * p.group, s ? s->signs.get() : nullptr, s ? s->alpha.get() : nullptr,

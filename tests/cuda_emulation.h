@@ -36,6 +36,17 @@ inline void __syncthreads() {
   emulated_block_barrier->arrive_and_wait();
 }
 
+struct uint4 {
+  unsigned x, y, z, w;
+};
+// Four signed byte products summed into c (CUDA's __dp4a(int, int, int)).
+inline int __dp4a(int a, int b, int c) {
+  for (int i = 0; i < 4; ++i) c += int(int8_t(uint32_t(a) >> (8 * i))) * int(int8_t(uint32_t(b) >> (8 * i)));
+  return c;
+}
+// The dynamic shared memory of the running launch (blocks run one after another).
+inline std::vector<unsigned char> emulated_dynamic_shared;
+
 inline float bs_emulated_half_to_float(uint16_t h) { return bitsplit::quant::fp16_to_fp32(h); }
 
 // The threads of one emulated block: `n` workers kept alive between launches (creating
@@ -86,7 +97,8 @@ class EmulatedBlockPool {
 // kernel<<<blocks, threads>>>(...) for a kernel with __syncthreads: the block's threads run
 // concurrently (a pool of that many threads); blocks run one after another.
 template <typename Body>
-void emulate_launch(unsigned blocks, unsigned threads, Body body) {
+void emulate_launch(unsigned blocks, unsigned threads, Body body, size_t shared_bytes = 0) {
+  emulated_dynamic_shared.assign(shared_bytes, 0xcd);  // garbage, as on a GPU
   static std::unique_ptr<EmulatedBlockPool> pool;
   if (!pool || pool->size() != threads) pool = std::make_unique<EmulatedBlockPool>(threads);
   gridDim = {blocks, 1, 1};

@@ -87,6 +87,40 @@ TEST(EmulatedKernels, DraftMatmulIsBitExactWithTheCpuReference) {
   }
 }
 
+// The group-64 kernel (16-byte loads, dp4a, a warp per output row, rows in passes): bit for
+// bit the reference, with and without signs, for batches smaller and larger than one pass and
+// rows with more groups than a warp has lanes.
+TEST(EmulatedKernels, DraftMatmulG64IsBitExactWithTheCpuReference) {
+  const int group = 64;
+  for (int64_t in : {int64_t(64), int64_t(1280), int64_t(200 * 64)}) {
+    const int64_t out = 7;
+    const RandomPlane p(out, in, group, uint32_t(in) + 1);
+    const int64_t groups = in / group;
+    ASSERT_GT(k::g64_rows_per_pass(groups), 0);
+    std::mt19937 rng(static_cast<uint32_t>(in));
+    std::vector<uint8_t> signs(size_t(out * groups * 8));
+    for (auto& b : signs) b = uint8_t(rng());
+    const auto alpha = random_floats(size_t(out), 4, 0.01f);
+    const cpu::SignPlaneView sv{signs.data(), alpha.data(), out, in, groups * 8, true};
+    for (int64_t rows : {1, 5, 17}) {
+      const auto x = random_floats(size_t(rows * in), uint32_t(rows), 2.0f);
+      cpu::QuantizedActivations qa;
+      cpu::quantize_activations_ref(x.data(), rows, in, group, qa);
+      for (bool with_signs : {false, true}) {
+        std::vector<float> want(size_t(rows * out)), got(size_t(rows * out), NAN);
+        cpu::draft_matmul_ref(p.view(), qa, want.data(), with_signs ? &sv : nullptr);
+        const k::PlaneDev d = p.dev();
+        BS_LAUNCH_SHARED(k::draft_matmul_g64, k::blocks_for(out, k::kG64Warps), k::kG64Threads,
+                         k::g64_shared_bytes(groups), 0, d.codes, d.scales, d.offsets, d.out, d.groups, qa.q.data(),
+                         qa.scale.data(), qa.sum.data(), rows, qa.padded, with_signs ? signs.data() : nullptr,
+                         alpha.data(), true, got.data());
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_TRUE(same_bits(want[i], got[i])) << "in " << in << " rows " << rows << " signs " << with_signs << " at " << i;
+      }
+    }
+  }
+}
+
 TEST(EmulatedKernels, QuantizeRowsIsBitExactWithTheCpuReference) {
   const int64_t rows = 3, in = 200;
   const int group = 64;
@@ -184,6 +218,7 @@ class EmulatedTier final : public DraftTier {
   }
   Result<std::shared_ptr<DeviceDraft>> make_device_draft(const Model& draft, int64_t n_slots) override;
   std::shared_ptr<EmulatedDeviceDraft> last;
+  bool g64 = true;  // the group-64 kernel (bit-identical, slower under the emulation)
 
  private:
   std::shared_ptr<cpu::CpuContext> cpu_;
@@ -194,7 +229,8 @@ class EmulatedTier final : public DraftTier {
 // (committed) or drafted earlier in this check, never stale ones.
 class EmulatedDeviceDraft final : public DeviceDraft {
  public:
-  EmulatedDeviceDraft(const gpu::DraftModelHost& h, int64_t n_slots) : host_(h), n_slots_(n_slots) {
+  EmulatedDeviceDraft(const gpu::DraftModelHost& h, int64_t n_slots, bool g64) : host_(h), n_slots_(n_slots) {
+    model_.g64_kernel = g64;
     k::ShapeDev& s = model_.shape;
     s = {h.n_layers, h.n_embd, h.n_heads, h.n_kv_heads, h.head_dim, h.n_ff, h.n_vocab, h.n_rot,
          h.rope_base, h.rope_freq_scale, h.rms_eps, h.rope_neox, h.group};
@@ -282,7 +318,7 @@ class EmulatedDeviceDraft final : public DeviceDraft {
 
 Result<std::shared_ptr<DeviceDraft>> EmulatedTier::make_device_draft(const Model& draft, int64_t n_slots) {
   BITSPLIT_ASSIGN_OR_RETURN(gpu::DraftModelHost h, describe_device_draft(draft));
-  last = std::make_shared<EmulatedDeviceDraft>(h, n_slots);
+  last = std::make_shared<EmulatedDeviceDraft>(h, n_slots, g64);
   return std::shared_ptr<DeviceDraft>(last);
 }
 
@@ -368,6 +404,7 @@ TEST(EmulatedDraftPass, LogitsMatchTheCpuDraftOnATrainedModel) {
 TEST(EmulatedDraftPass, SpeculativeDecodingThroughTheDeviceDraftIsLossless) {
   BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
   auto f = load_fixture();
+  f->tier->g64 = false;  // the plain kernel: the same bits, and many times faster emulated
   const Model& m = *f->model;
   SamplingParams sp;
   sp.temperature = 0;
