@@ -130,3 +130,43 @@ TEST(Cli, VariantsAndTheQ8_0BaselineEndToEnd) {
 }
 
 }  // namespace
+
+namespace {
+
+// `synth --format bitsplit` writes a loadable bit-split model directly; greedy speculative
+// decoding on it must reproduce the plain target's text.
+TEST(Cli, SynthWritesABitSplitModelThatRunsSpeculatively) {
+  bitsplit::testing::TempDir dir("cli-synth");
+  const std::string model = dir.file("tiny.bs.gguf");
+  auto o = run_cli("synth --shape tiny --format bitsplit --residual 6 -o " + model);
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("RANDOM WEIGHTS"), std::string::npos) << o.out;
+  o = run_cli("info " + model);
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("bit-split:     group 64, 2-bit draft plane"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("6-bit residual plane"), std::string::npos) << o.out;
+  const auto spec = run_cli("run -m " + model + " -p hello -n 8 --temp 0 --ignore-eos");
+  ASSERT_EQ(spec.code, 0) << spec.out;
+  EXPECT_NE(spec.out.find("decoding: speculative"), std::string::npos) << spec.out;
+  const auto plain = run_cli("run -m " + model + " -p hello -n 8 --temp 0 --ignore-eos --no-spec");
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  EXPECT_NE(plain.out.find("generation: 8 tokens"), std::string::npos) << plain.out;
+  // The generated line (stdout) among the log lines (stderr): it starts with the prompt.
+  const auto text = [](const std::string& out) {
+    size_t at = 0;
+    if (!out.starts_with("hello")) {
+      at = out.find("\nhello");
+      if (at == std::string::npos) return std::string();
+      ++at;
+    }
+    return out.substr(at, out.find('\n', at) - at);
+  };
+  EXPECT_EQ(text(spec.out), text(plain.out));
+  EXPECT_GT(text(spec.out).size(), std::string("hello").size());
+
+  o = run_cli("synth --shape tiny --residual 6 -o " + dir.file("x.gguf"));
+  EXPECT_NE(o.code, 0);
+  EXPECT_NE(o.out.find("--format bitsplit"), std::string::npos) << o.out;
+}
+
+}  // namespace

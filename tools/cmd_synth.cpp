@@ -1,12 +1,26 @@
 // `bitsplit synth`: a random-weight llama GGUF of a given shape, for timing at sizes we
 // have no trained model for. Its text is meaningless; only its costs are real.
+//
+// --format f16 (default) writes F16 projections, the input of `bitsplit convert`.
+// --format bitsplit writes what `bitsplit convert` would make of such a file directly —
+// the same tensors (names, types, dims, order) and metadata keys — with random plane codes
+// and plausible fp16 scales instead of fitted ones, so large shapes take seconds, not the
+// minutes of an f32 fit. Every tensor is generated in parallel from (seed, tensor, chunk),
+// so the bytes do not depend on the thread count.
+#include <tbb/parallel_for.h>
+
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <map>
 #include <memory>
 
+#include "bitsplit/convert.h"
 #include "bitsplit/gguf.h"
 #include "bitsplit/quant.h"
+#include "bitsplit/vram_plan.h"
 #include "commands.h"
 #include "progress.h"
 
@@ -28,8 +42,10 @@ const std::map<std::string, Shape>& shapes() {
 }
 
 struct SynthArgs {
-  std::string shape = "1b", out;
+  std::string shape = "1b", out, format = "f16";
   uint64_t seed = 1;
+  int group = 64, residual = 8, draft_bits = 2, threads = 0;
+  bool split_options_given = false;  // --group, --residual or --draft-bits on the command line
 };
 
 // Fast deterministic uniform noise with the standard deviation of typical trained weights.
@@ -44,13 +60,67 @@ struct Noise {
   }
 };
 
-int synth(const SynthArgs& a) {
-  const Shape& s = shapes().at(a.shape);
+uint64_t mix64(uint64_t z) {  // splitmix64's finaliser
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
+
+// Uniform in [0, 1) from 24 bits of h starting at bit `shift`.
+float unit(uint64_t h, int shift) { return float((h >> shift) & 0xffffff) * 0x1p-24f; }
+
+// n random bytes; chunk c comes from its own stream keyed by (key, c), so threads do not matter.
+void fill_random(uint8_t* p, size_t n, uint64_t key) {
+  constexpr size_t kChunk = size_t{1} << 16;
+  const size_t chunks = (n + kChunk - 1) / kChunk;
+  tbb::parallel_for(size_t{0}, chunks, [&](size_t c) {
+    uint64_t state = mix64(key ^ (c * kGolden));
+    uint8_t* q = p + c * kChunk;
+    const size_t len = std::min(kChunk, n - c * kChunk);
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+      const uint64_t v = mix64(state += kGolden);
+      std::memcpy(q + i, &v, 8);
+    }
+    if (i < len) {
+      const uint64_t v = mix64(state += kGolden);
+      std::memcpy(q + i, &v, len - i);
+    }
+  });
+}
+
+// The source tensors a synthetic model has (the F16 file's tensors, in its order).
+struct Plan {
+  std::string name;
+  std::vector<int64_t> dims;
+  bool norm;
+};
+
+std::vector<Plan> source_plan(const Shape& s) {
+  const int64_t hd = s.embd / s.heads;
+  std::vector<Plan> plan = {{"token_embd.weight", {s.embd, s.vocab}, false}, {"output_norm.weight", {s.embd}, true},
+                            {"output.weight", {s.embd, s.vocab}, false}};
+  for (int64_t l = 0; l < s.layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    plan.insert(plan.end(), {{b + "attn_norm.weight", {s.embd}, true},
+                             {b + "attn_q.weight", {s.embd, s.heads * hd}, false},
+                             {b + "attn_k.weight", {s.embd, s.kv_heads * hd}, false},
+                             {b + "attn_v.weight", {s.embd, s.kv_heads * hd}, false},
+                             {b + "attn_output.weight", {s.heads * hd, s.embd}, false},
+                             {b + "ffn_norm.weight", {s.embd}, true},
+                             {b + "ffn_gate.weight", {s.embd, s.ff}, false},
+                             {b + "ffn_up.weight", {s.embd, s.ff}, false},
+                             {b + "ffn_down.weight", {s.ff, s.embd}, false}});
+  }
+  return plan;
+}
+
+void set_model_metadata(gguf::Metadata& m, const Shape& s, const std::string& shape_name) {
   using gguf::Value;
-  gguf::Writer w;
-  auto& m = w.metadata();
   m.set("general.architecture", Value::string("llama"));
-  m.set("general.name", Value::string("bitsplit synthetic " + a.shape + " (random weights)"));
+  m.set("general.name", Value::string("bitsplit synthetic " + shape_name + " (random weights)"));
   m.set("llama.block_count", Value::u32(uint32_t(s.layers)));
   m.set("llama.embedding_length", Value::u32(uint32_t(s.embd)));
   m.set("llama.feed_forward_length", Value::u32(uint32_t(s.ff)));
@@ -76,55 +146,214 @@ int synth(const SynthArgs& a) {
   m.set("tokenizer.ggml.tokens", Value::string_array(tokens));
   m.set("tokenizer.ggml.scores", Value::f32_array(std::vector<float>(tokens.size(), 0.0f)));
   m.set("tokenizer.ggml.token_type", Value::i32_array(types));
+}
 
-  const int64_t hd = s.embd / s.heads;
-  struct Plan {
-    std::string name;
-    std::vector<int64_t> dims;
-    bool norm;
+std::vector<uint8_t> ones_f32(int64_t n) {
+  const std::vector<float> ones(static_cast<size_t>(n), 1.0f);
+  std::vector<uint8_t> bytes(ones.size() * 4);
+  std::memcpy(bytes.data(), ones.data(), bytes.size());
+  return bytes;
+}
+
+// What one output tensor holds.
+enum class Kind { kOnes, kNoiseF16, kNoiseF32, kQ8_0, kDraftCodes, kDraftScales, kDraftOffsets, kResidCodes, kResidScales };
+
+struct OutTensor {
+  Kind kind;
+  size_t source;  // index into the source plan: the random streams are keyed by it
+  int64_t in = 0, out = 0;
+};
+
+// The random model's per-group parameters, as a fit of uniform weights with standard
+// deviation 1/sqrt(in) would give them: weights in [-a, a], a = sqrt(3/in); the draft's
+// min/max fit has s = 2a/(2^b - 1), m = -a, so D spans the range with mean 0, and the
+// residual of a rounding to D is within ±s/2: t = (s/2)/(2^(B-1) - 1). Each group's s is
+// jittered by ±25% and m by ±5%, deterministically per (tensor, row, group).
+struct PlaneParams {
+  uint64_t key;
+  int64_t in, groups;
+  int draft_bits, residual_bits;
+
+  float base_scale() const { return 2.0f * std::sqrt(3.0f / float(in)) / float((1 << draft_bits) - 1); }
+  uint64_t hash(int64_t row, int64_t g) const { return mix64(key ^ uint64_t(row * groups + g) * kGolden); }
+  float draft_scale(uint64_t h) const { return base_scale() * (0.75f + 0.5f * unit(h, 0)); }
+  float draft_offset(uint64_t h) const {
+    return -draft_scale(h) * float((1 << draft_bits) - 1) * 0.5f * (0.95f + 0.1f * unit(h, 24));
+  }
+  float resid_scale(uint64_t h) const { return draft_scale(h) * 0.5f / float((1 << (residual_bits - 1)) - 1); }
+};
+
+// [rows x groups] fp16 values f(h) per group.
+template <typename F>
+std::vector<uint8_t> group_halves(const PlaneParams& p, int64_t rows, F f) {
+  std::vector<uint8_t> bytes(static_cast<size_t>(rows * p.groups) * 2);
+  tbb::parallel_for(int64_t{0}, rows, [&](int64_t r) {
+    for (int64_t g = 0; g < p.groups; ++g) {
+      const uint16_t h = quant::fp32_to_fp16(f(p.hash(r, g)));
+      std::memcpy(bytes.data() + 2 * (r * p.groups + g), &h, 2);
+    }
+  });
+  return bytes;
+}
+
+// Q8_0 rows of `in` weights: d near amax/127 of uniform weights with stddev 1/sqrt(in), codes
+// uniform in -127..127 (the quantiser never writes -128).
+std::vector<uint8_t> random_q8_0(int64_t in, int64_t rows, uint64_t key) {
+  using quant::BlockQ8_0;
+  const int64_t row_blocks = in / BlockQ8_0::kWeights;
+  std::vector<uint8_t> bytes(static_cast<size_t>(rows * row_blocks) * sizeof(BlockQ8_0));
+  fill_random(bytes.data(), bytes.size(), key);
+  const float d0 = std::sqrt(3.0f / float(in)) / 127.0f;
+  tbb::parallel_for(int64_t{0}, rows, [&](int64_t r) {
+    for (int64_t b = 0; b < row_blocks; ++b) {
+      uint8_t* block = bytes.data() + size_t(r * row_blocks + b) * sizeof(BlockQ8_0);
+      const uint16_t d = quant::fp32_to_fp16(d0 * (0.9f + 0.1f * unit(mix64(key ^ uint64_t(r * row_blocks + b)), 0)));
+      std::memcpy(block, &d, 2);
+      for (int k = 0; k < BlockQ8_0::kWeights; ++k)
+        if (block[2 + k] == 0x80) block[2 + k] = 0x81;
+    }
+  });
+  return bytes;
+}
+
+std::vector<uint8_t> random_f32(int64_t n, float stddev, uint64_t key) {
+  std::vector<uint8_t> bytes(static_cast<size_t>(n) * 4);
+  fill_random(bytes.data(), bytes.size(), key);
+  tbb::parallel_for(int64_t{0}, n, [&](int64_t i) {
+    uint32_t u;
+    std::memcpy(&u, bytes.data() + 4 * i, 4);
+    const float v = (2.0f * float(u >> 8) * 0x1p-24f - 1.0f) * stddev * 1.7320508f;
+    std::memcpy(bytes.data() + 4 * i, &v, 4);
+  });
+  return bytes;
+}
+
+int synth(const SynthArgs& a) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool bitsplit = a.format == "bitsplit";
+  if (!bitsplit && a.split_options_given) {
+    return report_error("--group, --residual and --draft-bits describe bit-split planes; add --format bitsplit "
+                        "(or leave them out for an F16 model)");
+  }
+  const auto threads = limit_threads(a.threads);
+  const Shape& s = shapes().at(a.shape);
+  const std::vector<Plan> plan = source_plan(s);
+  using gguf::TensorType;
+  using gguf::Value;
+  gguf::Writer w;
+  set_model_metadata(w.metadata(), s, a.shape);
+
+  // The output tensors, in `bitsplit convert`'s order and types when bit-split.
+  std::vector<OutTensor> out;
+  int64_t params = 0;
+  auto add = [&](const std::string& name, TensorType type, std::vector<int64_t> dims, OutTensor t) -> Status {
+    BITSPLIT_RETURN_IF_ERROR(w.add_tensor_info(name, type, std::move(dims)));
+    out.push_back(t);
+    return Status::ok();
   };
-  std::vector<Plan> plan = {{"token_embd.weight", {s.embd, s.vocab}, false}, {"output_norm.weight", {s.embd}, true},
-                            {"output.weight", {s.embd, s.vocab}, false}};
-  for (int64_t l = 0; l < s.layers; ++l) {
-    const std::string b = "blk." + std::to_string(l) + ".";
-    plan.insert(plan.end(), {{b + "attn_norm.weight", {s.embd}, true},
-                             {b + "attn_q.weight", {s.embd, s.heads * hd}, false},
-                             {b + "attn_k.weight", {s.embd, s.kv_heads * hd}, false},
-                             {b + "attn_v.weight", {s.embd, s.kv_heads * hd}, false},
-                             {b + "attn_output.weight", {s.heads * hd, s.embd}, false},
-                             {b + "ffn_norm.weight", {s.embd}, true},
-                             {b + "ffn_gate.weight", {s.embd, s.ff}, false},
-                             {b + "ffn_up.weight", {s.embd, s.ff}, false},
-                             {b + "ffn_down.weight", {s.ff, s.embd}, false}});
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const Plan& p = plan[i];
+    int64_t n = 1;
+    for (int64_t d : p.dims) n *= d;
+    params += n;
+    Status st = Status::ok();
+    if (p.norm) {
+      st = add(p.name, TensorType::F32, p.dims, {Kind::kOnes, i});
+    } else if (!bitsplit) {
+      st = add(p.name, TensorType::F16, p.dims, {Kind::kNoiseF16, i});
+    } else if (is_split_projection(p.name)) {
+      const int64_t in = p.dims[0], rows = p.dims[1];
+      const auto names = split_tensor_names(p.name.substr(0, p.name.size() - std::string(".weight").size()));
+      const int64_t groups = quant::groups_per_row(in, a.group);
+      const struct {
+        const std::string& name;
+        Kind kind;
+        TensorType type;
+        int64_t row;
+      } parts[] = {{names.draft_codes, Kind::kDraftCodes, TensorType::I8, quant::code_row_bytes(in, a.group, a.draft_bits)},
+                   {names.draft_scales, Kind::kDraftScales, TensorType::F16, groups},
+                   {names.draft_offsets, Kind::kDraftOffsets, TensorType::F16, groups},
+                   {names.resid_codes, Kind::kResidCodes, TensorType::I8, quant::code_row_bytes(in, a.group, a.residual)},
+                   {names.resid_scales, Kind::kResidScales, TensorType::F16, groups}};
+      for (const auto& part : parts) {
+        if (st) st = add(part.name, part.type, {part.row, rows}, {part.kind, i, in, rows});
+      }
+    } else if (p.name == "token_embd.weight" && p.dims[0] % quant::BlockQ8_0::kWeights == 0) {
+      st = add(p.name, TensorType::Q8_0, p.dims, {Kind::kQ8_0, i, p.dims[0], p.dims[1]});
+    } else {
+      st = add(p.name, TensorType::F32, p.dims, {Kind::kNoiseF32, i, p.dims[0]});
+    }
+    if (!st) return report_error(st.message());
   }
-  for (const auto& p : plan) {
-    if (Status st = w.add_tensor_info(p.name, p.norm ? gguf::TensorType::F32 : gguf::TensorType::F16, p.dims); !st)
-      return report_error(st.message());
+  if (bitsplit) {
+    // The keys `bitsplit convert` adds, in its order; there is no source file to hash.
+    auto& m = w.metadata();
+    m.set("bitsplit.format_version", Value::u32(kSplitFormatVersion));
+    m.set("bitsplit.group_size", Value::u32(uint32_t(a.group)));
+    m.set("bitsplit.draft_bits", Value::u32(uint32_t(a.draft_bits)));
+    m.set("bitsplit.residual_bits", Value::u32(uint32_t(a.residual)));
+    m.set("bitsplit.quantizer", Value::string("none: random codes and scales (bitsplit synth --seed " +
+                                              std::to_string(a.seed) + "), RANDOM WEIGHTS for timing only"));
+    m.set("bitsplit.source_sha256", Value::string("none (bitsplit synth: no source file)"));
+    m.set("bitsplit.source_types", Value::string("none (synthetic)"));
   }
+
+  const std::vector<gguf::TensorInfo> infos = w.tensor_infos();
+  uint64_t total_bytes = 0;
+  for (const auto& info : infos) total_bytes += info.nbytes;
+  // Tensor i's bytes, a pure function of (seed, tensor): safe to run ahead on another thread.
+  auto make = [&](size_t i) -> std::vector<uint8_t> {
+    const OutTensor& t = out[i];
+    const gguf::TensorInfo& info = infos[i];
+    const uint64_t key = mix64(a.seed * kGolden + t.source + 1);
+    const PlaneParams pp{key, t.in, quant::groups_per_row(t.in, a.group), a.draft_bits, a.residual};
+    std::vector<uint8_t> bytes;
+    switch (t.kind) {
+      case Kind::kOnes: bytes = ones_f32(info.n_elements()); break;
+      case Kind::kNoiseF16: {  // sequential, as it always was, so F16 files keep their bytes
+        const int64_t n = info.n_elements();
+        Noise noise{a.seed * kGolden + t.source + 1};
+        const float stddev = 1.0f / std::sqrt(float(info.dims[0]));
+        bytes.resize(static_cast<size_t>(n) * 2);
+        for (int64_t k = 0; k < n; ++k) {
+          const uint16_t h = quant::fp32_to_fp16(noise.next(stddev));
+          std::memcpy(bytes.data() + 2 * k, &h, 2);
+        }
+        break;
+      }
+      case Kind::kNoiseF32: bytes = random_f32(info.n_elements(), 1.0f / std::sqrt(float(t.in)), key); break;
+      case Kind::kQ8_0: bytes = random_q8_0(t.in, t.out, key); break;
+      case Kind::kDraftCodes:  // every byte is a valid set of packed codes at any width
+      case Kind::kResidCodes:
+        bytes.resize(info.nbytes);
+        fill_random(bytes.data(), bytes.size(), mix64(key ^ (t.kind == Kind::kDraftCodes ? 0xd0 : 0x0e)));
+        break;
+      case Kind::kDraftScales: bytes = group_halves(pp, t.out, [&](uint64_t h) { return pp.draft_scale(h); }); break;
+      case Kind::kDraftOffsets: bytes = group_halves(pp, t.out, [&](uint64_t h) { return pp.draft_offset(h); }); break;
+      case Kind::kResidScales: bytes = group_halves(pp, t.out, [&](uint64_t h) { return pp.resid_scale(h); }); break;
+    }
+    return bytes;
+  };
   ProgressBar bar("synth");
+  uint64_t bytes_done = 0;
+  std::future<std::vector<uint8_t>> ahead;  // tensor i + 1, made while tensor i is written
   Status st = w.write_file_streaming(a.out, [&](size_t i, const gguf::TensorInfo& info) -> Result<std::vector<uint8_t>> {
-    bar.update(double(i + 1), double(plan.size()), -1, info.name);
-    const int64_t n = info.n_elements();
-    if (plan[i].norm) {
-      std::vector<float> ones(size_t(n), 1.0f);
-      std::vector<uint8_t> bytes(ones.size() * 4);
-      std::memcpy(bytes.data(), ones.data(), bytes.size());
-      return bytes;
-    }
-    Noise noise{a.seed * 0x9e3779b97f4a7c15ull + i + 1};
-    const float stddev = 1.0f / std::sqrt(float(info.dims[0]));
-    std::vector<uint8_t> bytes(size_t(n) * 2);
-    for (int64_t k = 0; k < n; ++k) {
-      const uint16_t h = quant::fp32_to_fp16(noise.next(stddev));
-      std::memcpy(bytes.data() + 2 * k, &h, 2);
-    }
+    std::vector<uint8_t> bytes = ahead.valid() ? ahead.get() : make(i);
+    if (i + 1 < out.size()) ahead = std::async(std::launch::async, make, i + 1);
+    bytes_done += info.nbytes;
+    bar.update(double(i + 1), double(out.size()), double(bytes_done), info.name);
     return bytes;
   });
   if (!st) return report_error(st.message());
-  int64_t params = 0;
-  for (const auto& info : w.tensor_infos()) params += info.n_elements();
-  std::fprintf(stderr, "wrote %s: synthetic '%s' llama, %.2f B parameters, F16, RANDOM WEIGHTS (for timing only)\n",
-               a.out.c_str(), a.shape.c_str(), double(params) / 1e9);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::string format = "F16";
+  if (bitsplit) {
+    format = "bit-split (group " + std::to_string(a.group) + ", " + std::to_string(a.draft_bits) + "-bit draft, " +
+             std::to_string(a.residual) + "-bit residual; random codes)";
+  }
+  std::fprintf(stderr, "wrote %s: synthetic '%s' llama, %.2f B parameters, %s, %s in %.1f s, RANDOM WEIGHTS (for "
+               "timing only)\n", a.out.c_str(), a.shape.c_str(), double(params) / 1e9, format.c_str(),
+               format_bytes(total_bytes).c_str(), seconds);
   return 0;
 }
 
@@ -138,7 +367,21 @@ void add_synth_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--shape", a->shape, "Model shape")->capture_default_str()->check(CLI::IsMember(names));
   cmd->add_option("-o,--output", a->out, "Output .gguf")->required();
   cmd->add_option("--seed", a->seed, "Seed of the random weights")->capture_default_str();
-  cmd->callback([a, exit_code] { *exit_code = synth(*a); });
+  cmd->add_option("--format", a->format,
+                  "f16: F16 projections (input for `bitsplit convert`); bitsplit: the bit-split planes `bitsplit "
+                  "convert` would write, with random codes, directly (fast at any size)")
+      ->capture_default_str()->check(CLI::IsMember({"f16", "bitsplit"}));
+  auto* group = cmd->add_option("--group", a->group, "With --format bitsplit: weights per group")
+                    ->capture_default_str()->check(CLI::IsMember({32, 64, 128}));
+  auto* residual = cmd->add_option("--residual", a->residual, "With --format bitsplit: residual plane bits")
+                       ->capture_default_str()->check(CLI::IsMember({6, 8}));
+  auto* draft = cmd->add_option("--draft-bits", a->draft_bits, "With --format bitsplit: draft plane bits")
+                    ->capture_default_str()->check(CLI::IsMember({2, 3, 4}));
+  cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(CLI::Range(1, 4096));
+  cmd->callback([a, exit_code, group, residual, draft] {
+    a->split_options_given = group->count() + residual->count() + draft->count() > 0;
+    *exit_code = synth(*a);
+  });
 }
 
 }  // namespace bitsplit::cli
