@@ -77,7 +77,8 @@ class CudaDraftTier final : public DraftTier {
   // The whole draft on the device needs every plane in VRAM and room for the embedding, the
   // K/V cache and scratch in what the budget leaves; otherwise the error says what is missing
   // and speculative decoding keeps the per-projection path.
-  Result<std::shared_ptr<DeviceDraft>> make_device_draft(const Model& draft, int64_t n_slots) override {
+  Result<std::shared_ptr<DeviceDraft>> make_device_draft(const Model& draft, int64_t n_slots,
+                                                          const Variant* variant) override {
     const VramPlan plan = plan_vram(planes_, budget_);
     if (plan.host_planes > 0) {
       return Status::error(std::to_string(plan.host_planes) + " draft planes are drafted on the CPU under the VRAM budget");
@@ -89,7 +90,7 @@ class CudaDraftTier final : public DraftTier {
       return Status::error("the whole draft needs " + extra.summary() + " beside its planes (" +
                            format_bytes(plan.device_bytes) + "); the VRAM budget is " + format_bytes(budget_));
     }
-    BITSPLIT_ASSIGN_OR_RETURN(gpu::DraftModelHost host, describe_device_draft(draft));
+    BITSPLIT_ASSIGN_OR_RETURN(gpu::DraftModelHost host, describe_device_draft(draft, variant));
     BITSPLIT_ASSIGN_OR_RETURN(auto model, gpu::DraftModel::create(*gpu_, host, n_slots, kMaxDraftRows));
     return wrap_device_draft(std::move(model), name(), c, n_slots);
   }

@@ -91,12 +91,10 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
   std::shared_ptr<DeviceDraft> device;
   if (!options.device_draft) {
     result.draft_pass = "host (device draft switched off)";
-  } else if (draft_variant) {
-    result.draft_pass = "host (a variant drafts projection by projection)";
   } else if (!draft.has_planes()) {
     result.draft_pass = "host (the draft has no bit-split planes)";
   } else {
-    auto d = draft.draft_tier().make_device_draft(draft, slots);
+    auto d = draft.draft_tier().make_device_draft(draft, slots, draft_variant);
     if (d) {
       device = *d;
       result.draft_pass = "device (" + device->name() + ")";

@@ -22,6 +22,10 @@ struct PlaneDev {
   const uint16_t* offsets = nullptr;
   int64_t out = 0, in = 0, groups = 0;
   int group = 0;
+  // A variant's sign plane fused into the kernel (rows padded to whole groups), or null.
+  const uint8_t* signs = nullptr;
+  const float* alpha = nullptr;
+  bool alpha_per_row = true;
 };
 
 struct LayerDev {
@@ -52,6 +56,11 @@ struct ModelDev {
   const float* output_norm = nullptr;
   const float* rope_freq_factors = nullptr;  // n_rot / 2, or null
   PlaneDev head;
+  // A variant's embedding signs ([n_vocab x embd_row_bytes], bit set = −1) and α, or null.
+  const uint8_t* embd_signs = nullptr;
+  const float* embd_alpha = nullptr;
+  bool embd_alpha_per_row = true;
+  int64_t embd_row_bytes = 0;
   const LayerDev* layers = nullptr;  // host array of n_layers (its pointers are device pointers)
   // Group-64 planes on draft_matmul_g64 (16-byte loads, dp4a); false: the plain kernel for all
   // (same results bit for bit; the CPU emulation runs the plain one where speed matters).
@@ -105,13 +114,11 @@ inline void matmul(const PlaneDev& p, int64_t rows, const ScratchDev& t, float* 
   if (g64 && p.group == 64 && g64_rows_per_pass(p.groups) > 0) {
     BS_LAUNCH_SHARED(draft_matmul_g64, blocks_for(p.out, kG64Warps), kG64Threads, g64_shared_bytes(p.groups), stream,
                      p.codes, p.scales, p.offsets, p.out, p.groups, t.qa, t.qa_scale, t.qa_sum, rows,
-                     p.groups * p.group, static_cast<const uint8_t*>(nullptr), static_cast<const float*>(nullptr), true,
-                     y);
+                     p.groups * p.group, p.signs, p.alpha, p.alpha_per_row, y);
     return;
   }
   BS_LAUNCH(draft_matmul, p.out, kMatmulThreads, stream, p.codes, p.scales, p.offsets, p.out, p.groups, p.group, t.qa,
-            t.qa_scale, t.qa_sum, rows, p.groups * p.group, static_cast<const uint8_t*>(nullptr),
-            static_cast<const float*>(nullptr), true, y);
+            t.qa_scale, t.qa_sum, rows, p.groups * p.group, p.signs, p.alpha, p.alpha_per_row, y);
 }
 
 // Runs the batch through the draft; logits [rows x n_vocab] land in t.logits. Every row's
@@ -120,7 +127,8 @@ inline void draft_forward(const ModelDev& m, const BatchDev& b, ScratchDev& t, S
   (void)stream;
   const ShapeDev& s = m.shape;
   const int64_t n = b.rows;
-  BS_LAUNCH(embed_rows, n, 128, stream, m.token_embd, b.tokens, s.n_embd, t.x);
+  BS_LAUNCH(embed_rows, n, 128, stream, m.token_embd, b.tokens, s.n_embd, m.embd_signs, m.embd_alpha,
+            m.embd_alpha_per_row, m.embd_row_bytes, t.x);
   const float scale = 1.0f / sqrtf(float(s.head_dim));
   for (int64_t l = 0; l < s.n_layers; ++l) {
     const LayerDev& w = m.layers[l];

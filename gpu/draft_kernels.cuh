@@ -265,12 +265,21 @@ BS_KERNEL void draft_matmul_g64(const uint8_t* BS_RESTRICT codes, const uint16_t
   }
 }
 
-// x[r, :] = table[tokens[r], :]. Launch: one block per row, any block size.
+// x[r, :] = table[tokens[r], :], plus a variant's embedding delta when `signs` is set: value i
+// of the token's sign row (row_bytes bytes, bit set = −1) times its α, added as the CPU pass
+// adds quant::bitdelta_decode_row_ref's row. Launch: one block per row, any block size.
 BS_KERNEL void embed_rows(const float* BS_RESTRICT table, const int32_t* BS_RESTRICT tokens, int64_t width,
-                          float* BS_RESTRICT x) {
-  const int64_t r = blockIdx.x;
-  const float* src = table + int64_t(tokens[r]) * width;
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) x[r * width + i] = src[i];
+                          const uint8_t* BS_RESTRICT signs, const float* BS_RESTRICT alpha, bool alpha_per_row,
+                          int64_t row_bytes, float* BS_RESTRICT x) {
+  const int64_t r = blockIdx.x, token = tokens[r];
+  const float* src = table + token * width;
+  const uint8_t* srow = signs ? signs + token * row_bytes : nullptr;
+  const float a = signs ? alpha[alpha_per_row ? token : 0] : 0.0f;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+    float v = src[i];
+    if (srow) v += ((srow[i >> 3] >> (i & 7)) & 1) ? -a : a;
+    x[r * width + i] = v;
+  }
 }
 
 // y[r] = x[r] / sqrt(mean(x[r]²) + eps) ⊙ w, as cpu::rms_norm_f32 (sum of squares in double).

@@ -184,6 +184,13 @@ class CudaDraftMatmul final : public DraftMatmul {
 
   int device() const override { return device_; }
 
+  DeviceSigns device_signs(const void* key) const override {
+    auto it = signs_.find(key);
+    if (it == signs_.end()) return {};
+    const ResidentSigns& r = it->second;
+    return {r.signs.get(), r.alpha.get(), r.alpha_per_row, r.out, r.in, r.group};
+  }
+
   DevicePlane device_plane(const void* key) const override {
     auto it = planes_.find(key);
     if (it == planes_.end()) return {};

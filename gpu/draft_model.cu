@@ -36,6 +36,22 @@ class CudaDraftModel final : public DraftModel {
     BITSPLIT_ASSIGN_OR_RETURN(model_.head, plane(planes, m.head, "output.weight", m.n_vocab, m.n_embd));
     BITSPLIT_ASSIGN_OR_RETURN(model_.token_embd, put(m.token_embd, m.n_vocab * m.n_embd, "token_embd"));
     BITSPLIT_ASSIGN_OR_RETURN(model_.output_norm, put(m.output_norm, m.n_embd, "output_norm"));
+    if (m.embd_signs.signs) {  // a variant's embedding delta, in its own layout
+      const SignPlaneHost& e = m.embd_signs;
+      if (e.out != m.n_vocab || e.in != m.n_embd || e.row_bytes < (e.in + 7) / 8) {
+        return Status::error("device draft: the variant's embedding signs have another shape");
+      }
+      const size_t bytes = size_t(e.out * e.row_bytes);
+      BITSPLIT_RETURN_IF_ERROR(embd_signs_.allocate(bytes));
+      BITSPLIT_RETURN_IF_ERROR(
+          cuda_status(cudaMemcpy(embd_signs_.get(), e.signs, bytes, cudaMemcpyHostToDevice), "upload embedding signs"));
+      BITSPLIT_ASSIGN_OR_RETURN(model_.embd_alpha, put(e.alpha, e.alpha_per_row ? e.out : 1, "token_embd signs' scales"));
+      model_.embd_signs = embd_signs_.get();
+      model_.embd_alpha_per_row = e.alpha_per_row;
+      model_.embd_row_bytes = e.row_bytes;
+      counters_.weight_bytes_to_device += bytes;
+      bytes_ += bytes;
+    }
     if (m.rope_freq_factors) {
       BITSPLIT_ASSIGN_OR_RETURN(model_.rope_freq_factors, put(m.rope_freq_factors, m.n_rot / 2, "rope_freqs"));
     }
@@ -193,8 +209,8 @@ class CudaDraftModel final : public DraftModel {
   }
 
   // The resident copy of a projection's plane, checked against the shape the pass needs.
-  Result<kernels::PlaneDev> plane(const DraftMatmul& planes, const DraftModelHost::Plane& p, const std::string& what,
-                                  int64_t out, int64_t in) const {
+  Result<kernels::PlaneDev> plane(DraftMatmul& planes, const DraftModelHost::Plane& p, const std::string& what,
+                                  int64_t out, int64_t in) {
     const DraftMatmul::DevicePlane d = planes.device_plane(p.key);
     if (!d.codes) return Status::error("device draft: the 2-bit plane of " + what + " is not in VRAM");
     if (d.out != out || d.in != in || d.group != model_.shape.group) {
@@ -203,9 +219,18 @@ class CudaDraftModel final : public DraftModel {
                            std::to_string(out) + " x " + std::to_string(in) + " (group " +
                            std::to_string(model_.shape.group) + ")");
     }
-    return kernels::PlaneDev{static_cast<const uint8_t*>(d.codes), static_cast<const uint16_t*>(d.scales),
-                             static_cast<const uint16_t*>(d.offsets), d.out, d.in, (d.in + d.group - 1) / d.group,
-                             d.group};
+    kernels::PlaneDev dev{static_cast<const uint8_t*>(d.codes), static_cast<const uint16_t*>(d.scales),
+                          static_cast<const uint16_t*>(d.offsets), d.out, d.in, (d.in + d.group - 1) / d.group,
+                          d.group};
+    if (p.signs.signs) {  // a variant's signs, resident beside the plane (once per sign plane)
+      if (p.signs.out != out || p.signs.in != in) return Status::error("device draft: the signs of " + what + " have another shape");
+      BITSPLIT_RETURN_IF_ERROR(planes.upload_signs(p.signs_key, p.signs, d.group).with_context(what));
+      const DraftMatmul::DeviceSigns g = planes.device_signs(p.signs_key);
+      dev.signs = static_cast<const uint8_t*>(g.signs);
+      dev.alpha = g.alpha;
+      dev.alpha_per_row = g.alpha_per_row;
+    }
+    return dev;
   }
 
   int device_ = 0;
@@ -217,7 +242,7 @@ class CudaDraftModel final : public DraftModel {
   DeviceBuffer<float> k_cache_, v_cache_;
   DeviceBuffer<int8_t> qa_;
   DeviceBuffer<int32_t> qa_sum_;
-  DeviceBuffer<uint8_t> batch_, top_;
+  DeviceBuffer<uint8_t> batch_, top_, embd_signs_;
   PinnedBuffer pinned_in_, pinned_out_;
   size_t in_bytes_ = 0, out_bytes_ = 0;
   kernels::ScratchDev scratch_{};

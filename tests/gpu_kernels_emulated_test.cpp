@@ -11,12 +11,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <list>
 #include <random>
 
 #include "bitsplit/convert.h"
 #include "bitsplit/device_draft.h"
 #include "bitsplit/speculative.h"
 #include "bitsplit/tokenizer.h"
+#include "bitsplit/variant.h"
 #include "test_paths.h"
 
 namespace bitsplit {
@@ -216,7 +218,8 @@ class EmulatedTier final : public DraftTier {
     p.cpu_draft_matmul(*cpu_, x, y, delta);
     return Status::ok();
   }
-  Result<std::shared_ptr<DeviceDraft>> make_device_draft(const Model& draft, int64_t n_slots) override;
+  Result<std::shared_ptr<DeviceDraft>> make_device_draft(const Model& draft, int64_t n_slots,
+                                                          const Variant* variant = nullptr) override;
   std::shared_ptr<EmulatedDeviceDraft> last;
   bool g64 = true;  // the group-64 kernel (bit-identical, slower under the emulation)
 
@@ -229,15 +232,31 @@ class EmulatedTier final : public DraftTier {
 // (committed) or drafted earlier in this check, never stale ones.
 class EmulatedDeviceDraft final : public DeviceDraft {
  public:
-  EmulatedDeviceDraft(const gpu::DraftModelHost& h, int64_t n_slots, bool g64) : host_(h), n_slots_(n_slots) {
+  EmulatedDeviceDraft(const gpu::DraftModelHost& h, int64_t n_slots, bool g64) : n_slots_(n_slots) {
     model_.g64_kernel = g64;
     k::ShapeDev& s = model_.shape;
     s = {h.n_layers, h.n_embd, h.n_heads, h.n_kv_heads, h.head_dim, h.n_ff, h.n_vocab, h.n_rot,
          h.rope_base, h.rope_freq_scale, h.rms_eps, h.rope_neox, h.group};
-    auto plane = [](const gpu::DraftModelHost::Plane& p) {
+    // A variant's sign rows repacked to whole groups, as DraftMatmul::upload_signs does.
+    auto plane = [this](const gpu::DraftModelHost::Plane& p) {
       const gpu::DraftPlaneHost& d = p.plane;
-      return k::PlaneDev{d.codes, d.scales, d.offsets, d.out, d.in, quant::groups_per_row(d.in, d.group), d.group};
+      k::PlaneDev dev{d.codes, d.scales, d.offsets, d.out, d.in, quant::groups_per_row(d.in, d.group), d.group};
+      if (p.signs.signs) {
+        const int64_t padded = dev.groups * d.group / 8, used = (d.in + 7) / 8;
+        auto& rows = sign_copies_.emplace_back(static_cast<size_t>(d.out * padded), uint8_t{0});
+        for (int64_t o = 0; o < d.out; ++o) std::memcpy(rows.data() + o * padded, p.signs.signs + o * p.signs.row_bytes, size_t(used));
+        dev.signs = rows.data();
+        dev.alpha = p.signs.alpha;
+        dev.alpha_per_row = p.signs.alpha_per_row;
+      }
+      return dev;
     };
+    if (h.embd_signs.signs) {
+      model_.embd_signs = h.embd_signs.signs;
+      model_.embd_alpha = h.embd_signs.alpha;
+      model_.embd_alpha_per_row = h.embd_signs.alpha_per_row;
+      model_.embd_row_bytes = h.embd_signs.row_bytes;
+    }
     model_.token_embd = h.token_embd;
     model_.output_norm = h.output_norm;
     model_.rope_freq_factors = h.rope_freq_factors;
@@ -307,17 +326,18 @@ class EmulatedDeviceDraft final : public DeviceDraft {
   int64_t kv_slots_copied = 0;
 
  private:
-  gpu::DraftModelHost host_;
   int64_t n_slots_;
   k::ModelDev model_;
   std::vector<k::LayerDev> layers_;
   std::vector<float> k_cache_, v_cache_;
+  std::list<std::vector<uint8_t>> sign_copies_;  // stable addresses
   std::vector<uint8_t> valid_;
   DraftTier::Transfers transfers_;
 };
 
-Result<std::shared_ptr<DeviceDraft>> EmulatedTier::make_device_draft(const Model& draft, int64_t n_slots) {
-  BITSPLIT_ASSIGN_OR_RETURN(gpu::DraftModelHost h, describe_device_draft(draft));
+Result<std::shared_ptr<DeviceDraft>> EmulatedTier::make_device_draft(const Model& draft, int64_t n_slots,
+                                                                     const Variant* variant) {
+  BITSPLIT_ASSIGN_OR_RETURN(gpu::DraftModelHost h, describe_device_draft(draft, variant));
   last = std::make_shared<EmulatedDeviceDraft>(h, n_slots, g64);
   return std::shared_ptr<DeviceDraft>(last);
 }
@@ -447,6 +467,76 @@ TEST(EmulatedDraftPass, SpeculativeDecodingThroughTheDeviceDraftIsLossless) {
   auto r = generate_speculative(m, m, f->prompt, o, s, [](int32_t) { return true; });
   ASSERT_TRUE(r.is_ok());
   EXPECT_EQ(r->draft_pass, "host (device draft switched off)");
+}
+
+// bible-devil as a BitDelta variant of the converted base (per-row α).
+std::shared_ptr<const Variant> devil_variant(const Model& split) {
+  auto base = open_weights(fixture("bible-base.gguf"));
+  auto ft = open_weights(fixture("bible-devil.gguf"));
+  BITSPLIT_CHECK(base.is_ok() && ft.is_ok(), "fixtures");
+  auto b = Model::load(**base);
+  auto f = Model::load(**ft);
+  BITSPLIT_CHECK(b.is_ok() && f.is_ok());
+  auto parts = compute_delta(*b, *f, quant::DeltaAlpha::kRow);
+  BITSPLIT_CHECK(parts.is_ok(), parts.status().message());
+  auto v = Variant::make(split, "devil", parts->signs, parts->full);
+  BITSPLIT_CHECK(v.is_ok(), v.status().message());
+  return *v;
+}
+
+// A variant on the device draft: its signs fused into the kernels, its norms in place, its
+// embedding delta added at the gather — the same logits as the CPU draft of the variant, and
+// speculative decoding of the variant through it equals plain decoding of the variant.
+TEST(EmulatedDraftPass, VariantDraftMatchesTheCpuAndDecodesLosslessly) {
+  BITSPLIT_REQUIRE_FILE(fixture("bible-devil.gguf"));
+  auto f = load_fixture();
+  f->tier->g64 = false;
+  const Model& m = *f->model;
+  auto v = devil_variant(m);
+  auto d = describe_device_draft(m, v.get());
+  ASSERT_TRUE(d.is_ok()) << d.status().message();
+  EXPECT_TRUE(d->embd_signs.signs != nullptr && d->layers[0].wq.signs.signs != nullptr && d->head.signs.signs != nullptr);
+  EXPECT_NE(d->layers[0].attn_norm, m.layer(0).attn_norm.data()) << "the variant's norm";
+
+  const int64_t slots = 64;
+  auto dev = f->tier->make_device_draft(m, slots, v.get());
+  ASSERT_TRUE(dev.is_ok()) << dev.status().message();
+  KvCache cache(m.config(), slots);
+  const Batch prompt = Batch::causal(f->prompt, 0, true);
+  auto want = forward_reference(m, cache, prompt, nullptr, Tier::kDraft, v.get());
+  auto base = forward_reference(m, cache, prompt, nullptr, Tier::kDraft);
+  ASSERT_TRUE(want.is_ok() && base.is_ok());
+  DraftTopK top;
+  std::vector<float> got;
+  ASSERT_TRUE((*dev)->forward(prompt, 1, top, &got).is_ok());
+  float scale = 0, diff = 0, from_base = 0;
+  for (size_t i = 0; i < want->size(); ++i) {
+    scale = std::max(scale, std::fabs((*want)[i]));
+    diff = std::max(diff, std::fabs((*want)[i] - got[i]));
+    from_base = std::max(from_base, std::fabs((*base)[i] - got[i]));
+  }
+  EXPECT_LT(diff, 1e-4f * scale);
+  EXPECT_GT(from_base, 100 * diff) << "the variant's draft must differ from the base's";
+
+  SamplingParams sp;
+  sp.temperature = 0;
+  std::vector<int32_t> plain, spec_out;
+  Sampler a(sp), b(sp);
+  GenerateOptions g;
+  g.n_predict = 24;
+  g.variant = v.get();
+  ASSERT_TRUE(generate(m, f->prompt, g, a, [&](int32_t t) { plain.push_back(t); return true; }).is_ok());
+  SpeculativeOptions o;
+  o.n_predict = 24;
+  o.policy.shape = spec::DraftShape::kChain;
+  o.policy.budget = 4;
+  o.policy.max_depth = 4;
+  o.variant = v.get();
+  auto r = generate_speculative(m, m, f->prompt, o, b, [&](int32_t t) { spec_out.push_back(t); return true; });
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->draft_pass, "device (emulated)");
+  EXPECT_EQ(spec_out, plain);
+  EXPECT_GT(r->acceptance.accepted, 0);
 }
 
 TEST(EmulatedDraftPass, ModelsTheDeviceCannotRunAreNamed) {

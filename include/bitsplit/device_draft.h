@@ -15,6 +15,8 @@
 
 namespace bitsplit {
 
+class Variant;
+
 // k proposals per row, largest logit first: tokens and log-softmax values, [rows x k].
 struct DraftTopK {
   int k = 0;
@@ -37,8 +39,11 @@ class DeviceDraft {
 // What the device needs of a draft model: every projection and the head as a 2-bit plane in the
 // file layout (keyed by its SplitProjection, as the CUDA tier uploads them), f32 embedding,
 // norms and biases. An error names the first thing missing (a projection held in f32, a plane
-// of another width, the draft's file layout released, mixed group sizes).
-Result<gpu::DraftModelHost> describe_device_draft(const Model& draft);
+// of another width, the draft's file layout released, mixed group sizes). With a variant, its
+// sign planes join the planes (keyed by their data, as the CUDA tier's prepare_delta keys them)
+// and its norms and biases replace the base's; a variant replacing anything else in full is an
+// error (it then drafts on the host path).
+Result<gpu::DraftModelHost> describe_device_draft(const Model& draft, const Variant* variant = nullptr);
 
 // A DeviceDraft over a gpu::DraftModel (the CUDA tier's make_device_draft).
 std::shared_ptr<DeviceDraft> wrap_device_draft(std::unique_ptr<gpu::DraftModel> model, std::string name,

@@ -110,6 +110,15 @@ class DraftMatmul {
   };
   virtual int device() const = 0;
   virtual DevicePlane device_plane(const void* key) const = 0;
+  // Device addresses of a resident sign plane (rows padded to whole groups), or nulls.
+  struct DeviceSigns {
+    const void* signs = nullptr;
+    const float* alpha = nullptr;
+    bool alpha_per_row = true;
+    int64_t out = 0, in = 0;
+    int group = 0;
+  };
+  virtual DeviceSigns device_signs(const void* key) const = 0;
   // Seconds per kernel launch for the plane `key` and the activations of the last run(),
   // averaged over `iterations` (no copies timed).
   virtual Result<double> time_kernel(const void* key, int64_t rows, int iterations) = 0;
@@ -129,8 +138,14 @@ struct DraftModelHost {
   struct Plane {
     const void* key = nullptr;  // the DraftMatmul key the plane is resident under
     DraftPlaneHost plane{};
+    // A variant's sign plane joining this one (signs.signs null: none); DraftModel::create
+    // makes it resident under signs_key (upload_signs) and fuses it into the kernel.
+    const void* signs_key = nullptr;
+    SignPlaneHost signs{};
   };
   Plane head;
+  // A variant's token-embedding signs (signs null: none): x = embd[t] + α_t ⊙ S[t].
+  SignPlaneHost embd_signs{};
   struct Layer {
     const float* attn_norm = nullptr;
     const float* ffn_norm = nullptr;

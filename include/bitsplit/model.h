@@ -132,9 +132,12 @@ class DraftTier {
   // The whole draft forward pass (not just D·X) on the tier's device, with a K/V cache of
   // n_slots slots there (device_draft.h). An error says why the tier cannot (the CPU tier runs
   // the draft in forward_reference; a GPU tier whose planes did not all fit in VRAM).
-  virtual Result<std::shared_ptr<DeviceDraft>> make_device_draft(const Model& draft, int64_t n_slots) {
+  // With a variant, the device drafts that variant (its signs fused as on the host path).
+  virtual Result<std::shared_ptr<DeviceDraft>> make_device_draft(const Model& draft, int64_t n_slots,
+                                                                  const Variant* variant = nullptr) {
     (void)draft;
     (void)n_slots;
+    (void)variant;
     return Status::error("the " + name() + " draft tier runs the draft's projections only");
   }
 };

@@ -26,7 +26,7 @@ struct SpeculativeOptions {
   bool base_draft = false;
   // Run the whole draft on the draft tier's device when it offers that (DraftTier::
   // make_device_draft; the CUDA tier with every plane in VRAM): per level only the batch goes
-  // in and each row's top k comes out. Variants draft projection by projection (sign planes).
+  // in and each row's top k comes out; a variant's draft too (its signs fused in the kernel).
   bool device_draft = true;
   spec::SamplingVerifyOptions verify;  // test-only switches
 };
