@@ -16,6 +16,7 @@
 #include "bitsplit/speculative.h"
 #include "bitsplit/variant.h"
 #include "bitsplit/vram_plan.h"
+#include "draft_testing.h"
 #include "test_paths.h"
 #include "gguf_testing.h"
 
@@ -252,41 +253,7 @@ TEST(GpuDeviceDraft, LogitsMatchTheCpuDraft) {
   const int64_t slots = 64;
   auto dev = s->gpu_model->draft_tier().make_device_draft(*s->gpu_model, slots);
   ASSERT_TRUE(dev.is_ok()) << dev.status().message();
-  KvCache cache(s->cpu_model->config(), slots);
-  const int32_t n = int32_t(s->prompt.size());
-  Batch prompt = Batch::causal(s->prompt, 0, true);
-  Batch tree;
-  tree.tokens = {17, 300, 45};
-  tree.positions = {n, n, n + 1};
-  tree.slots = {n, n + 1, n + 2};
-  tree.kv_len = n + 3;
-  tree.want_logits = {1, 1, 1};
-  tree.mask.assign(size_t(3 * tree.kv_len), 0);
-  for (int r = 0; r < 3; ++r) std::fill(tree.mask.begin() + r * tree.kv_len, tree.mask.begin() + r * tree.kv_len + n, 1);
-  tree.mask[size_t(n)] = 1;
-  tree.mask[size_t(tree.kv_len + n + 1)] = 1;
-  tree.mask[size_t(2 * tree.kv_len + n)] = 1;
-  tree.mask[size_t(2 * tree.kv_len + n + 2)] = 1;
-  const int64_t vocab = s->cpu_model->config().n_vocab;
-  for (const Batch* b : {&prompt, &tree}) {
-    auto want = forward_reference(*s->cpu_model, cache, *b, nullptr, Tier::kDraft);
-    ASSERT_TRUE(want.is_ok());
-    DraftTopK top;
-    std::vector<float> got;
-    ASSERT_TRUE((*dev)->forward(*b, 4, top, &got).is_ok());
-    ASSERT_EQ(got.size(), want->size());
-    for (int64_t r = 0; r < b->size(); ++r) {
-      const float* w = want->data() + r * vocab;
-      const float* g = got.data() + r * vocab;
-      float scale = 0, diff = 0;
-      for (int64_t i = 0; i < vocab; ++i) {
-        scale = std::max(scale, std::fabs(w[i]));
-        diff = std::max(diff, std::fabs(w[i] - g[i]));
-      }
-      EXPECT_LT(diff, 2e-3f * scale) << "row " << r;
-      EXPECT_EQ(top.tokens[size_t(r * 4)], int32_t(std::max_element(g, g + vocab) - g)) << "row " << r;
-    }
-  }
+  testing::expect_device_draft_matches_cpu(*s->cpu_model, **dev, s->prompt, slots, 2e-3f);
 }
 
 // Speculative decoding with the whole draft on the device: the same greedy text as the CPU-only

@@ -19,6 +19,7 @@
 #include "bitsplit/speculative.h"
 #include "bitsplit/tokenizer.h"
 #include "bitsplit/variant.h"
+#include "draft_testing.h"
 #include "test_paths.h"
 
 namespace bitsplit {
@@ -381,44 +382,7 @@ TEST(EmulatedDraftPass, LogitsMatchTheCpuDraftOnATrainedModel) {
   const int64_t slots = 64;
   auto dev = f->tier->make_device_draft(m, slots);
   ASSERT_TRUE(dev.is_ok()) << dev.status().message();
-  KvCache cache(m.config(), slots);
-  // The prompt as one causal batch (all logits), then a tree level of three rows: two siblings
-  // after the prompt and a grandchild under the first.
-  Batch prompt = Batch::causal(f->prompt, 0, true);
-  const int32_t n = int32_t(f->prompt.size());
-  Batch tree;
-  tree.tokens = {17, 300, 45};
-  tree.positions = {n, n, n + 1};
-  tree.slots = {n, n + 1, n + 2};
-  tree.kv_len = n + 3;
-  tree.want_logits = {1, 1, 1};
-  tree.mask.assign(size_t(3 * tree.kv_len), 0);
-  for (int r = 0; r < 3; ++r) std::fill(tree.mask.begin() + r * tree.kv_len, tree.mask.begin() + r * tree.kv_len + n, 1);
-  tree.mask[size_t(0 * tree.kv_len + n)] = 1;
-  tree.mask[size_t(1 * tree.kv_len + n + 1)] = 1;
-  tree.mask[size_t(2 * tree.kv_len + n)] = 1;
-  tree.mask[size_t(2 * tree.kv_len + n + 2)] = 1;
-  for (const Batch* b : {&prompt, &tree}) {
-    auto want = forward_reference(m, cache, *b, nullptr, Tier::kDraft);
-    ASSERT_TRUE(want.is_ok()) << want.status().message();
-    DraftTopK top;
-    std::vector<float> got;
-    ASSERT_TRUE((*dev)->forward(*b, 4, top, &got).is_ok());
-    ASSERT_EQ(got.size(), want->size());
-    const int64_t vocab = m.config().n_vocab;
-    for (int64_t r = 0; r < b->size(); ++r) {
-      const float* w = want->data() + r * vocab;
-      const float* g = got.data() + r * vocab;
-      float scale = 0, diff = 0;
-      for (int64_t i = 0; i < vocab; ++i) {
-        scale = std::max(scale, std::fabs(w[i]));
-        diff = std::max(diff, std::fabs(w[i] - g[i]));
-      }
-      // Same arithmetic but for the order of two double sums (norms, softmax): near-identical.
-      EXPECT_LT(diff, 1e-4f * scale) << "row " << r << " of a " << b->size() << "-row batch";
-      EXPECT_EQ(top.tokens[size_t(r * 4)], int32_t(std::max_element(w, w + vocab) - w)) << "row " << r;
-    }
-  }
+  testing::expect_device_draft_matches_cpu(m, **dev, f->prompt, slots, 1e-4f);
 }
 
 TEST(EmulatedDraftPass, SpeculativeDecodingThroughTheDeviceDraftIsLossless) {

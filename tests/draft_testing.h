@@ -1,0 +1,65 @@
+// Shared by the device-draft tests (emulated on the CPU, and on a GPU): a prompt batch and a
+// tree level after it, and the comparison of a DeviceDraft's logits with the CPU draft's.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "bitsplit/device_draft.h"
+#include "bitsplit/model.h"
+
+namespace bitsplit::testing {
+
+// The prompt as one causal batch (all logits), then a tree level of three rows after it: two
+// siblings at the next position and a child of the first.
+inline std::vector<Batch> prompt_then_tree_level(const std::vector<int32_t>& prompt) {
+  const int32_t n = int32_t(prompt.size());
+  Batch tree;
+  tree.tokens = {17, 300, 45};
+  tree.positions = {n, n, n + 1};
+  tree.slots = {n, n + 1, n + 2};
+  tree.kv_len = n + 3;
+  tree.want_logits = {1, 1, 1};
+  tree.mask.assign(static_cast<size_t>(3 * tree.kv_len), 0);
+  for (int r = 0; r < 3; ++r) std::fill_n(tree.mask.begin() + r * tree.kv_len, n, 1);
+  tree.mask[size_t(n)] = 1;                      // sibling 0 sees itself
+  tree.mask[size_t(tree.kv_len + n + 1)] = 1;    // sibling 1 sees itself
+  tree.mask[size_t(2 * tree.kv_len + n)] = 1;    // the child sees its parent
+  tree.mask[size_t(2 * tree.kv_len + n + 2)] = 1;  // and itself
+  return {Batch::causal(prompt, 0, true), tree};
+}
+
+// Both batches through the CPU draft (forward_reference, Tier::kDraft, the variant if any) and
+// the device draft: every row's logits within rel_tol of the row's largest |logit|, the same
+// argmax, and the device's top-1 that argmax.
+inline void expect_device_draft_matches_cpu(const Model& m, DeviceDraft& dev, const std::vector<int32_t>& prompt,
+                                            int64_t slots, float rel_tol, const Variant* variant = nullptr) {
+  KvCache cache(m.config(), slots);
+  const int64_t vocab = m.config().n_vocab;
+  for (const Batch& b : prompt_then_tree_level(prompt)) {
+    auto want = forward_reference(m, cache, b, nullptr, Tier::kDraft, variant);
+    ASSERT_TRUE(want.is_ok()) << want.status().message();
+    DraftTopK top;
+    std::vector<float> got;
+    ASSERT_TRUE(dev.forward(b, 4, top, &got).is_ok());
+    ASSERT_EQ(got.size(), want->size());
+    for (int64_t r = 0; r < b.size(); ++r) {
+      const float* w = want->data() + r * vocab;
+      const float* g = got.data() + r * vocab;
+      float scale = 0, diff = 0;
+      for (int64_t i = 0; i < vocab; ++i) {
+        scale = std::max(scale, std::fabs(w[i]));
+        diff = std::max(diff, std::fabs(w[i] - g[i]));
+      }
+      EXPECT_LT(diff, rel_tol * scale) << "row " << r << " of a " << b.size() << "-row batch";
+      const int32_t best = int32_t(std::max_element(g, g + vocab) - g);
+      EXPECT_EQ(best, int32_t(std::max_element(w, w + vocab) - w)) << "row " << r;
+      EXPECT_EQ(top.tokens[size_t(r * 4)], best) << "row " << r;
+    }
+  }
+}
+
+}  // namespace bitsplit::testing
