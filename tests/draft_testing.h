@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "bitsplit/device_draft.h"
@@ -59,6 +60,37 @@ inline void expect_device_draft_matches_cpu(const Model& m, DeviceDraft& dev, co
       EXPECT_EQ(best, int32_t(std::max_element(w, w + vocab) - w)) << "row " << r;
       EXPECT_EQ(top.tokens[size_t(r * 4)], best) << "row " << r;
     }
+  }
+}
+
+// Batch invariance: two sibling rows after the prompt give bit-identical logits whether they
+// run together or each alone (every kernel computes a row independently of its batch).
+inline void expect_device_draft_batch_invariant(DeviceDraft& dev, const std::vector<int32_t>& prompt, int64_t vocab) {
+  DraftTopK top;
+  std::vector<float> ignored, both, alone;
+  ASSERT_TRUE(dev.forward(Batch::causal(prompt, 0, true), 1, top, &ignored).is_ok());  // K/V of the prompt
+  const int32_t n = int32_t(prompt.size());
+  auto siblings = [&](std::vector<int32_t> rows) {
+    Batch b;
+    b.kv_len = n + 2;
+    for (int32_t r : rows) {
+      b.tokens.push_back(r == 0 ? 17 : 300);
+      b.positions.push_back(n);
+      b.slots.push_back(n + r);
+      b.want_logits.push_back(1);
+      std::vector<uint8_t> mask(static_cast<size_t>(b.kv_len), 0);
+      std::fill_n(mask.begin(), n, 1);
+      mask[size_t(n + r)] = 1;
+      b.mask.insert(b.mask.end(), mask.begin(), mask.end());
+    }
+    return b;
+  };
+  ASSERT_TRUE(dev.forward(siblings({0, 1}), 1, top, &both).is_ok());
+  for (int32_t r : {0, 1}) {
+    ASSERT_TRUE(dev.forward(siblings({r}), 1, top, &alone).is_ok());
+    ASSERT_EQ(alone.size(), size_t(vocab));
+    EXPECT_EQ(0, std::memcmp(alone.data(), both.data() + r * vocab, size_t(vocab) * sizeof(float)))
+        << "row " << r << " alone differs from the same row in a batch of two";
   }
 }
 

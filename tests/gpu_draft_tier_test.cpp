@@ -254,6 +254,7 @@ TEST(GpuDeviceDraft, LogitsMatchTheCpuDraft) {
   auto dev = s->gpu_model->draft_tier().make_device_draft(*s->gpu_model, slots);
   ASSERT_TRUE(dev.is_ok()) << dev.status().message();
   testing::expect_device_draft_matches_cpu(*s->cpu_model, **dev, s->prompt, slots, 2e-3f);
+  testing::expect_device_draft_batch_invariant(**dev, s->prompt, s->cpu_model->config().n_vocab);
 }
 
 // Speculative decoding with the whole draft on the device: the same greedy text as the CPU-only

@@ -383,6 +383,7 @@ TEST(EmulatedDraftPass, LogitsMatchTheCpuDraftOnATrainedModel) {
   auto dev = f->tier->make_device_draft(m, slots);
   ASSERT_TRUE(dev.is_ok()) << dev.status().message();
   testing::expect_device_draft_matches_cpu(m, **dev, f->prompt, slots, 1e-4f);
+  testing::expect_device_draft_batch_invariant(**dev, f->prompt, m.config().n_vocab);
 }
 
 TEST(EmulatedDraftPass, SpeculativeDecodingThroughTheDeviceDraftIsLossless) {
