@@ -90,9 +90,21 @@ class CudaDraftTier final : public DraftTier {
       return Status::error("the whole draft needs " + extra.summary() + " beside its planes (" +
                            format_bytes(plan.device_bytes) + "); the VRAM budget is " + format_bytes(budget_));
     }
+    // The base's device draft is kept for the next generation on this model (its embedding
+    // upload and allocations are the expensive part); it is handed out only when no one else
+    // holds it, and dropped before anything else is built (its VRAM is not in the plan above).
+    const bool idle = cached_ && cached_.use_count() == 1;
+    if (idle && !variant && cached_model_ == &draft && cached_slots_ >= n_slots) return cached_;
+    if (idle) cached_.reset();
     BITSPLIT_ASSIGN_OR_RETURN(gpu::DraftModelHost host, describe_device_draft(draft, variant));
     BITSPLIT_ASSIGN_OR_RETURN(auto model, gpu::DraftModel::create(*gpu_, host, n_slots, kMaxDraftRows));
-    return wrap_device_draft(std::move(model), name(), c, n_slots);
+    auto made = wrap_device_draft(std::move(model), name(), c, n_slots);
+    if (!variant && !cached_) {
+      cached_ = made;
+      cached_model_ = &draft;
+      cached_slots_ = n_slots;
+    }
+    return made;
   }
 
   Transfers transfers() const override {
@@ -106,6 +118,9 @@ class CudaDraftTier final : public DraftTier {
   int device_;
   uint64_t budget_;
   std::vector<DraftPlaneSize> planes_;  // every 2-bit plane prepared, in order
+  std::shared_ptr<DeviceDraft> cached_;  // the base's device draft, for the next generation
+  const Model* cached_model_ = nullptr;
+  int64_t cached_slots_ = 0;
 };
 
 }  // namespace

@@ -89,6 +89,7 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
 
   // The whole draft on a device, when the draft tier offers it.
   std::shared_ptr<DeviceDraft> device;
+  DraftTier::Transfers device_start;
   if (!options.device_draft) {
     result.draft_pass = "host (device draft switched off)";
   } else if (!draft.has_planes()) {
@@ -98,6 +99,7 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
     if (d) {
       device = *d;
       result.draft_pass = "device (" + device->name() + ")";
+      device_start = device->transfers();  // a device draft may be reused across generations
     } else {
       result.draft_pass = "host (" + d.status().message() + ")";
     }
@@ -244,7 +246,11 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
     root = verdict.next_token;
   }
   stats.generate_seconds = seconds_since(t1);
-  if (device) result.device_transfers = device->transfers();
+  if (device) {
+    const DraftTier::Transfers t = device->transfers();
+    result.device_transfers = {t.weight_bytes - device_start.weight_bytes, t.activation_bytes - device_start.activation_bytes,
+                               t.result_bytes - device_start.result_bytes, t.calls - device_start.calls};
+  }
   result.committed = std::min<int64_t>(committed, int64_t(history.size()));  // drop cut-off tokens
   return result;
 }

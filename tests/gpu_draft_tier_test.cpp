@@ -259,7 +259,8 @@ TEST(GpuDeviceDraft, LogitsMatchTheCpuDraft) {
 
 // Speculative decoding with the whole draft on the device: the same greedy text as the CPU-only
 // engine; while decoding no weight byte moves (the tier's counter and the device draft's own
-// stay at their load-time values); the committed K/V go in once each.
+// stay at their load-time values); the committed K/V go in once each. The second shape reuses
+// the first generation's device draft (the tier keeps the base's).
 TEST(GpuDeviceDraft, SpeculativeIsLosslessAndOnlyActivationsMove) {
   REQUIRE_GPU();
   BITSPLIT_REQUIRE_FILE(testing::source_dir() + "/tests/models/bible-base.gguf");
@@ -285,8 +286,8 @@ TEST(GpuDeviceDraft, SpeculativeIsLosslessAndOnlyActivationsMove) {
     EXPECT_EQ(r->draft_pass, "device (cuda:0)");
     EXPECT_EQ(s->gpu_model->draft_tier().transfers().weight_bytes, tier_before.weight_bytes);
     const ModelConfig& c = s->cpu_model->config();
-    // Embedding and norms, once, when the device draft was made.
-    EXPECT_EQ(r->device_transfers.weight_bytes, uint64_t(4 * (c.n_vocab * c.n_embd + (2 * c.n_layers + 1) * c.n_embd)));
+    // Embedding and norms went in when the device draft was made, not while decoding.
+    EXPECT_EQ(r->device_transfers.weight_bytes, 0u);
     const uint64_t kv_bytes = uint64_t(int64_t(s->prompt.size()) - 1 + r->acceptance.checks + r->acceptance.accepted) *
                               uint64_t(c.n_layers * c.kv_dim() * 8);
     EXPECT_GE(r->device_transfers.activation_bytes, kv_bytes);

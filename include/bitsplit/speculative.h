@@ -39,8 +39,8 @@ struct SpeculativeResult {
   std::vector<int64_t> checks_per_budget;    // index = budget
   // Where the draft's forward pass ran: "device (cuda:0)", or "host" and why not on a device.
   std::string draft_pass;
-  // Bytes the whole-draft device path moved (zero without it): weights once at its start, then
-  // only batches, committed K/V and top-k.
+  // Bytes the whole-draft device path moved during this generation (zero without it): batches,
+  // committed K/V and top-k; weight_bytes stays 0 (the draft's weights went in when it was made).
   DraftTier::Transfers device_transfers;
 };
 
