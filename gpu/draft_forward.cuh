@@ -147,10 +147,12 @@ inline void draft_forward(const ModelDev& m, const BatchDev& b, ScratchDev& t, S
       BS_LAUNCH_SYNC(rms_norm_rows, n * s.n_kv_heads, kBlock, stream, t.k, w.k_norm, s.head_dim, s.rms_eps, t.k);
     }
     const int64_t half = s.n_rot / 2;
-    BS_LAUNCH(rope_rows, blocks_for(n * s.n_heads * half, 128), 128, stream, t.q, n, s.n_heads, s.head_dim, s.n_rot,
-              s.rope_neox, b.positions, s.rope_base, s.rope_freq_scale, m.rope_freq_factors);
-    BS_LAUNCH(rope_rows, blocks_for(n * s.n_kv_heads * half, 128), 128, stream, t.k, n, s.n_kv_heads, s.head_dim,
-              s.n_rot, s.rope_neox, b.positions, s.rope_base, s.rope_freq_scale, m.rope_freq_factors);
+    if (half > 0) {  // a launch of zero blocks is an error
+      BS_LAUNCH(rope_rows, blocks_for(n * s.n_heads * half, 128), 128, stream, t.q, n, s.n_heads, s.head_dim, s.n_rot,
+                s.rope_neox, b.positions, s.rope_base, s.rope_freq_scale, m.rope_freq_factors);
+      BS_LAUNCH(rope_rows, blocks_for(n * s.n_kv_heads * half, 128), 128, stream, t.k, n, s.n_kv_heads, s.head_dim,
+                s.n_rot, s.rope_neox, b.positions, s.rope_base, s.rope_freq_scale, m.rope_freq_factors);
+    }
     BS_LAUNCH(write_kv, blocks_for(n * s.kv_dim(), 128), 128, stream, t.k, t.v, b.slots, n, s.kv_dim(), w.k_cache,
               w.v_cache);
     BS_LAUNCH_SYNC(attention_rows, n * s.n_heads, kBlock, stream, t.q, w.k_cache, w.v_cache, b.mask, b.kv_len,

@@ -143,17 +143,29 @@ class CudaDraftMatmul final : public DraftMatmul {
     std::memcpy(in, x.q, q_bytes);
     std::memcpy(in + q_bytes, x.scale, s_count * 4);
     std::memcpy(in + q_bytes + 4 * s_count, x.sum, s_count * 4);
-    auto copy_in = [&](void* dst, const void* src, size_t n, const char* what) {
-      return cuda_status(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream_), what);
-    };
-    BITSPLIT_RETURN_IF_ERROR(copy_in(dq_.get(), in, q_bytes, "copy activations"));
-    BITSPLIT_RETURN_IF_ERROR(copy_in(dscale_.get(), in + q_bytes, s_count * 4, "copy scales"));
-    BITSPLIT_RETURN_IF_ERROR(copy_in(dsum_.get(), in + q_bytes + 4 * s_count, s_count * 4, "copy sums"));
+    // Once work is queued, an error waits for it: the next start() reuses the pinned buffers.
+    Status st = cuda_status(cudaMemcpyAsync(dq_.get(), in, q_bytes, cudaMemcpyHostToDevice, stream_), "copy activations");
+    if (st) {
+      st = cuda_status(cudaMemcpyAsync(dscale_.get(), in + q_bytes, s_count * 4, cudaMemcpyHostToDevice, stream_),
+                       "copy scales");
+    }
+    if (st) {
+      st = cuda_status(cudaMemcpyAsync(dsum_.get(), in + q_bytes + 4 * s_count, s_count * 4, cudaMemcpyHostToDevice, stream_),
+                       "copy sums");
+    }
+    if (st) {
+      launch(p, x.rows, sg, stream_);
+      st = cuda_status(cudaGetLastError(), "draft_matmul launch");
+    }
+    if (st) {
+      st = cuda_status(cudaMemcpyAsync(pinned_out_.get(), dy_.get(), y_count * 4, cudaMemcpyDeviceToHost, stream_),
+                       "copy results");
+    }
+    if (!st) {
+      cudaStreamSynchronize(stream_);
+      return st;
+    }
     counters_.activation_bytes_to_device += q_bytes + 8 * s_count;
-    launch(p, x.rows, sg, stream_);
-    BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "draft_matmul launch"));
-    BITSPLIT_RETURN_IF_ERROR(cuda_status(
-        cudaMemcpyAsync(pinned_out_.get(), dy_.get(), y_count * 4, cudaMemcpyDeviceToHost, stream_), "copy results"));
     pending_ = y_count;
     return Status::ok();
   }

@@ -109,7 +109,9 @@ class CudaDraftModel final : public DraftModel {
     BITSPLIT_RETURN_IF_ERROR(pinned_in_.reserve(in_bytes_));
     BITSPLIT_RETURN_IF_ERROR(pinned_out_.reserve(out_bytes_));
     bytes_ += in_bytes_ + out_bytes_;
-    return cuda_status(cudaStreamSynchronize(stream_), "device draft upload");
+    // The uploads above ran on the legacy default stream, which the non-blocking stream_ does
+    // not wait for: the whole device must be done before the first forward.
+    return cuda_status(cudaDeviceSynchronize(), "device draft upload");
   }
 
   Status upload_kv(int64_t layer, int64_t first_slot, int64_t count, const float* k, const float* v) override {
@@ -161,8 +163,15 @@ class CudaDraftModel final : public DraftModel {
     std::memcpy(in + 3 * ints, mask, mask_bytes);
     const size_t in_used = 3 * ints + mask_bytes;
     uint8_t* dev = batch_.get();
-    BITSPLIT_RETURN_IF_ERROR(
-        cuda_status(cudaMemcpyAsync(dev, in, in_used, cudaMemcpyHostToDevice, stream_), "copy the draft batch"));
+    // Once work is queued, no return leaves it running on the pinned buffers the next call reuses.
+    auto fail = [&](Status st) {
+      cudaStreamSynchronize(stream_);
+      return st;
+    };
+    if (Status st = cuda_status(cudaMemcpyAsync(dev, in, in_used, cudaMemcpyHostToDevice, stream_), "copy the draft batch");
+        !st) {
+      return fail(st);
+    }
     counters_.activation_bytes_to_device += in_used;
     const kernels::BatchDev b{reinterpret_cast<const int32_t*>(dev), reinterpret_cast<const int32_t*>(dev + ints),
                               reinterpret_cast<const int32_t*>(dev + 2 * ints), dev + 3 * ints, rows, kv_len};
@@ -172,15 +181,22 @@ class CudaDraftModel final : public DraftModel {
       int32_t* dt = reinterpret_cast<int32_t*>(top_.get());
       float* dl = reinterpret_cast<float*>(top_.get() + top_count * 4);
       kernels::top_k_rows<<<unsigned(rows), kernels::kBlock, 0, stream_>>>(scratch_.logits, s.n_vocab, top_k, dt, dl);
-      BITSPLIT_RETURN_IF_ERROR(cuda_status(
-          cudaMemcpyAsync(pinned_out_.get(), top_.get(), top_count * 8, cudaMemcpyDeviceToHost, stream_), "copy top-k"));
+      if (Status st = cuda_status(cudaMemcpyAsync(pinned_out_.get(), top_.get(), top_count * 8, cudaMemcpyDeviceToHost,
+                                                  stream_),
+                                  "copy top-k");
+          !st) {
+        return fail(st);
+      }
       counters_.result_bytes_to_host += top_count * 8;
     }
-    BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "device draft launch"));
+    if (Status st = cuda_status(cudaGetLastError(), "device draft launch"); !st) return fail(st);
     if (logits) {
       const size_t bytes = size_t(rows * s.n_vocab) * 4;
-      BITSPLIT_RETURN_IF_ERROR(cuda_status(
-          cudaMemcpyAsync(logits, scratch_.logits, bytes, cudaMemcpyDeviceToHost, stream_), "copy draft logits"));
+      if (Status st = cuda_status(cudaMemcpyAsync(logits, scratch_.logits, bytes, cudaMemcpyDeviceToHost, stream_),
+                                  "copy draft logits");
+          !st) {
+        return fail(st);
+      }
       counters_.result_bytes_to_host += bytes;
     }
     BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream_), "device draft forward"));

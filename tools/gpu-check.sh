@@ -47,6 +47,12 @@ if [ -d "$build" ] && [ "$rc" = 0 ]; then
   [ "$gpu_rc" != 0 ] && rc=1
   summary=$(grep -Eo '[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' "$out/ctest-gpu.txt" || echo "no summary")
   skipped=$(grep -c 'Skipped' "$out/ctest-gpu.txt" || true)
+  # On a GPU machine a skipped GPU test means the runtime saw no device (for example a driver
+  # older than the CUDA 13 runtime needs): that is a failure, not a pass.
+  if [ "$skipped" != 0 ] && nvidia-smi >/dev/null 2>&1; then
+    summary="$summary; GPU TESTS SKIPPED ON A GPU MACHINE (driver: $(cut -d, -f3 "$out/nvidia-smi.txt" | head -1))"
+    rc=1
+  fi
 fi
 
 if [ -x "./$build/bench/bench_gpu_draft" ]; then
@@ -109,6 +115,19 @@ else
 fi
 rm -f "$model" "$model.tmp"
 
+# Memory errors in the device draft's kernels (compute-sanitizer ships with the toolkit).
+sanitizer="not run"
+san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+if [ -n "$san" ] && [ -x "./$build/tests/gpu_draft_tier_tests" ] && [ "$(left)" -gt 60 ]; then
+  cap=$(left); [ "$cap" -gt 120 ] && cap=120
+  if timeout "$cap" "$san" --tool memcheck --error-exitcode 1 "./$build/tests/gpu_draft_tier_tests" \
+      --gtest_filter='GpuDeviceDraft.LogitsMatchTheCpuDraft:GpuDraftTier.DraftMatmul*' >"$out/memcheck.txt" 2>&1; then
+    sanitizer="memcheck clean ($(grep -Eo 'ERROR SUMMARY: [0-9]+ errors' "$out/memcheck.txt" | tail -1))"
+  else
+    sanitizer="MEMCHECK FAILED (memcheck.txt: $(grep -m1 -E 'Invalid|ERROR' "$out/memcheck.txt" | cut -c1-100))"; rc=1
+  fi
+fi
+
 speed() { grep -Eo 'generation: [0-9]+ tokens in [0-9.]+ s \([0-9.]+ tokens/s\)' "$1" 2>/dev/null | grep -Eo '[0-9.]+ tokens/s' || echo "n/a"; }
 percheck() { grep -Eo 'draft [0-9.]+ ms/check, verify [0-9.]+ ms/check' "$1" 2>/dev/null || echo "n/a"; }
 accepted() { grep -Eo '[0-9.]+ accepted drafted tokens per check' "$1" 2>/dev/null | grep -Eo '^[0-9.]+' | sed 's/$/ accepted\/check/' || echo "n/a"; }
@@ -121,6 +140,7 @@ echo "|---|---|"
 echo "| GPU | $(head -1 "$out/nvidia-smi.txt") |"
 echo "| build | $build_status |"
 echo "| ctest -L gpu | rc=$gpu_rc, $summary, skipped lines: $skipped |"
+echo "| compute-sanitizer | $sanitizer |"
 echo "| D2D copy | $(grep -Eo 'copy: [0-9.]+ GB/s' "$out/bench_gpu_draft.txt" 2>/dev/null || echo n/a) |"
 echo "| e2e $shape synthetic D2+R6 (random weights, $ntok tokens) | $e2e |"
 echo "| synth $shape bit-split | $(st synth) |"
