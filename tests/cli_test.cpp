@@ -100,6 +100,15 @@ TEST(Cli, VariantsAndTheQ8_0BaselineEndToEnd) {
   o = run_cli("info " + base + " --vram-budget 800K");
   ASSERT_EQ(o.code, 0) << o.out;
   EXPECT_NE(o.out.find("draft on the CPU"), std::string::npos) << o.out;
+  // The whole draft on the device needs its embedding, K/V cache and scratch beside the planes.
+  EXPECT_NE(o.out.find("device draft:"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("does not fit"), std::string::npos) << o.out;
+  o = run_cli("info " + base + " --vram-budget 64M");
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("fits, the whole draft runs on the GPU"), std::string::npos) << o.out;
+  o = run_cli("run -m " + base + " -p \"The devil\" -n 8 --temp 0");
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("draft pass: host ("), std::string::npos) << "the run says where the draft ran: " << o.out;
   o = run_cli("run -m " + base + " --delta devil=" + delta + " --variant devil -p \"The devil\" -n 24 --temp 0");
   ASSERT_EQ(o.code, 0) << o.out;
   EXPECT_NE(o.out.find("variant: devil"), std::string::npos) << o.out;
