@@ -143,25 +143,21 @@ class CudaDraftMatmul final : public DraftMatmul {
     std::memcpy(in, x.q, q_bytes);
     std::memcpy(in + q_bytes, x.scale, s_count * 4);
     std::memcpy(in + q_bytes + 4 * s_count, x.sum, s_count * 4);
-    // Once work is queued, an error waits for it: the next start() reuses the pinned buffers.
-    Status st = cuda_status(cudaMemcpyAsync(dq_.get(), in, q_bytes, cudaMemcpyHostToDevice, stream_), "copy activations");
-    if (st) {
-      st = cuda_status(cudaMemcpyAsync(dscale_.get(), in + q_bytes, s_count * 4, cudaMemcpyHostToDevice, stream_),
-                       "copy scales");
-    }
-    if (st) {
-      st = cuda_status(cudaMemcpyAsync(dsum_.get(), in + q_bytes + 4 * s_count, s_count * 4, cudaMemcpyHostToDevice, stream_),
-                       "copy sums");
-    }
-    if (st) {
+    auto queue = [&]() -> Status {
+      BITSPLIT_RETURN_IF_ERROR(
+          cuda_status(cudaMemcpyAsync(dq_.get(), in, q_bytes, cudaMemcpyHostToDevice, stream_), "copy activations"));
+      BITSPLIT_RETURN_IF_ERROR(cuda_status(
+          cudaMemcpyAsync(dscale_.get(), in + q_bytes, s_count * 4, cudaMemcpyHostToDevice, stream_), "copy scales"));
+      BITSPLIT_RETURN_IF_ERROR(cuda_status(
+          cudaMemcpyAsync(dsum_.get(), in + q_bytes + 4 * s_count, s_count * 4, cudaMemcpyHostToDevice, stream_),
+          "copy sums"));
       launch(p, x.rows, sg, stream_);
-      st = cuda_status(cudaGetLastError(), "draft_matmul launch");
-    }
-    if (st) {
-      st = cuda_status(cudaMemcpyAsync(pinned_out_.get(), dy_.get(), y_count * 4, cudaMemcpyDeviceToHost, stream_),
-                       "copy results");
-    }
-    if (!st) {
+      BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "draft_matmul launch"));
+      return cuda_status(
+          cudaMemcpyAsync(pinned_out_.get(), dy_.get(), y_count * 4, cudaMemcpyDeviceToHost, stream_), "copy results");
+    };
+    // Once work is queued, an error waits for it: the next start() reuses the pinned buffers.
+    if (Status st = queue(); !st) {
       cudaStreamSynchronize(stream_);
       return st;
     }
