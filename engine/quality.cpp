@@ -116,15 +116,6 @@ std::vector<std::pair<int64_t, int64_t>> projection_shapes(const ModelConfig& c)
   return s;
 }
 
-void log_softmax(const float* logits, int64_t n, std::vector<double>& out) {
-  out.resize(size_t(n));
-  double max = -INFINITY;
-  for (int64_t i = 0; i < n; ++i) max = std::max(max, double(logits[i]));
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += std::exp(double(logits[i]) - max);
-  const double lse = max + std::log(sum);
-  for (int64_t i = 0; i < n; ++i) out[size_t(i)] = double(logits[i]) - lse;
-}
 
 struct Window {
   std::vector<int32_t> tokens;  // model input
@@ -160,6 +151,16 @@ Status check_window_options(const Model& model, int32_t ctx) {
 }
 
 }  // namespace
+
+void log_softmax(const float* logits, int64_t n, std::vector<double>& out) {
+  out.resize(size_t(n));
+  double max = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) max = std::max(max, double(logits[i]));
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(double(logits[i]) - max);
+  const double lse = max + std::log(sum);
+  for (int64_t i = 0; i < n; ++i) out[size_t(i)] = double(logits[i]) - lse;
+}
 
 const std::vector<std::string>& eval_scheme_names() {
   static const std::vector<std::string> names = {"draft(R8)", "draft(R6)", "D+R6",   "D+R8",    "D+R6/w",

@@ -1,9 +1,11 @@
 // BitDeltas computed in memory from two loaded models, and scale distillation on a text.
 #include <tbb/parallel_for.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "bitsplit/model.h"
+#include "bitsplit/quality.h"
 #include "bitsplit/variant.h"
 
 namespace bitsplit {
@@ -161,6 +163,84 @@ Result<DistillReport> distill_delta_scales(const Model& base, const Model& finet
   }
   rep.rel_error_before = norm > 0 ? before / norm : 0;
   rep.rel_error_after = norm > 0 ? after / norm : 0;
+  return rep;
+}
+
+Result<KlDistillReport> distill_delta_kl(const Model& base, const Model& finetuned, const std::vector<int32_t>& tokens,
+                                         int32_t ctx, int32_t bos, DeltaParts& delta, int sweeps, int64_t max_tokens,
+                                         const std::function<void(int64_t, int64_t)>& on_progress) {
+  if (ctx < 2 || ctx > finetuned.config().n_ctx_train) return Status::error("distillation window out of range");
+  if (tokens.size() < 2) return Status::error("the distillation text is too short: it needs at least 2 tokens");
+  if (sweeps < 0) return Status::error("distillation sweeps must be >= 0");
+  // Windows of [BOS] + up to ctx - 1 text tokens, and the fine-tune's log-probabilities on them.
+  const int64_t V = finetuned.config().n_vocab, run = bos >= 0 ? ctx - 1 : ctx;
+  const size_t used = size_t(std::min<int64_t>(int64_t(tokens.size()), std::max<int64_t>(max_tokens, 2)));
+  std::vector<std::vector<int32_t>> windows;
+  for (size_t at = 0; at + 1 < used; at += size_t(run)) {
+    std::vector<int32_t> win;
+    if (bos >= 0) win.push_back(bos);
+    win.insert(win.end(), tokens.begin() + ptrdiff_t(at), tokens.begin() + ptrdiff_t(std::min(used, at + size_t(run))));
+    windows.push_back(std::move(win));
+  }
+  std::vector<std::vector<double>> ref;  // per window: [n x V] log-probs
+  KlDistillReport rep;
+  for (const auto& win : windows) {
+    KvCache cache(finetuned.config(), int64_t(win.size()));
+    BITSPLIT_ASSIGN_OR_RETURN(auto logits, forward_reference(finetuned, cache, Batch::causal(win, 0, true)));
+    std::vector<double> lp, all;
+    for (size_t r = 0; r < win.size(); ++r) {
+      log_softmax(logits.data() + r * size_t(V), V, lp);
+      all.insert(all.end(), lp.begin(), lp.end());
+    }
+    ref.push_back(std::move(all));
+    rep.tokens += int64_t(win.size());
+  }
+  // The mean KL of the base + this delta against the fine-tune.
+  auto objective = [&](const DeltaParts& d) -> Result<double> {
+    BITSPLIT_ASSIGN_OR_RETURN(auto v, Variant::make(base, "distill", d.signs, d.full));
+    double kl = 0;
+    int64_t rows = 0;
+    std::vector<double> lq;
+    for (size_t w = 0; w < windows.size(); ++w) {
+      KvCache cache(base.config(), int64_t(windows[w].size()));
+      BITSPLIT_ASSIGN_OR_RETURN(auto logits, forward_reference(base, cache, Batch::causal(windows[w], 0, true), nullptr,
+                                                               Tier::kDefault, v.get()));
+      for (size_t r = 0; r < windows[w].size(); ++r, ++rows) {
+        log_softmax(logits.data() + r * size_t(V), V, lq);
+        const double* lp = ref[w].data() + r * size_t(V);
+        double k = 0;
+        for (int64_t i = 0; i < V; ++i) k += std::exp(lp[i]) * (lp[i] - lq[size_t(i)]);
+        kl += std::max(k, 0.0);
+      }
+    }
+    ++rep.evaluations;
+    return kl / double(std::max<int64_t>(rows, 1));
+  };
+  BITSPLIT_ASSIGN_OR_RETURN(double best, objective(delta));
+  rep.kl_before = best;
+  std::vector<std::string> names;
+  for (const auto& [name, signs] : delta.signs) names.push_back(name);
+  const int64_t total = int64_t(sweeps) * int64_t(names.size());
+  int64_t done = 0;
+  double step = 0.25;
+  for (int sweep = 0; sweep < sweeps; ++sweep, step /= 2) {
+    for (const std::string& name : names) {
+      std::vector<float>& alpha = delta.signs.at(name).alpha;
+      const std::vector<float> kept = alpha;
+      for (double factor : {1 + step, 1 - step}) {
+        for (size_t i = 0; i < alpha.size(); ++i) alpha[i] = float(kept[i] * factor);
+        BITSPLIT_ASSIGN_OR_RETURN(double kl, objective(delta));
+        if (kl < best) {
+          best = kl;
+          ++rep.changed;
+          break;
+        }
+        alpha = kept;
+      }
+      if (on_progress) on_progress(++done, total);
+    }
+  }
+  rep.kl_after = best;
   return rep;
 }
 

@@ -78,6 +78,16 @@ Result<VariantEvalReport> evaluate_variant_quality(const Model& base, const Mode
     c.push_back({"D+R6+delta/row/distilled", &base_split.at(6), Tier::kTarget, d_row});
     c.push_back({"D+R8+delta/matrix/distilled", &base_split.at(8), Tier::kTarget, d_mat});
     c.push_back({"draft+delta/row/distilled", &base_split.at(8), Tier::kDraft, d_row});
+    if (o.kl_sweeps > 0) {  // the layer-wise fit, then the end-to-end KL refinement on top
+      DeltaParts kl_d = row_d;
+      BITSPLIT_ASSIGN_OR_RETURN(report.distill_kl, distill_delta_kl(base, finetuned, *o.distill_tokens, o.distill_ctx,
+                                                                    o.bos, kl_d, o.kl_sweeps, o.kl_max_tokens, nullptr));
+      BITSPLIT_ASSIGN_OR_RETURN(const Variant* d_kl, variant(kl_d, "row, KL-distilled"));
+      c.push_back({"f32+delta/row/kl-distilled", &base, Tier::kDefault, d_kl});
+      c.push_back({"D+R8+delta/row/kl-distilled", &base_split.at(8), Tier::kTarget, d_kl});
+      c.push_back({"D+R6+delta/row/kl-distilled", &base_split.at(6), Tier::kTarget, d_kl});
+      c.push_back({"draft+delta/row/kl-distilled", &base_split.at(8), Tier::kDraft, d_kl});
+    }
   }
   BITSPLIT_ASSIGN_OR_RETURN(report.scores, score_against(finetuned, c, tokens, o.ctx, o.bos, o.max_tokens, on_progress));
   return report;

@@ -12,7 +12,8 @@ namespace {
 
 struct DeltaArgs {
   std::string base, finetuned, out, alpha = "row", distill;
-  int distill_ctx = 128, threads = 0;
+  int distill_ctx = 128, threads = 0, kl_sweeps = 2;
+  int64_t kl_tokens = 256;
 };
 
 // Distilled scales for every sign plane: both models loaded in f32 and run over the text.
@@ -33,6 +34,17 @@ Result<std::map<std::string, std::vector<float>>> distilled_scales(const DeltaAr
                "(mean |delta| scales -> least-squares scales)\n",
                (long long)rep.tokens, a.distill.c_str(), (long long)rep.matrices, rep.rel_error_before, rep.rel_error_after);
   *fit = "least squares of the outputs on " + a.distill + " (" + std::to_string(rep.tokens) + " tokens)";
+  if (a.kl_sweeps > 0) {
+    ProgressBar kl_bar("distill KL");
+    BITSPLIT_ASSIGN_OR_RETURN(KlDistillReport k, distill_delta_kl(base.model, ft.model, tokens, ctx, ft.tokenizer->vocab().bos,
+                                                                  parts, a.kl_sweeps, a.kl_tokens, [&](int64_t d, int64_t t) {
+                                                                    kl_bar.update(double(d), double(t));
+                                                                  }));
+    std::fprintf(stderr, "distill: then on the logit KL over %lld tokens (%lld evaluations, %lld matrix scales changed): "
+                         "KL to the fine-tune %.6f -> %.6f\n",
+                 (long long)k.tokens, (long long)k.evaluations, (long long)k.changed, k.kl_before, k.kl_after);
+    *fit += ", then per-matrix multipliers on the logit KL (" + std::to_string(k.tokens) + " tokens)";
+  }
   std::map<std::string, std::vector<float>> scales;
   for (auto& [name, s] : parts.signs) scales[name] = std::move(s.alpha);
   return scales;
@@ -82,6 +94,13 @@ void add_delta_command(CLI::App& app, int* exit_code) {
                   "Fit the scales on this text: least squares of each projection's outputs on the fine-tuned "
                   "model's activations (loads both models in f32)")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--distill-kl-sweeps", a->kl_sweeps,
+                  "With --distill: passes of the end-to-end refinement on the logit KL after the layer-wise fit (0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 8));
+  cmd->add_option("--distill-kl-tokens", a->kl_tokens, "Tokens of the --distill text used by the KL refinement")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(2), int64_t(1) << 30));
   cmd->add_option("--distill-ctx", a->distill_ctx, "Tokens per window for --distill")->capture_default_str()->check(CLI::Range(2, 1 << 20));
   cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(CLI::Range(1, 4096));
   cmd->callback([a, exit_code] { *exit_code = delta(*a); });

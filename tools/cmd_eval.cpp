@@ -70,6 +70,9 @@ int eval_variant(const EvalArgs& a, LoadedModel& ft, const std::vector<int32_t>&
     std::printf("distilled on %s: relative output error %.4f -> %.4f (row), %.4f -> %.4f (matrix)\n", a.distill.c_str(),
                 r->distill_row.rel_error_before, r->distill_row.rel_error_after, r->distill_matrix.rel_error_before,
                 r->distill_matrix.rel_error_after);
+    const KlDistillReport& k = r->distill_kl;
+    std::printf("then on the logit KL (%lld tokens, %lld evaluations, %lld matrix scales changed): KL %.6f -> %.6f\n",
+                (long long)k.tokens, (long long)k.evaluations, (long long)k.changed, k.kl_before, k.kl_after);
   }
   std::printf("\n| model                        | perplexity | KL mean   | KL p99    | top-1 agree |\n");
   std::printf("|------------------------------|------------|-----------|-----------|-------------|\n");

@@ -14,6 +14,9 @@
 
 namespace bitsplit {
 
+// log-softmax of n logits, in double (the KL divergences here are computed from these).
+void log_softmax(const float* logits, int64_t n, std::vector<double>& out);
+
 struct EvalOptions {
   int32_t ctx = 128;          // tokens per window (the first is BOS)
   int64_t max_tokens = 0;     // 0 = the whole text
@@ -79,10 +82,13 @@ struct VariantEvalOptions {
   int32_t bos = -1;
   const std::vector<int32_t>* distill_tokens = nullptr;  // adds distilled-scale rows
   int32_t distill_ctx = 128;
+  int kl_sweeps = 2;              // then the end-to-end KL refinement (distill_delta_kl); 0: none
+  int64_t kl_max_tokens = 256;    // of the distillation text, for that refinement
 };
 struct VariantEvalReport {
   ScoreReport scores;
   DistillReport distill_row, distill_matrix;  // when distill_tokens
+  KlDistillReport distill_kl;                 // per-row scales, refined on the logit KL
   uint64_t delta_bytes_row = 0, delta_bytes_matrix = 0;  // sign planes + scales + full tensors
   uint64_t base_split_bytes_r8 = 0, base_split_bytes_r6 = 0;  // D + R planes of the base
 };
