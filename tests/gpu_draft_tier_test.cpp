@@ -253,6 +253,8 @@ TEST(GpuDeviceDraft, LogitsMatchTheCpuDraft) {
   const int64_t slots = 64;
   auto dev = s->gpu_model->draft_tier().make_device_draft(*s->gpu_model, slots);
   ASSERT_TRUE(dev.is_ok()) << dev.status().message();
+  // The device's expf/powf/sinf/cosf may differ from glibc by an ulp or two (the emulation, on
+  // glibc, is bitwise equal); 2e-3 of the largest logit is an unmeasured first bound.
   testing::expect_device_draft_matches_cpu(*s->cpu_model, **dev, s->prompt, slots, 2e-3f);
   testing::expect_device_draft_batch_invariant(**dev, s->prompt, s->cpu_model->config().n_vocab);
 }
