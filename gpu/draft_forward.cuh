@@ -11,6 +11,10 @@
 // whole pass against forward_reference).
 #pragma once
 
+#include <cstring>
+#include <vector>
+
+#include "bitsplit/gpu.h"
 #include "draft_kernels.cuh"
 
 namespace bitsplit::gpu::kernels {
@@ -49,6 +53,24 @@ struct ShapeDev {
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
 };
+
+inline ShapeDev shape_of(const DraftModelHost& m) {
+  return {m.n_layers, m.n_embd, m.n_heads, m.n_kv_heads, m.head_dim, m.n_ff, m.n_vocab, m.n_rot,
+          m.rope_base, m.rope_freq_scale, m.rms_eps, m.rope_neox, m.group};
+}
+
+// A sign plane's rows (row_bytes each, bit set = −1) repacked to whole groups of `group` bits,
+// zero past `in`, as the kernels read them (they never read past a row).
+inline std::vector<uint8_t> pad_sign_rows(const SignPlaneHost& s, int group) {
+  const int64_t padded_row = (s.in + group - 1) / group * group / 8, used = (s.in + 7) / 8;
+  std::vector<uint8_t> rows(static_cast<size_t>(s.out * padded_row), 0);
+  for (int64_t o = 0; o < s.out; ++o) {
+    uint8_t* row = rows.data() + o * padded_row;
+    std::memcpy(row, s.signs + o * s.row_bytes, size_t(used));
+    if (s.in % 8) row[used - 1] &= uint8_t((1u << (s.in % 8)) - 1);
+  }
+  return rows;
+}
 
 struct ModelDev {
   ShapeDev shape;
@@ -91,6 +113,8 @@ inline unsigned blocks_for(int64_t n, int threads) { return unsigned((n + thread
 // Element counts of ScratchDev's arrays, in its order (the owner allocates them).
 struct ScratchSizes {
   int64_t x, h, q, k, v, attn, proj, gate, up, logits, scores, qa, qa_groups;
+  // The float arrays together (qa_scale has qa_groups values).
+  int64_t floats() const { return x + h + q + k + v + attn + proj + gate + up + logits + scores + qa_groups; }
 };
 inline ScratchSizes scratch_sizes(const ShapeDev& s, int64_t rows, int64_t kv_len) {
   const int64_t widest = s.n_ff > s.q_dim() ? (s.n_ff > s.n_embd ? s.n_ff : s.n_embd) : (s.q_dim() > s.n_embd ? s.q_dim() : s.n_embd);
@@ -100,6 +124,19 @@ inline ScratchSizes scratch_sizes(const ShapeDev& s, int64_t rows, int64_t kv_le
           rows * s.n_heads * kv_len, rows * padded, rows * (padded / s.group)};
 }
 
+// ScratchDev over one block of sizes.floats() floats and the int8 / int32 arrays.
+inline ScratchDev carve_scratch(float* f, int8_t* qa, int32_t* qa_sum, const ScratchSizes& z) {
+  ScratchDev t{};
+  for (auto [dst, n] : {std::pair{&t.x, z.x}, {&t.h, z.h}, {&t.q, z.q}, {&t.k, z.k}, {&t.v, z.v}, {&t.attn, z.attn},
+                        {&t.proj, z.proj}, {&t.gate, z.gate}, {&t.up, z.up}, {&t.logits, z.logits},
+                        {&t.scores, z.scores}, {&t.qa_scale, z.qa_groups}}) {
+    *dst = f;
+    f += n;
+  }
+  t.qa = qa;
+  t.qa_sum = qa_sum;
+  return t;
+}
 // Quantises x [rows x in] into the scratch's int8 activations for planes of width `in`.
 inline void quantize_input(const ShapeDev& s, const float* x, int64_t rows, int64_t in, ScratchDev& t, Stream stream) {
   (void)stream;  // unused under the emulation

@@ -85,14 +85,7 @@ class CudaDraftMatmul final : public DraftMatmul {
     r.group = group;
     r.groups = (s.in + group - 1) / group;
     r.alpha_per_row = s.alpha_per_row;
-    // Repacked to whole groups so the kernel never reads past a row.
-    const int64_t padded_row = r.groups * group / 8, used = (s.in + 7) / 8;
-    std::vector<uint8_t> host(size_t(s.out * padded_row), 0);
-    for (int64_t o = 0; o < s.out; ++o) {
-      uint8_t* row = host.data() + o * padded_row;
-      std::memcpy(row, s.signs + o * s.row_bytes, size_t(used));
-      if (s.in % 8) row[used - 1] &= uint8_t((1u << (s.in % 8)) - 1);
-    }
+    const std::vector<uint8_t> host = kernels::pad_sign_rows(s, group);
     const size_t n_alpha = s.alpha_per_row ? size_t(s.out) : 1;
     BITSPLIT_RETURN_IF_ERROR(r.signs.allocate(host.size()));
     BITSPLIT_RETURN_IF_ERROR(r.alpha.allocate(n_alpha));

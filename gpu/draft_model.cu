@@ -31,8 +31,7 @@ class CudaDraftModel final : public DraftModel {
     BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));
     BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
     kernels::ShapeDev& s = model_.shape;
-    s = {m.n_layers, m.n_embd, m.n_heads, m.n_kv_heads, m.head_dim, m.n_ff, m.n_vocab, m.n_rot,
-         m.rope_base, m.rope_freq_scale, m.rms_eps, m.rope_neox, m.group};
+    s = kernels::shape_of(m);
     BITSPLIT_ASSIGN_OR_RETURN(model_.head, plane(planes, m.head, "output.weight", m.n_vocab, m.n_embd));
     BITSPLIT_ASSIGN_OR_RETURN(model_.token_embd, put(m.token_embd, m.n_vocab * m.n_embd, "token_embd"));
     BITSPLIT_ASSIGN_OR_RETURN(model_.output_norm, put(m.output_norm, m.n_embd, "output_norm"));
@@ -88,18 +87,11 @@ class CudaDraftModel final : public DraftModel {
     model_.layers = layers_.data();
 
     const kernels::ScratchSizes z = kernels::scratch_sizes(s, max_rows, n_slots);
-    for (int64_t count : {z.x, z.h, z.q, z.k, z.v, z.attn, z.proj, z.gate, z.up, z.logits, z.scores, z.qa_groups}) {
-      floats_.emplace_back();
-      BITSPLIT_RETURN_IF_ERROR(floats_.back().allocate(size_t(count)));
-      bytes_ += uint64_t(count) * 4;
-    }
+    BITSPLIT_RETURN_IF_ERROR(floats_.allocate(size_t(z.floats())));
     BITSPLIT_RETURN_IF_ERROR(qa_.allocate(size_t(z.qa)));
     BITSPLIT_RETURN_IF_ERROR(qa_sum_.allocate(size_t(z.qa_groups)));
-    bytes_ += uint64_t(z.qa) + uint64_t(z.qa_groups) * 4;
-    scratch_ = {floats_[0].get(), floats_[1].get(), floats_[2].get(),  floats_[3].get(),
-                floats_[4].get(), floats_[5].get(), floats_[6].get(),  floats_[7].get(),
-                floats_[8].get(), floats_[9].get(), floats_[10].get(), qa_.get(),
-                floats_[11].get(), qa_sum_.get()};
+    bytes_ += uint64_t(z.floats()) * 4 + uint64_t(z.qa) + uint64_t(z.qa_groups) * 4;
+    scratch_ = kernels::carve_scratch(floats_.get(), qa_.get(), qa_sum_.get(), z);
 
     // Per call: 3 int32 per row and the mask in; top-k tokens and log-probs out.
     in_bytes_ = size_t(max_rows) * (12 + size_t(n_slots));
@@ -254,7 +246,8 @@ class CudaDraftModel final : public DraftModel {
   cudaStream_t stream_ = nullptr;
   kernels::ModelDev model_;
   std::vector<kernels::LayerDev> layers_;
-  std::vector<DeviceBuffer<float>> small_, floats_;
+  std::vector<DeviceBuffer<float>> small_;
+  DeviceBuffer<float> floats_;  // the scratch's float arrays (carve_scratch)
   DeviceBuffer<float> k_cache_, v_cache_;
   DeviceBuffer<int8_t> qa_;
   DeviceBuffer<int32_t> qa_sum_;

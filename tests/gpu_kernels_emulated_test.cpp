@@ -68,16 +68,13 @@ TEST(EmulatedKernels, DraftMatmulIsBitExactWithTheCpuReference) {
     cpu::QuantizedActivations qa;
     cpu::quantize_activations_ref(x.data(), rows, in, group, qa);
     // A sign plane: the CPU view (rows of (in + 7) / 8 bytes) and the device's (whole groups).
-    const int64_t groups = qa.groups, row_bytes = (in + 7) / 8, dev_row = groups * group / 8;
+    const int64_t row_bytes = (in + 7) / 8;
     std::mt19937 rng(3);
-    std::vector<uint8_t> signs(size_t(37 * row_bytes)), dev_signs(size_t(37 * dev_row), 0);
+    std::vector<uint8_t> signs(size_t(37 * row_bytes));
     for (auto& b : signs) b = uint8_t(rng());
-    for (int64_t o = 0; o < 37; ++o) {
-      if (in % 8) signs[size_t(o * row_bytes + row_bytes - 1)] &= uint8_t((1u << (in % 8)) - 1);
-      std::memcpy(dev_signs.data() + o * dev_row, signs.data() + o * row_bytes, size_t(row_bytes));
-    }
     const auto alpha = random_floats(37, 11, 0.01f);
     const cpu::SignPlaneView sv{signs.data(), alpha.data(), 37, in, row_bytes, true};
+    const std::vector<uint8_t> dev_signs = k::pad_sign_rows({signs.data(), alpha.data(), 37, in, row_bytes, true}, group);
     for (bool with_signs : {false, true}) {
       std::vector<float> want(size_t(rows * 37)), got(size_t(rows * 37), NAN);
       cpu::draft_matmul_ref(p.view(), qa, want.data(), with_signs ? &sv : nullptr);
@@ -236,17 +233,13 @@ class EmulatedDeviceDraft final : public DeviceDraft {
   EmulatedDeviceDraft(const gpu::DraftModelHost& h, int64_t n_slots, bool g64) : n_slots_(n_slots) {
     model_.g64_kernel = g64;
     k::ShapeDev& s = model_.shape;
-    s = {h.n_layers, h.n_embd, h.n_heads, h.n_kv_heads, h.head_dim, h.n_ff, h.n_vocab, h.n_rot,
-         h.rope_base, h.rope_freq_scale, h.rms_eps, h.rope_neox, h.group};
+    s = k::shape_of(h);
     // A variant's sign rows repacked to whole groups, as DraftMatmul::upload_signs does.
     auto plane = [this](const gpu::DraftModelHost::Plane& p) {
       const gpu::DraftPlaneHost& d = p.plane;
       k::PlaneDev dev{d.codes, d.scales, d.offsets, d.out, d.in, quant::groups_per_row(d.in, d.group), d.group};
       if (p.signs.signs) {
-        const int64_t padded = dev.groups * d.group / 8, used = (d.in + 7) / 8;
-        auto& rows = sign_copies_.emplace_back(static_cast<size_t>(d.out * padded), uint8_t{0});
-        for (int64_t o = 0; o < d.out; ++o) std::memcpy(rows.data() + o * padded, p.signs.signs + o * p.signs.row_bytes, size_t(used));
-        dev.signs = rows.data();
+        dev.signs = sign_copies_.emplace_back(k::pad_sign_rows(p.signs, d.group)).data();
         dev.alpha = p.signs.alpha;
         dev.alpha_per_row = p.signs.alpha_per_row;
       }
@@ -300,13 +293,10 @@ class EmulatedDeviceDraft final : public DeviceDraft {
       }
     }
     const k::ScratchSizes z = k::scratch_sizes(model_.shape, rows, b.kv_len);
-    std::vector<std::vector<float>> f;
-    for (int64_t n : {z.x, z.h, z.q, z.k, z.v, z.attn, z.proj, z.gate, z.up, z.logits, z.scores, z.qa_groups})
-      f.emplace_back(static_cast<size_t>(n), NAN);
+    std::vector<float> f(static_cast<size_t>(z.floats()), NAN);
     std::vector<int8_t> qa(static_cast<size_t>(z.qa));
     std::vector<int32_t> qsum(static_cast<size_t>(z.qa_groups));
-    k::ScratchDev t{f[0].data(), f[1].data(), f[2].data(),  f[3].data(), f[4].data(),  f[5].data(), f[6].data(),
-                    f[7].data(), f[8].data(), f[9].data(),  f[10].data(), qa.data(), f[11].data(), qsum.data()};
+    k::ScratchDev t = k::carve_scratch(f.data(), qa.data(), qsum.data(), z);
     const k::BatchDev bd{b.tokens.data(), b.positions.data(), b.slots.data(), b.mask.data(), rows, b.kv_len};
     k::draft_forward(model_, bd, t, 0);
     top.k = kk;
@@ -316,9 +306,9 @@ class EmulatedDeviceDraft final : public DeviceDraft {
       BS_LAUNCH_SYNC(k::top_k_rows, rows, k::kBlock, 0, t.logits, model_.shape.n_vocab, kk, top.tokens.data(),
                      top.log_probs.data());
     }
-    if (logits) logits->assign(f[9].begin(), f[9].end());
+    if (logits) logits->assign(t.logits, t.logits + z.logits);
     transfers_.activation_bytes += uint64_t(rows * 12 + rows * b.kv_len);
-    transfers_.result_bytes += uint64_t(rows * kk * 8) + (logits ? uint64_t(f[9].size() * 4) : 0);
+    transfers_.result_bytes += uint64_t(rows * kk * 8) + (logits ? uint64_t(z.logits * 4) : 0);
     ++transfers_.calls;
     return Status::ok();
   }
