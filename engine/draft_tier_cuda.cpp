@@ -39,18 +39,10 @@ class CudaDraftTier final : public DraftTier {
 
   std::string placement() const override { return plan_vram(planes_, budget_).summary(); }
 
+  // D·X alone is the overlapped call with nothing for the CPU to do meanwhile.
   Status draft_matmul(const SplitProjection& p, const cpu::QuantizedActivations& x, float* y,
                       const cpu::SignPlaneView* delta) override {
-    if (p.draft_bits != 2 || !gpu_->resident(&p)) {
-      p.cpu_draft_matmul(*cpu_, x, y, delta);
-      return Status::ok();
-    }
-    const gpu::QuantizedRowsHost rows{x.q.data(), x.scale.data(), x.sum.data(), x.rows, x.padded, x.groups};
-    if (!delta) return gpu_->run(&p, rows, y);
-    // A variant's signs join D in the same kernel; they are uploaded when the variant is
-    // prepared (prepare_delta), or here on first use.
-    BITSPLIT_RETURN_IF_ERROR(prepare_delta(p, *delta));
-    return gpu_->run(&p, rows, y, delta->signs);
+    return draft_matmul_overlapped(p, x, y, delta, [] {});
   }
 
   Status draft_matmul_overlapped(const SplitProjection& p, const cpu::QuantizedActivations& x, float* y,
@@ -60,6 +52,8 @@ class CudaDraftTier final : public DraftTier {
       cpu_work();
       return Status::ok();
     }
+    // A variant's signs join D in the same kernel; they are uploaded when the variant is
+    // prepared (prepare_delta), or here on first use.
     if (delta) BITSPLIT_RETURN_IF_ERROR(prepare_delta(p, *delta));
     const gpu::QuantizedRowsHost rows{x.q.data(), x.scale.data(), x.sum.data(), x.rows, x.padded, x.groups};
     BITSPLIT_RETURN_IF_ERROR(gpu_->start(&p, rows, delta ? delta->signs : nullptr));

@@ -140,7 +140,7 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
       const Batch level = tree_batch(tree, frontier, committed, true);
       std::vector<spec::Candidate> candidates;
       std::vector<float> logits;
-      if (device && greedy && k <= 32) {
+      if (device && greedy && k <= DeviceDraft::kMaxTopK) {
         // Greedy needs only each row's top k, computed on the device.
         DraftTopK top;
         BITSPLIT_RETURN_IF_ERROR(device->forward(level, k, top, nullptr));

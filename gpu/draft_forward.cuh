@@ -54,6 +54,8 @@ struct ShapeDev {
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
 };
 
+static_assert(kMaxTopK == DraftModel::kMaxTopK, "the top-k kernel's limit is the API's");
+
 inline ShapeDev shape_of(const DraftModelHost& m) {
   return {m.n_layers, m.n_embd, m.n_heads, m.n_kv_heads, m.head_dim, m.n_ff, m.n_vocab, m.n_rot,
           m.rope_base, m.rope_freq_scale, m.rms_eps, m.rope_neox, m.group};

@@ -26,11 +26,12 @@ struct DraftTopK {
 
 class DeviceDraft {
  public:
+  static constexpr int kMaxTopK = gpu::DraftModel::kMaxTopK;  // forward()'s k at most
   virtual ~DeviceDraft() = default;
   virtual std::string name() const = 0;
   // Copies slots [from, to) of every layer of `cache` (the target's committed K/V) to the device.
   virtual Status sync_cache(const KvCache& cache, int64_t from, int64_t to) = 0;
-  // Runs the batch; the top k of every row (k <= 32), and with `logits` non-null the logits
+  // Runs the batch; the top k of every row (k <= kMaxTopK), and with `logits` non-null the logits
   // [rows x n_vocab] too (sampling needs the whole distribution).
   virtual Status forward(const Batch& batch, int k, DraftTopK& top, std::vector<float>* logits) = 0;
   virtual DraftTier::Transfers transfers() const = 0;

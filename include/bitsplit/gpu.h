@@ -165,6 +165,7 @@ struct DraftModelHost {
 // (or, when asked, the logits) comes out; committed K/V are copied in by upload_kv().
 class DraftModel {
  public:
+  static constexpr int kMaxTopK = 32;  // forward()'s top_k at most
   // Fails with a message naming what is missing (a plane not resident in `planes`, a shape the
   // kernels do not take) or what did not fit in VRAM. max_rows bounds a batch's rows.
   static Result<std::unique_ptr<DraftModel>> create(DraftMatmul& planes, const DraftModelHost& model, int64_t n_slots,
