@@ -113,21 +113,12 @@ Status convert_model(const WeightSource& source, const std::string& out_path, co
   auto add_split = [&](const gguf::TensorInfo& t, const std::string& base) -> Status {
     if (t.dims.size() != 2) return Status::error("tensor '" + t.name + "' should be 2-D to be split");
     const int64_t in = t.dims[0], out = t.dims[1];
-    const auto names = split_tensor_names(base);
-    const int64_t groups = quant::groups_per_row(in, p.group);
-    const struct {
-      const std::string& name;
-      OutKind kind;
-      TensorType type;
-      int64_t row;
-    } parts[] = {{names.draft_codes, OutKind::kDraftCodes, TensorType::I8, quant::code_row_bytes(in, p.group, p.draft_bits)},
-                 {names.draft_scales, OutKind::kDraftScales, TensorType::F16, groups},
-                 {names.draft_offsets, OutKind::kDraftOffsets, TensorType::F16, groups},
-                 {names.resid_codes, OutKind::kResidCodes, TensorType::I8, quant::code_row_bytes(in, p.group, p.residual_bits)},
-                 {names.resid_scales, OutKind::kResidScales, TensorType::F16, groups}};
-    for (const auto& part : parts) {
-      BITSPLIT_RETURN_IF_ERROR(writer.add_tensor_info(part.name, part.type, {part.row, out}));
-      plan.push_back({part.kind, &t, base, in, out});
+    constexpr OutKind kinds[kSplitPlanes] = {OutKind::kDraftCodes, OutKind::kDraftScales, OutKind::kDraftOffsets,
+                                             OutKind::kResidCodes, OutKind::kResidScales};
+    const auto tensors = split_plane_tensors(base, in, {p.group, p.draft_bits, p.residual_bits});
+    for (int i = 0; i < kSplitPlanes; ++i) {
+      BITSPLIT_RETURN_IF_ERROR(writer.add_tensor_info(tensors[size_t(i)].name, tensors[size_t(i)].type, {tensors[size_t(i)].row, out}));
+      plan.push_back({kinds[i], &t, base, in, out});
     }
     rep.split_weights += in * out;
     rep.source_types[gguf::tensor_type_name(t.type)] += in * out;

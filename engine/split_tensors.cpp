@@ -31,6 +31,18 @@ SplitTensorNames split_tensor_names(const std::string& base) {
           base + ".resid_scales"};
 }
 
+std::array<SplitPlaneTensor, kSplitPlanes> split_plane_tensors(const std::string& base, int64_t in,
+                                                                const SplitFormat& f) {
+  const SplitTensorNames n = split_tensor_names(base);
+  const int64_t groups = quant::groups_per_row(in, f.group);
+  using gguf::TensorType;
+  return {{{n.draft_codes, TensorType::I8, quant::code_row_bytes(in, f.group, f.draft_bits)},
+           {n.draft_scales, TensorType::F16, groups},
+           {n.draft_offsets, TensorType::F16, groups},
+           {n.resid_codes, TensorType::I8, quant::code_row_bytes(in, f.group, f.residual_bits)},
+           {n.resid_scales, TensorType::F16, groups}}};
+}
+
 bool is_split_projection(const std::string& name) {
   // "output.weight" or "blk.<digits>.<projection>.weight".
   if (name == "output.weight") return true;
@@ -66,32 +78,23 @@ Status check_plane(const WeightSource& source, const std::string& name, gguf::Te
 
 Result<SplitProjection> load_split_planes(const WeightSource& source, const std::string& base, int64_t in,
                                           int64_t out, const SplitFormat& f) {
-  const auto names = split_tensor_names(base);
-  const int64_t groups = quant::groups_per_row(in, f.group);
-  using gguf::TensorType;
   SplitProjection p = SplitProjection::sized(out, in, f.group, f.draft_bits, f.residual_bits);
   // Each plane's bytes are copied as stored (I8 codes, little-endian F16 scales) into the
   // buffers sized for the shape; check_plane has already matched the sizes.
-  auto fetch = [&](const std::string& name, TensorType type, int64_t row_elems, void* dest, size_t bytes) -> Status {
-    BITSPLIT_RETURN_IF_ERROR(check_plane(source, name, type, row_elems, out));
-    const gguf::TensorInfo& t = *source.find_tensor(name);
+  const auto tensors = split_plane_tensors(base, in, f);
+  const std::pair<void*, size_t> dest[kSplitPlanes] = {
+      {p.draft_codes.data(), p.draft_codes.size()},         {p.draft_scales.data(), p.draft_scales.size() * 2},
+      {p.draft_offsets.data(), p.draft_offsets.size() * 2}, {p.resid_codes.data(), p.resid_codes.size()},
+      {p.resid_scales.data(), p.resid_scales.size() * 2}};
+  for (int i = 0; i < kSplitPlanes; ++i) {
+    const SplitPlaneTensor& st = tensors[size_t(i)];
+    BITSPLIT_RETURN_IF_ERROR(check_plane(source, st.name, st.type, st.row, out));
+    const gguf::TensorInfo& t = *source.find_tensor(st.name);
     BITSPLIT_ASSIGN_OR_RETURN(std::span<const uint8_t> raw, source.raw_bytes(t));
-    BITSPLIT_CHECK(raw.size() == bytes, "plane size checked above");
-    std::memcpy(dest, raw.data(), bytes);
+    BITSPLIT_CHECK(raw.size() == dest[i].second, "plane size checked above");
+    std::memcpy(dest[i].first, raw.data(), dest[i].second);
     source.release(t);
-    return Status::ok();
-  };
-  auto fetch_codes = [&](const std::string& name, int bits, std::vector<uint8_t>& dest) {
-    return fetch(name, TensorType::I8, quant::code_row_bytes(in, f.group, bits), dest.data(), dest.size());
-  };
-  auto fetch_halves = [&](const std::string& name, std::vector<uint16_t>& dest) {
-    return fetch(name, TensorType::F16, groups, dest.data(), dest.size() * 2);
-  };
-  BITSPLIT_RETURN_IF_ERROR(fetch_codes(names.draft_codes, f.draft_bits, p.draft_codes));
-  BITSPLIT_RETURN_IF_ERROR(fetch_halves(names.draft_scales, p.draft_scales));
-  BITSPLIT_RETURN_IF_ERROR(fetch_halves(names.draft_offsets, p.draft_offsets));
-  BITSPLIT_RETURN_IF_ERROR(fetch_codes(names.resid_codes, f.residual_bits, p.resid_codes));
-  BITSPLIT_RETURN_IF_ERROR(fetch_halves(names.resid_scales, p.resid_scales));
+  }
   return p;
 }
 

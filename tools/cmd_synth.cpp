@@ -263,20 +263,13 @@ int synth(const SynthArgs& a) {
       st = add(p.name, TensorType::F16, p.dims, {Kind::kNoiseF16, i});
     } else if (is_split_projection(p.name)) {
       const int64_t in = p.dims[0], rows = p.dims[1];
-      const auto names = split_tensor_names(p.name.substr(0, p.name.size() - std::string(".weight").size()));
-      const int64_t groups = quant::groups_per_row(in, a.group);
-      const struct {
-        const std::string& name;
-        Kind kind;
-        TensorType type;
-        int64_t row;
-      } parts[] = {{names.draft_codes, Kind::kDraftCodes, TensorType::I8, quant::code_row_bytes(in, a.group, a.draft_bits)},
-                   {names.draft_scales, Kind::kDraftScales, TensorType::F16, groups},
-                   {names.draft_offsets, Kind::kDraftOffsets, TensorType::F16, groups},
-                   {names.resid_codes, Kind::kResidCodes, TensorType::I8, quant::code_row_bytes(in, a.group, a.residual)},
-                   {names.resid_scales, Kind::kResidScales, TensorType::F16, groups}};
-      for (const auto& part : parts) {
-        if (st) st = add(part.name, part.type, {part.row, rows}, {part.kind, i, in, rows});
+      constexpr Kind kinds[kSplitPlanes] = {Kind::kDraftCodes, Kind::kDraftScales, Kind::kDraftOffsets, Kind::kResidCodes,
+                                            Kind::kResidScales};
+      const auto tensors = split_plane_tensors(p.name.substr(0, p.name.size() - std::string(".weight").size()), in,
+                                               {a.group, a.draft_bits, a.residual});
+      for (int k = 0; k < kSplitPlanes && st; ++k) {
+        const SplitPlaneTensor& t = tensors[size_t(k)];
+        st = add(t.name, t.type, {t.row, rows}, {kinds[k], i, in, rows});
       }
     } else if (p.name == "token_embd.weight" && p.dims[0] % quant::BlockQ8_0::kWeights == 0) {
       st = add(p.name, TensorType::Q8_0, p.dims, {Kind::kQ8_0, i, p.dims[0], p.dims[1]});

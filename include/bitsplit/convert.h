@@ -2,6 +2,7 @@
 // tensor naming and metadata of converted files, and reading split weights back.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -33,6 +34,18 @@ struct SplitTensorNames {
   std::string draft_codes, draft_scales, draft_offsets, resid_codes, resid_scales;
 };
 SplitTensorNames split_tensor_names(const std::string& base);
+
+// Those five tensors in file order, with their type and row length: a tensor's dims are
+// {row, out} (I8 codes: code_row_bytes per row; F16 scales/offsets: one per group). The one
+// description of the layout that convert, synth and the loader all follow.
+enum SplitPlane { kDraftCodes, kDraftScales, kDraftOffsets, kResidCodes, kResidScales, kSplitPlanes };
+struct SplitPlaneTensor {
+  std::string name;
+  gguf::TensorType type;
+  int64_t row;
+};
+std::array<SplitPlaneTensor, kSplitPlanes> split_plane_tensors(const std::string& base, int64_t in,
+                                                                const SplitFormat& format);
 
 // True for the 2-D projections that are split (attention, FFN, output head).
 bool is_split_projection(const std::string& tensor_name);
