@@ -29,6 +29,30 @@ Opened open_pair(const std::string& ft_name) {
   return {std::move(*base), std::move(*ft)};
 }
 
+// Base and fine-tune loaded in f32, and the fine-tune's validation text tokenized.
+struct Loaded {
+  Opened files;
+  std::unique_ptr<Model> base, ft;
+  std::vector<int32_t> ids;
+  int32_t bos = -1;
+};
+
+std::unique_ptr<Loaded> load_pair(const std::string& ft_name, const std::string& text_name) {
+  auto l = std::make_unique<Loaded>();
+  l->files = open_pair(ft_name);
+  auto base = Model::load(*l->files.base);
+  auto ft = Model::load(*l->files.ft);
+  auto tok = Tokenizer::from_metadata(l->files.base->metadata());
+  BITSPLIT_CHECK(base.is_ok() && ft.is_ok() && tok.is_ok(), "fixtures");
+  l->base = std::make_unique<Model>(std::move(*base));
+  l->ft = std::make_unique<Model>(std::move(*ft));
+  std::ifstream in(fixture("text/" + text_name), std::ios::binary);
+  const std::string text{std::istreambuf_iterator<char>(in), {}};
+  l->ids = (*tok)->encode(text, {.add_special = false});
+  l->bos = (*tok)->vocab().bos;
+  return l;
+}
+
 double sq_dist(const std::vector<float>& a, const std::vector<float>& b) {
   double s = 0;
   for (size_t i = 0; i < a.size(); ++i) s += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
@@ -102,21 +126,17 @@ TEST(DeltaQuality, BasePlusDeltaPredictsLikeTheFineTune) {
   const std::string base_path = fixture("bible-base.gguf");
   BITSPLIT_REQUIRE_FILE(base_path);
   testing::TempDir dir("delta-e2e");
-  Opened m = open_pair("bible-devil.gguf");
-  auto base = Model::load(*m.base);
-  auto ft = Model::load(*m.ft);
-  ASSERT_TRUE(base.is_ok() && ft.is_ok());
-  auto tok = Tokenizer::from_metadata(m.base->metadata());
-  ASSERT_TRUE(tok.is_ok());
-  std::ifstream in(fixture("text/devil.valid.txt"), std::ios::binary);
-  const std::string text{std::istreambuf_iterator<char>(in), {}};
-  const std::vector<int32_t> ids = (*tok)->encode(text, {.add_special = false});
+  const auto l = load_pair("bible-devil.gguf", "devil.valid.txt");
+  const Opened& m = l->files;
+  const auto& base = l->base;
+  const auto& ft = l->ft;
+  const std::vector<int32_t>& ids = l->ids;
   constexpr int64_t kCtx = 128, kWindows = 4;
   ASSERT_GE(int64_t(ids.size()), kCtx * kWindows);
   const int64_t vocab = base->config().n_vocab;
 
   auto logits_of = [&](const Model& model, int64_t w) {
-    std::vector<int32_t> input = {(*tok)->vocab().bos};
+    std::vector<int32_t> input = {l->bos};
     input.insert(input.end(), ids.begin() + w * kCtx, ids.begin() + (w + 1) * kCtx - 1);
     KvCache cache(model.config(), kCtx);
     auto r = forward_reference(model, cache, Batch::causal(input, 0, true));
@@ -172,42 +192,31 @@ TEST(DeltaQuality, BasePlusDeltaPredictsLikeTheFineTune) {
   }
 }
 
-}  // namespace
-}  // namespace bitsplit
-
-namespace bitsplit {
-namespace {
 
 // The end-to-end refinement of the scales on the logit KL: on a slice of the psalms text it
 // lowers the KL of base + delta to the fine-tune (measured on the same slice; bitsplit eval
 // measures it on held-out text, docs/QUALITY.md), never raises it, and 0 sweeps change nothing.
 TEST(DeltaQuality, KlDistillationLowersTheLogitKl) {
   BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
-  Opened m = open_pair("bible-psalms.gguf");
-  auto base = Model::load(*m.base);
-  auto ft = Model::load(*m.ft);
-  ASSERT_TRUE(base.is_ok() && ft.is_ok());
-  auto tok = Tokenizer::from_metadata(m.base->metadata());
-  ASSERT_TRUE(tok.is_ok());
-  std::ifstream in(fixture("text/psalms.valid.txt"), std::ios::binary);
-  const std::string text{std::istreambuf_iterator<char>(in), {}};
-  const std::vector<int32_t> ids = (*tok)->encode(text, {.add_special = false});
-  auto parts = compute_delta(*base, *ft, quant::DeltaAlpha::kRow);
+  const auto l = load_pair("bible-psalms.gguf", "psalms.valid.txt");
+  const Model &base = *l->base, &ft = *l->ft;
+  const std::vector<int32_t>& ids = l->ids;
+  auto parts = compute_delta(base, ft, quant::DeltaAlpha::kRow);
   ASSERT_TRUE(parts.is_ok());
-  const int32_t bos = (*tok)->vocab().bos;
+  const int32_t bos = l->bos;
   DeltaParts unchanged = *parts;
-  auto none = distill_delta_kl(*base, *ft, ids, 64, bos, unchanged, 0, 48, nullptr);
+  auto none = distill_delta_kl(base, ft, ids, 64, bos, unchanged, 0, 48, nullptr);
   ASSERT_TRUE(none.is_ok()) << none.status().message();
   EXPECT_EQ(none->kl_after, none->kl_before);
   EXPECT_EQ(unchanged.signs.at("blk.0.attn_q.weight").alpha, parts->signs.at("blk.0.attn_q.weight").alpha);
-  auto r = distill_delta_kl(*base, *ft, ids, 64, bos, *parts, 1, 48, nullptr);
+  auto r = distill_delta_kl(base, ft, ids, 64, bos, *parts, 1, 48, nullptr);
   ASSERT_TRUE(r.is_ok()) << r.status().message();
   EXPECT_EQ(r->kl_before, none->kl_before);
   EXPECT_GT(r->changed, 0);
   // Measured: 0.0152 -> 0.0059 on these 48 tokens (fitted on them); a tenth off is a safe bound.
   EXPECT_LT(r->kl_after, 0.9 * r->kl_before) << r->kl_before << " -> " << r->kl_after;
   EXPECT_LE(r->evaluations, 1 + 2 * int64_t(parts->signs.size()));
-  auto bad = distill_delta_kl(*base, *ft, ids, 64, bos, *parts, -1, 48, nullptr);
+  auto bad = distill_delta_kl(base, ft, ids, 64, bos, *parts, -1, 48, nullptr);
   EXPECT_FALSE(bad.is_ok());
 }
 
