@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "../engine/tokenizer_pretok.h"
+#include "../text/tokenizer_pretok.h"
 #include "bitsplit/gguf.h"
 #include "bitsplit/tokenizer.h"
 

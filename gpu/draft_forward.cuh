@@ -3,12 +3,12 @@
 // quantisation, the 2-bit q/k/v projections (+ biases, QK-norm, RoPE), K/V into the device
 // cache, tree-masked attention, the output projection, the SwiGLU FFN and the residual adds;
 // then the output norm, the 2-bit head and the top-k of each row. The same order of operations
-// as forward_reference() with Tier::kDraft, so the logits agree with the CPU draft up to the
+// as forward_pass() with Pass::kDraft, so the logits agree with the CPU draft up to the
 // device's libm (expf, powf, sinf, cosf).
 //
 // Everything here takes device pointers and only launches kernels; gpu/draft_model.cu owns the
 // memory. Under tests/cuda_emulation.h the same code runs on host memory (the CI test of the
-// whole pass against forward_reference).
+// whole pass against forward_pass).
 #pragma once
 
 #include <cstring>

@@ -1,7 +1,7 @@
 // The 2-bit draft plane times int8-quantised activations on the GPU, bit-exact with the CPU
 // reference (cpu::draft_matmul_ref); the kernel is kernels::draft_matmul (draft_kernels.cuh).
 // This file keeps planes and variant sign planes resident and runs the kernel for the CPU's
-// quantised activations (the per-projection path of the CUDA draft tier).
+// quantised activations (the per-projection path of the CUDA backend).
 #include <cuda_runtime.h>
 
 #include <cstring>

@@ -42,7 +42,7 @@ class ConvertTest : public ::testing::Test {
 Result<std::vector<float>> logits_of(const WeightSource& source, const ModelLoadOptions& options = {.keep_planes = false}) {
   BITSPLIT_ASSIGN_OR_RETURN(Model m, Model::load(source, options));
   KvCache cache(m.config(), 5);
-  return forward_reference(m, cache, Batch::causal(std::vector<int32_t>{1, 7, 3, 9, 4}, 0, true));
+  return forward_pass(m, cache, Batch::causal(std::vector<int32_t>{1, 7, 3, 9, 4}, 0, true));
 }
 
 TEST_F(ConvertTest, WritesPlanesMetadataAndLoadsBackAsDPlusR) {
@@ -101,7 +101,7 @@ TEST_F(ConvertTest, WritesPlanesMetadataAndLoadsBackAsDPlusR) {
         return out;
       });
   KvCache cache(expected.config(), 5);
-  auto want = forward_reference(expected, cache, Batch::causal(std::vector<int32_t>{1, 7, 3, 9, 4}, 0, true));
+  auto want = forward_pass(expected, cache, Batch::causal(std::vector<int32_t>{1, 7, 3, 9, 4}, 0, true));
   auto got = logits_of(**converted);
   ASSERT_TRUE(got.is_ok()) << got.status().message();
   EXPECT_EQ(*got, *want);

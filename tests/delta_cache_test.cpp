@@ -9,7 +9,8 @@
 #include <random>
 #include <thread>
 
-#include "bitsplit/delta.h"
+#include "bitsplit/delta_format.h"
+#include "bitsplit/variant_cache.h"
 
 namespace bitsplit {
 namespace {

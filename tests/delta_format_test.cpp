@@ -7,7 +7,8 @@
 #include <random>
 
 #include "bitsplit/convert.h"
-#include "bitsplit/delta.h"
+#include "bitsplit/delta_format.h"
+#include "bitsplit/variant_cache.h"
 #include "gguf_testing.h"
 #include "test_paths.h"
 

@@ -7,7 +7,8 @@
 #include <fstream>
 
 #include "bitsplit/convert.h"
-#include "bitsplit/delta.h"
+#include "bitsplit/delta_format.h"
+#include "bitsplit/variant_cache.h"
 #include "bitsplit/model.h"
 #include "bitsplit/tokenizer.h"
 #include "bitsplit/variant.h"
@@ -139,7 +140,7 @@ TEST(DeltaQuality, BasePlusDeltaPredictsLikeTheFineTune) {
     std::vector<int32_t> input = {l->bos};
     input.insert(input.end(), ids.begin() + w * kCtx, ids.begin() + (w + 1) * kCtx - 1);
     KvCache cache(model.config(), kCtx);
-    auto r = forward_reference(model, cache, Batch::causal(input, 0, true));
+    auto r = forward_pass(model, cache, Batch::causal(input, 0, true));
     BITSPLIT_CHECK(r.is_ok(), r.status().message());
     return std::move(*r);
   };

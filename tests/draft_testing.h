@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bitsplit/device_draft.h"
+#include "bitsplit/draft_description.h"
 #include "bitsplit/model.h"
 
 namespace bitsplit::testing {
@@ -33,7 +34,14 @@ inline std::vector<Batch> prompt_then_tree_level(const std::vector<int32_t>& pro
   return {Batch::causal(prompt, 0, true), tree};
 }
 
-// Both batches through the CPU draft (forward_reference, Tier::kDraft, the variant if any) and
+// The whole draft of `m` (with a variant) on m's backend device, as speculative decoding asks
+// for it (decode/draft_source.cpp).
+inline Result<std::shared_ptr<DeviceDraft>> device_draft_of(const Model& m, int64_t slots, const Variant* variant = nullptr) {
+  return m.backend().make_device_draft([&] { return describe_device_draft(m, variant); }, slots,
+                                       variant ? nullptr : &m);
+}
+
+// Both batches through the CPU draft (forward_pass, Pass::kDraft, the variant if any) and
 // the device draft: every row's logits within rel_tol of the row's largest |logit| (0: bitwise), the same
 // argmax, and the device's top-1 that argmax.
 inline void expect_device_draft_matches_cpu(const Model& m, DeviceDraft& dev, const std::vector<int32_t>& prompt,
@@ -41,11 +49,11 @@ inline void expect_device_draft_matches_cpu(const Model& m, DeviceDraft& dev, co
   KvCache cache(m.config(), slots);
   const int64_t vocab = m.config().n_vocab;
   for (const Batch& b : prompt_then_tree_level(prompt)) {
-    auto want = forward_reference(m, cache, b, nullptr, Tier::kDraft, variant);
+    auto want = forward_pass(m, cache, b, nullptr, Pass::kDraft, variant);
     ASSERT_TRUE(want.is_ok()) << want.status().message();
     DraftTopK top;
     std::vector<float> got;
-    ASSERT_TRUE(dev.forward(b, 4, top, &got).is_ok());
+    ASSERT_TRUE(dev.forward(draft_rows(b), 4, top, &got).is_ok());
     ASSERT_EQ(got.size(), want->size());
     for (int64_t r = 0; r < b.size(); ++r) {
       const float* w = want->data() + r * vocab;
@@ -68,7 +76,7 @@ inline void expect_device_draft_matches_cpu(const Model& m, DeviceDraft& dev, co
 inline void expect_device_draft_batch_invariant(DeviceDraft& dev, const std::vector<int32_t>& prompt, int64_t vocab) {
   DraftTopK top;
   std::vector<float> ignored, both, alone;
-  ASSERT_TRUE(dev.forward(Batch::causal(prompt, 0, true), 1, top, &ignored).is_ok());  // K/V of the prompt
+  ASSERT_TRUE(dev.forward(draft_rows(Batch::causal(prompt, 0, true)), 1, top, &ignored).is_ok());  // K/V of the prompt
   const int32_t n = int32_t(prompt.size());
   auto siblings = [&](std::vector<int32_t> rows) {
     Batch b;
@@ -85,9 +93,9 @@ inline void expect_device_draft_batch_invariant(DeviceDraft& dev, const std::vec
     }
     return b;
   };
-  ASSERT_TRUE(dev.forward(siblings({0, 1}), 1, top, &both).is_ok());
+  ASSERT_TRUE(dev.forward(draft_rows(siblings({0, 1})), 1, top, &both).is_ok());
   for (int32_t r : {0, 1}) {
-    ASSERT_TRUE(dev.forward(siblings({r}), 1, top, &alone).is_ok());
+    ASSERT_TRUE(dev.forward(draft_rows(siblings({r})), 1, top, &alone).is_ok());
     ASSERT_EQ(alone.size(), size_t(vocab));
     EXPECT_EQ(0, std::memcmp(alone.data(), both.data() + r * vocab, size_t(vocab) * sizeof(float)))
         << "row " << r << " alone differs from the same row in a batch of two";

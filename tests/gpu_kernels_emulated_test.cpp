@@ -1,7 +1,7 @@
 // The CUDA draft kernels (gpu/draft_kernels.cuh) and the whole device draft pass
 // (gpu/draft_forward.cuh), run on the CPU under tests/cuda_emulation.h: every kernel against
 // the CPU reference it mirrors (bit for bit where the arithmetic is the same), the whole pass
-// against forward_reference's draft on a trained fixture, and speculative decoding through a
+// against forward_pass's draft on a trained fixture, and speculative decoding through a
 // DeviceDraft built on the emulated pass (lossless; every K/V slot a row sees was copied in or
 // drafted in this check). The same kernels run on a GPU in gpu_draft_tier_tests (label gpu).
 #include "cuda_emulation.h"  // first: defines the CUDA names the kernels use
@@ -206,7 +206,7 @@ std::string fixture(const std::string& name) { return testing::source_dir() + "/
 class EmulatedDeviceDraft;
 
 // A draft tier that keeps the draft's file layout and offers the emulated device draft.
-class EmulatedTier final : public DraftTier {
+class EmulatedTier final : public Backend {
  public:
   explicit EmulatedTier(std::shared_ptr<cpu::CpuContext> cpu) : cpu_(std::move(cpu)) {}
   std::string name() const override { return "emulated"; }
@@ -216,8 +216,8 @@ class EmulatedTier final : public DraftTier {
     p.cpu_draft_matmul(*cpu_, x, y, delta);
     return Status::ok();
   }
-  Result<std::shared_ptr<DeviceDraft>> make_device_draft(const Model& draft, int64_t n_slots,
-                                                          const Variant* variant = nullptr) override;
+  Result<std::shared_ptr<DeviceDraft>> make_device_draft(const DescribeDraft& describe, int64_t n_slots,
+                                                          const void* reuse_key) override;
   std::shared_ptr<EmulatedDeviceDraft> last;
   bool g64 = true;  // the group-64 kernel (bit-identical, slower under the emulation)
 
@@ -230,7 +230,7 @@ class EmulatedTier final : public DraftTier {
 // (committed) or drafted earlier in this check, never stale ones.
 class EmulatedDeviceDraft final : public DeviceDraft {
  public:
-  EmulatedDeviceDraft(const gpu::DraftModelHost& h, int64_t n_slots, bool g64) : n_slots_(n_slots) {
+  EmulatedDeviceDraft(const gpu::DraftModelHost& h, int64_t n_slots, bool g64) : DeviceDraft(n_slots), n_slots_(n_slots) {
     model_.g64_kernel = g64;
     k::ShapeDev& s = model_.shape;
     s = k::shape_of(h);
@@ -269,21 +269,19 @@ class EmulatedDeviceDraft final : public DeviceDraft {
 
   std::string name() const override { return "emulated"; }
 
-  Status sync_cache(const KvCache& cache, int64_t from, int64_t to) override {
-    const int64_t kv = model_.shape.kv_dim();
-    for (int64_t l = 0; l < model_.shape.n_layers; ++l) {
-      std::copy(cache.k(l, from), cache.k(l, from) + (to - from) * kv, layers_[size_t(l)].k_cache + from * kv);
-      std::copy(cache.v(l, from), cache.v(l, from) + (to - from) * kv, layers_[size_t(l)].v_cache + from * kv);
-    }
-    transfers_.activation_bytes += uint64_t((to - from) * kv * 8 * model_.shape.n_layers);
-    kv_slots_copied += to - from;
+  Status upload_kv(int64_t layer, int64_t from, int64_t count, const float* k, const float* v) override {
+    const int64_t kv = model_.shape.kv_dim(), to = from + count;
+    std::copy(k, k + count * kv, layers_[size_t(layer)].k_cache + from * kv);
+    std::copy(v, v + count * kv, layers_[size_t(layer)].v_cache + from * kv);
+    transfers_.activation_bytes += uint64_t(count * kv * 8);
+    if (layer == 0) kv_slots_copied += count;
     // A new check starts after each commit: what was drafted past the committed prefix is stale.
     for (int64_t j = 0; j < n_slots_; ++j) valid_[size_t(j)] = j < to ? 1 : 0;
     return Status::ok();
   }
 
-  Status forward(const Batch& b, int kk, DraftTopK& top, std::vector<float>* logits) override {
-    const int64_t rows = b.size();
+  Status forward(const DraftRows& b, int kk, DraftTopK& top, std::vector<float>* logits) override {
+    const int64_t rows = b.rows;
     for (int64_t r = 0; r < rows; ++r) valid_[size_t(b.slots[size_t(r)])] = 1;
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t j = 0; j < b.kv_len; ++j) {
@@ -297,7 +295,7 @@ class EmulatedDeviceDraft final : public DeviceDraft {
     std::vector<int8_t> qa(static_cast<size_t>(z.qa));
     std::vector<int32_t> qsum(static_cast<size_t>(z.qa_groups));
     k::ScratchDev t = k::carve_scratch(f.data(), qa.data(), qsum.data(), z);
-    const k::BatchDev bd{b.tokens.data(), b.positions.data(), b.slots.data(), b.mask.data(), rows, b.kv_len};
+    const k::BatchDev bd{b.tokens, b.positions, b.slots, b.mask, rows, b.kv_len};
     k::draft_forward(model_, bd, t, 0);
     top.k = kk;
     top.tokens.assign(size_t(rows * kk), -1);
@@ -313,7 +311,7 @@ class EmulatedDeviceDraft final : public DeviceDraft {
     return Status::ok();
   }
 
-  DraftTier::Transfers transfers() const override { return transfers_; }
+  DeviceTransfers transfers() const override { return transfers_; }
   int64_t kv_slots_copied = 0;
 
  private:
@@ -323,12 +321,13 @@ class EmulatedDeviceDraft final : public DeviceDraft {
   std::vector<float> k_cache_, v_cache_;
   std::list<std::vector<uint8_t>> sign_copies_;  // stable addresses
   std::vector<uint8_t> valid_;
-  DraftTier::Transfers transfers_;
+  DeviceTransfers transfers_;
 };
 
-Result<std::shared_ptr<DeviceDraft>> EmulatedTier::make_device_draft(const Model& draft, int64_t n_slots,
-                                                                     const Variant* variant) {
-  BITSPLIT_ASSIGN_OR_RETURN(gpu::DraftModelHost h, describe_device_draft(draft, variant));
+Result<std::shared_ptr<DeviceDraft>> EmulatedTier::make_device_draft(const DescribeDraft& describe, int64_t n_slots,
+                                                                     const void* reuse_key) {
+  (void)reuse_key;
+  BITSPLIT_ASSIGN_OR_RETURN(gpu::DraftModelHost h, describe());
   last = std::make_shared<EmulatedDeviceDraft>(h, n_slots, g64);
   return std::shared_ptr<DeviceDraft>(last);
 }
@@ -355,7 +354,7 @@ std::unique_ptr<Fixture> load_fixture() {
   f->tier = std::make_shared<EmulatedTier>(cpu);
   ModelLoadOptions o;
   o.cpu = cpu;
-  o.draft_tier = f->tier;
+  o.backend = f->tier;
   auto m = Model::load(*f->src, o);
   BITSPLIT_CHECK(m.is_ok(), m.status().message());
   f->model = std::make_unique<Model>(std::move(*m));
@@ -370,7 +369,7 @@ TEST(EmulatedDraftPass, LogitsMatchTheCpuDraftOnATrainedModel) {
   auto f = load_fixture();
   const Model& m = *f->model;
   const int64_t slots = 64;
-  auto dev = f->tier->make_device_draft(m, slots);
+  auto dev = testing::device_draft_of(m, slots);
   ASSERT_TRUE(dev.is_ok()) << dev.status().message();
   // Same arithmetic as the CPU but for the order of two double sums (norms, softmax): measured
   // bitwise equal, so no tolerance.
@@ -393,18 +392,18 @@ TEST(EmulatedDraftPass, SpeculativeDecodingThroughTheDeviceDraftIsLossless) {
     g.n_predict = n;
     ASSERT_TRUE(generate(m, f->prompt, g, s, [&](int32_t t) { plain.push_back(t); return true; }).is_ok());
   }
-  for (auto shape : {spec::DraftShape::kChain, spec::DraftShape::kTree}) {
+  for (auto shape : {speculation::DraftShape::kChain, speculation::DraftShape::kTree}) {
     Sampler s(sp);
     SpeculativeOptions o;
     o.n_predict = n;
     o.policy.shape = shape;
-    o.policy.budget = shape == spec::DraftShape::kChain ? 4 : 8;
-    o.policy.max_depth = shape == spec::DraftShape::kChain ? 4 : 3;
+    o.policy.budget = shape == speculation::DraftShape::kChain ? 4 : 8;
+    o.policy.max_depth = shape == speculation::DraftShape::kChain ? 4 : 3;
     std::vector<int32_t> out;
     auto r = generate_speculative(m, m, f->prompt, o, s, [&](int32_t t) { out.push_back(t); return true; });
     ASSERT_TRUE(r.is_ok()) << r.status().message();
     EXPECT_EQ(r->draft_pass, "device (emulated)");
-    EXPECT_EQ(out, plain) << (shape == spec::DraftShape::kChain ? "chain" : "tree");
+    EXPECT_EQ(out, plain) << (shape == speculation::DraftShape::kChain ? "chain" : "tree");
     EXPECT_GT(r->acceptance.accepted, 0) << "the device draft should agree with the target sometimes";
     // Each committed slot's K/V went to the device once: the prompt's prefix, then per check
     // the root and the accepted tokens.
@@ -455,16 +454,16 @@ TEST(EmulatedDraftPass, VariantDraftMatchesTheCpuAndDecodesLosslessly) {
   EXPECT_NE(d->layers[0].attn_norm, m.layer(0).attn_norm.data()) << "the variant's norm";
 
   const int64_t slots = 64;
-  auto dev = f->tier->make_device_draft(m, slots, v.get());
+  auto dev = testing::device_draft_of(m, slots, v.get());
   ASSERT_TRUE(dev.is_ok()) << dev.status().message();
   KvCache cache(m.config(), slots);
   const Batch prompt = Batch::causal(f->prompt, 0, true);
-  auto want = forward_reference(m, cache, prompt, nullptr, Tier::kDraft, v.get());
-  auto base = forward_reference(m, cache, prompt, nullptr, Tier::kDraft);
+  auto want = forward_pass(m, cache, prompt, nullptr, Pass::kDraft, v.get());
+  auto base = forward_pass(m, cache, prompt, nullptr, Pass::kDraft);
   ASSERT_TRUE(want.is_ok() && base.is_ok());
   DraftTopK top;
   std::vector<float> got;
-  ASSERT_TRUE((*dev)->forward(prompt, 1, top, &got).is_ok());
+  ASSERT_TRUE((*dev)->forward(draft_rows(prompt), 1, top, &got).is_ok());
   float scale = 0, diff = 0, from_base = 0;
   for (size_t i = 0; i < want->size(); ++i) {
     scale = std::max(scale, std::fabs((*want)[i]));
@@ -485,7 +484,7 @@ TEST(EmulatedDraftPass, VariantDraftMatchesTheCpuAndDecodesLosslessly) {
   ASSERT_TRUE(generate(m, f->prompt, g, a, [&](int32_t t) { plain.push_back(t); return true; }).is_ok());
   SpeculativeOptions o;
   o.n_predict = 24;
-  o.policy.shape = spec::DraftShape::kChain;
+  o.policy.shape = speculation::DraftShape::kChain;
   o.policy.budget = 4;
   o.policy.max_depth = 4;
   o.variant = v.get();

@@ -17,7 +17,7 @@ Model load(const testing::TinyModelSpec& spec) {
 }
 
 std::vector<float> run(const Model& m, KvCache& cache, const Batch& b) {
-  auto r = forward_reference(m, cache, b);
+  auto r = forward_pass(m, cache, b);
   BITSPLIT_CHECK(r.is_ok(), r.status().message());
   return std::move(*r);
 }
@@ -205,14 +205,14 @@ TEST(ForwardReference, QuantisedSourcesLoad) {
 TEST(ForwardReference, BadBatchesAreErrors) {
   const Model m = load({});
   KvCache cache(m.config(), 4);
-  auto bad_token = forward_reference(m, cache, Batch::causal(std::vector<int32_t>{1, 999}, 0));
+  auto bad_token = forward_pass(m, cache, Batch::causal(std::vector<int32_t>{1, 999}, 0));
   ASSERT_FALSE(bad_token.is_ok());
   EXPECT_NE(bad_token.status().message().find("token id 999 is outside the vocabulary"), std::string::npos);
-  auto too_long = forward_reference(m, cache, Batch::causal(std::vector<int32_t>{1, 2, 3, 4, 5}, 0));
+  auto too_long = forward_pass(m, cache, Batch::causal(std::vector<int32_t>{1, 2, 3, 4, 5}, 0));
   EXPECT_FALSE(too_long.is_ok());
   Batch empty_mask = Batch::causal(std::vector<int32_t>{1}, 0);
   empty_mask.mask.assign(empty_mask.mask.size(), 0);
-  EXPECT_FALSE(forward_reference(m, cache, empty_mask).is_ok());
+  EXPECT_FALSE(forward_pass(m, cache, empty_mask).is_ok());
 }
 
 }  // namespace

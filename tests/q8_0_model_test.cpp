@@ -16,7 +16,7 @@ std::string fixture(const std::string& name) { return testing::source_dir() + "/
 
 std::vector<float> logits(const Model& m, const std::vector<int32_t>& tokens) {
   KvCache cache(m.config(), int64_t(tokens.size()));
-  auto r = forward_reference(m, cache, Batch::causal(tokens, 0, true));
+  auto r = forward_pass(m, cache, Batch::causal(tokens, 0, true));
   BITSPLIT_CHECK(r.is_ok(), r.status().message());
   return *r;
 }
@@ -56,7 +56,7 @@ TEST(Q8_0Model, KernelPathMatchesDequantisedWeightsAndIsBatchInvariant) {
   KvCache cache(kernel->config(), int64_t(tokens.size()));
   for (size_t i = 0; i < tokens.size(); ++i) {
     Batch one = Batch::causal(std::span<const int32_t>(&tokens[i], 1), int32_t(i));
-    auto r = forward_reference(*kernel, cache, one);
+    auto r = forward_pass(*kernel, cache, one);
     ASSERT_TRUE(r.is_ok());
     for (int64_t v = 0; v < V; ++v) ASSERT_EQ((*r)[size_t(v)], a[i * size_t(V) + size_t(v)]) << "token " << i;
   }

@@ -51,8 +51,8 @@ std::vector<int32_t> plain_greedy(const Model& m, const std::vector<int32_t>& pr
   return out;
 }
 
-std::vector<int32_t> spec_greedy(const Pair& p, const std::vector<int32_t>& prompt, int n, spec::DraftShape shape,
-                                 int budget, spec::AcceptanceStats* stats = nullptr) {
+std::vector<int32_t> spec_greedy(const Pair& p, const std::vector<int32_t>& prompt, int n, speculation::DraftShape shape,
+                                 int budget, speculation::AcceptanceStats* stats = nullptr) {
   SamplingParams sp;
   sp.temperature = 0;
   Sampler s(sp);
@@ -60,7 +60,7 @@ std::vector<int32_t> spec_greedy(const Pair& p, const std::vector<int32_t>& prom
   o.n_predict = n;
   o.policy.shape = shape;
   o.policy.budget = budget;
-  o.policy.max_depth = shape == spec::DraftShape::kChain ? budget : 8;
+  o.policy.max_depth = shape == speculation::DraftShape::kChain ? budget : 8;
   std::vector<int32_t> out;
   auto r = generate_speculative(p.target, p.draft, prompt, o, s, [&](int32_t t) { out.push_back(t); return true; });
   BITSPLIT_CHECK(r.is_ok(), r.status().message());
@@ -72,11 +72,11 @@ void expect_lossless(const Pair& p, const std::vector<std::vector<int32_t>>& pro
                      const std::vector<int>& budgets = {1, 4, 16, 32}) {
   for (size_t i = 0; i < prompts.size(); ++i) {
     const auto plain = plain_greedy(p.target, prompts[i], n);
-    for (auto shape : {spec::DraftShape::kChain, spec::DraftShape::kTree}) {
+    for (auto shape : {speculation::DraftShape::kChain, speculation::DraftShape::kTree}) {
       for (int budget : budgets) {
-        spec::AcceptanceStats stats;
+        speculation::AcceptanceStats stats;
         const auto fast = spec_greedy(p, prompts[i], n, shape, budget, &stats);
-        ASSERT_EQ(fast, plain) << "prompt " << i << (shape == spec::DraftShape::kChain ? " chain" : " tree")
+        ASSERT_EQ(fast, plain) << "prompt " << i << (shape == speculation::DraftShape::kChain ? " chain" : " tree")
                                << " budget " << budget;
         ASSERT_GT(stats.checks, 0);
       }
@@ -157,8 +157,8 @@ TEST(Speculative, AcceptsMoreThanOneTokenPerCheckWhenDraftIsTheTarget) {
             {}};
   same.draft = same.target.transformed([](const std::string&, const std::vector<float>& w, int64_t, int64_t) { return w; },
                                        [](const std::string&, const std::vector<float>& w, int64_t, int64_t) { return w; });
-  spec::AcceptanceStats stats;
-  const auto out = spec_greedy(same, {1, 5, 9}, 30, spec::DraftShape::kChain, 4, &stats);
+  speculation::AcceptanceStats stats;
+  const auto out = spec_greedy(same, {1, 5, 9}, 30, speculation::DraftShape::kChain, 4, &stats);
   EXPECT_EQ(out, plain_greedy(same.target, {1, 5, 9}, 30));
   // Every check but the last (cut short by n_predict) accepts its whole chain of 4.
   EXPECT_GE(stats.accepted, 4 * (stats.checks - 1));
@@ -179,7 +179,7 @@ TEST(Speculative, SamplingFollowsTargetDistribution) {
   // Exact target probabilities of (t1, t2).
   auto dist_after = [&](const std::vector<int32_t>& ctx) {
     KvCache cache(p.target.config(), int64_t(ctx.size()));
-    auto logits = forward_reference(p.target, cache, Batch::causal(ctx, 0));
+    auto logits = forward_pass(p.target, cache, Batch::causal(ctx, 0));
     return Sampler(sp).distribution(*logits, ctx);
   };
   const auto p1 = dist_after(prompt);
@@ -225,7 +225,7 @@ TEST(Speculative, CommittedKvEqualsPlainPass) {
   auto source = testing::tiny_weights({});
   const Pair p = converted(*source);
   const std::vector<int32_t> prompt = {1, 5, 9, 2};
-  for (auto shape : {spec::DraftShape::kChain, spec::DraftShape::kTree}) {
+  for (auto shape : {speculation::DraftShape::kChain, speculation::DraftShape::kTree}) {
     SamplingParams sp;
     sp.temperature = 0;
     Sampler s(sp);
@@ -243,7 +243,7 @@ TEST(Speculative, CommittedKvEqualsPlainPass) {
     ASSERT_GE(r->committed, int64_t(tokens.size()) - 8);
     ASSERT_LE(r->committed, int64_t(tokens.size()));
     KvCache plain(p.target.config(), r->committed);
-    ASSERT_TRUE(forward_reference(p.target, plain, Batch::causal(std::span(tokens).first(size_t(r->committed)), 0)).is_ok());
+    ASSERT_TRUE(forward_pass(p.target, plain, Batch::causal(std::span(tokens).first(size_t(r->committed)), 0)).is_ok());
     for (int64_t l = 0; l < p.target.config().n_layers; ++l) {
       for (int64_t slot = 0; slot < r->committed; ++slot) {
         for (int64_t e = 0; e < cache.kv_dim(); ++e) {
@@ -259,7 +259,7 @@ TEST(Speculative, CommittedKvEqualsPlainPass) {
 // computes the same integers (here the scalar reference kernel) leaves the target's output
 // unchanged — what the CUDA tier must achieve.
 TEST(Speculative, TargetDoesNotDependOnWhereDraftRuns) {
-  struct ScalarTier : DraftTier {
+  struct ScalarTier : Backend {
     int calls = 0;
     std::string name() const override { return "scalar-test"; }
     Status draft_matmul(const SplitProjection& planes, const cpu::QuantizedActivations& x, float* y,
@@ -275,7 +275,7 @@ TEST(Speculative, TargetDoesNotDependOnWhereDraftRuns) {
   auto w = open_weights(path.string());
   auto cpu_model = Model::load(**w);
   auto tier = std::make_shared<ScalarTier>();
-  auto other = Model::load(**w, {.draft_tier = tier});
+  auto other = Model::load(**w, {.backend = tier});
   std::filesystem::remove(path);
   ASSERT_TRUE(cpu_model.is_ok() && other.is_ok());
   const std::vector<int32_t> prompt = {1, 5, 9};
@@ -293,7 +293,7 @@ TEST(Speculative, TargetDoesNotDependOnWhereDraftRuns) {
   EXPECT_EQ(run_spec(*other), run_spec(*cpu_model));
   EXPECT_GT(tier->calls, 0);
   KvCache a(cpu_model->config(), 3), b(cpu_model->config(), 3);
-  EXPECT_EQ(*forward_reference(*cpu_model, a, Batch::causal(prompt, 0)), *forward_reference(*other, b, Batch::causal(prompt, 0)));
+  EXPECT_EQ(*forward_pass(*cpu_model, a, Batch::causal(prompt, 0)), *forward_pass(*other, b, Batch::causal(prompt, 0)));
 }
 
 TEST(Speculative, RejectsBadOptions) {

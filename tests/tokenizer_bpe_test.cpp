@@ -5,8 +5,8 @@
 #include <chrono>
 #include <random>
 
-#include "../engine/tokenizer_bpe.h"
-#include "../engine/tokenizer_pretok.h"
+#include "../text/tokenizer_bpe.h"
+#include "../text/tokenizer_pretok.h"
 #include "bitsplit/gguf.h"
 #include "bitsplit/tokenizer.h"
 #include "test_paths.h"

@@ -68,17 +68,17 @@ std::vector<int32_t> encode(const Setup& s, const std::string& text) {
   return (*tok)->encode(text, {.add_special = true});
 }
 
-std::vector<float> logits(const Model& m, const std::vector<int32_t>& tokens, Tier tier, const Variant* v) {
+std::vector<float> logits(const Model& m, const std::vector<int32_t>& tokens, Pass tier, const Variant* v) {
   KvCache cache(m.config(), int64_t(tokens.size()));
-  auto r = forward_reference(m, cache, Batch::causal(tokens, 0, true), nullptr, tier, v);
+  auto r = forward_pass(m, cache, Batch::causal(tokens, 0, true), nullptr, tier, v);
   BITSPLIT_CHECK(r.is_ok(), r.status().message());
   return *r;
 }
 
 // Greedy speculative decoding of the variant on the split base; fills the acceptance stats.
 std::vector<int32_t> spec_greedy(const Setup& s, const Variant* v, const std::vector<int32_t>& prompt, int n,
-                                 spec::DraftShape shape, int budget, bool base_draft,
-                                 spec::AcceptanceStats* stats = nullptr) {
+                                 speculation::DraftShape shape, int budget, bool base_draft,
+                                 speculation::AcceptanceStats* stats = nullptr) {
   SamplingParams sp;
   sp.temperature = 0;
   Sampler sampler(sp);
@@ -86,7 +86,7 @@ std::vector<int32_t> spec_greedy(const Setup& s, const Variant* v, const std::ve
   o.n_predict = n;
   o.policy.shape = shape;
   o.policy.budget = budget;
-  o.policy.max_depth = shape == spec::DraftShape::kChain ? budget : 8;
+  o.policy.max_depth = shape == speculation::DraftShape::kChain ? budget : 8;
   o.variant = v;
   o.base_draft = base_draft;
   std::vector<int32_t> out;
@@ -121,9 +121,9 @@ TEST(Variant, F32PathMatchesMaterialisedWeights) {
   };
   Model materialised = s->base_f32->transformed(apply, apply);
   const auto tokens = encode(*s, "And the LORD spake unto Moses, saying");
-  const auto a = logits(*s->base_f32, tokens, Tier::kDefault, v->get());
-  const auto b = logits(materialised, tokens, Tier::kDefault, nullptr);
-  const auto base = logits(*s->base_f32, tokens, Tier::kDefault, nullptr);
+  const auto a = logits(*s->base_f32, tokens, Pass::kDefault, v->get());
+  const auto b = logits(materialised, tokens, Pass::kDefault, nullptr);
+  const auto base = logits(*s->base_f32, tokens, Pass::kDefault, nullptr);
   // Only the f32 summation order differs (signs summed apart from the base weights): measured
   // 5.7e-6 on logits of magnitude ~17.
   EXPECT_LT(max_abs_diff(a, b), 1e-4);
@@ -136,12 +136,12 @@ TEST(Variant, PlaneKernelsMatchTheF32VariantAndAreBatchInvariant) {
   auto v = load_variant(*s, *s->split_src);
   const auto tokens = encode(*s, "In the beginning God created the heaven and the earth.");
   const int64_t V = s->split->config().n_vocab, n = int64_t(tokens.size());
-  const auto all = logits(*s->split, tokens, Tier::kTarget, v.get());
+  const auto all = logits(*s->split, tokens, Pass::kTarget, v.get());
   // Token by token through the cache: each row must be bitwise what the whole batch gave.
   KvCache cache(s->split->config(), n);
   for (int64_t i = 0; i < n; ++i) {
     Batch b = Batch::causal(std::span<const int32_t>(&tokens[size_t(i)], 1), int32_t(i));
-    auto one = forward_reference(*s->split, cache, b, nullptr, Tier::kTarget, v.get());
+    auto one = forward_pass(*s->split, cache, b, nullptr, Pass::kTarget, v.get());
     ASSERT_TRUE(one.is_ok());
     for (int64_t t = 0; t < V; ++t) ASSERT_EQ((*one)[size_t(t)], all[size_t(i * V + t)]) << "token " << i;
   }
@@ -149,8 +149,8 @@ TEST(Variant, PlaneKernelsMatchTheF32VariantAndAreBatchInvariant) {
   auto d = open_delta(s->delta_path);
   auto vf = Variant::load(*d, *s->base_f32, *s->base_src, "f32");
   ASSERT_TRUE(vf.is_ok());
-  const auto f32 = logits(*s->base_f32, tokens, Tier::kDefault, vf->get());
-  const auto plain = logits(*s->split, tokens, Tier::kTarget, nullptr);
+  const auto f32 = logits(*s->base_f32, tokens, Pass::kDefault, vf->get());
+  const auto plain = logits(*s->split, tokens, Pass::kTarget, nullptr);
   // Measured: 0.15 from the f32 variant, against 4.0 for the base without the delta.
   EXPECT_LT(max_abs_diff(all, f32), 0.1 * max_abs_diff(plain, f32));
   EXPECT_GT(max_abs_diff(all, plain), 0.1);
@@ -175,7 +175,7 @@ TEST(Variant, SpeculativeGreedyEqualsPlainGreedyOfTheVariant) {
     Sampler base_sampler(sp);
     ASSERT_TRUE(generate(*s->split, prompt, g, base_sampler, [&](int32_t t) { base_out.push_back(t); return true; }).is_ok());
     EXPECT_NE(plain, base_out) << "the variant should write something else than the base";
-    for (auto shape : {spec::DraftShape::kChain, spec::DraftShape::kTree}) {
+    for (auto shape : {speculation::DraftShape::kChain, speculation::DraftShape::kTree}) {
       for (int budget : {1, 4, 16}) {
         for (bool base_draft : {false, true}) {
           ASSERT_EQ(spec_greedy(*s, v.get(), prompt, 160, shape, budget, base_draft), plain)
@@ -194,8 +194,8 @@ TEST(Variant, VariantAwareDraftAcceptsMoreThanTheBaseDraft) {
   for (const std::string text : {"The devil said unto", "And it came to pass", "Hell is", "The LORD"}) {
     const auto prompt = encode(*s, text);
     for (int base_draft = 0; base_draft < 2; ++base_draft) {
-      spec::AcceptanceStats stats;
-      spec_greedy(*s, v.get(), prompt, 120, spec::DraftShape::kChain, 4, base_draft == 1, &stats);
+      speculation::AcceptanceStats stats;
+      spec_greedy(*s, v.get(), prompt, 120, speculation::DraftShape::kChain, 4, base_draft == 1, &stats);
       per_check[base_draft] += stats.tokens_per_check();
     }
   }
@@ -259,25 +259,25 @@ TEST(Variant, ComputedDeltaEqualsTheFileAndDistillationReducesOutputError) {
   EXPECT_NE(tuned.signs.begin()->second.alpha, parts->signs.begin()->second.alpha);
 }
 
-// The draft tier is told about a variant's sign planes when the registry loads it and again
-// when the cache drops it (a GPU tier uploads and frees them; here a recording tier counts).
-TEST(Variant, DraftTierReleasesTheSignsOfAnEvictedVariant) {
+// A variant's sign planes are made resident on the backend (a GPU uploads them beside D) when
+// the registry loads it, and stay there while anyone holds the variant: the cache evicting it
+// mid-generation releases them only when the generation (here: `held`) lets go.
+TEST(Variant, BackendKeepsTheSignsOfAVariantInUseAfterEviction) {
   BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
   auto s = make_setup("bible-psalms.gguf");
-  struct RecordingTier : DraftTier {
+  struct RecordingBackend : Backend {
     std::shared_ptr<cpu::CpuContext> cpu = std::make_shared<cpu::CpuContext>();
     std::multiset<const void*> live;
-    int prepared = 0, released = 0;
+    int made = 0, released = 0;
     std::string name() const override { return "recording"; }
-    Status prepare_delta(const SplitProjection&, const cpu::SignPlaneView& d) override {
-      ++prepared;
+    Result<std::shared_ptr<const void>> make_signs_resident(const SplitProjection&,
+                                                            const cpu::SignPlaneView& d) override {
+      ++made;
       live.insert(d.signs);
-      return Status::ok();
-    }
-    void release_delta(const cpu::SignPlaneView& d) override {
-      ++released;
-      auto it = live.find(d.signs);
-      if (it != live.end()) live.erase(it);
+      return std::shared_ptr<const void>(d.signs, [this](const void* key) {
+        ++released;
+        live.erase(live.find(key));
+      });
     }
     Status draft_matmul(const SplitProjection& p, const cpu::QuantizedActivations& x, float* y,
                         const cpu::SignPlaneView* delta) override {
@@ -285,8 +285,8 @@ TEST(Variant, DraftTierReleasesTheSignsOfAnEvictedVariant) {
       return Status::ok();
     }
   };
-  auto tier = std::make_shared<RecordingTier>();
-  auto model = Model::load(*s->split_src, {.cpu = tier->cpu, .draft_tier = tier});
+  auto backend = std::make_shared<RecordingBackend>();
+  auto model = Model::load(*s->split_src, {.cpu = backend->cpu, .backend = backend});
   ASSERT_TRUE(model.is_ok()) << model.status().message();
   std::string devil = s->dir.file("devil.delta.gguf");
   auto devil_src = open_weights(fixture("bible-devil.gguf"));
@@ -296,17 +296,20 @@ TEST(Variant, DraftTierReleasesTheSignsOfAnEvictedVariant) {
   VariantRegistry reg(*model, *s->split_src, {.budget_bytes = 1 << 20});
   ASSERT_TRUE(reg.add("psalms", s->delta_path).is_ok());
   ASSERT_TRUE(reg.add("devil", devil).is_ok());
+  std::shared_ptr<const Variant> held;
   {
     auto a = reg.get("psalms");
     ASSERT_TRUE(a.is_ok());
-    EXPECT_EQ(tier->prepared, 6 * 7 + 1);  // the projections with planes (the embedding has none)
-    EXPECT_EQ(tier->released, 0) << "held by the cache and by us";
+    held = *a;  // a generation using psalms
+    EXPECT_EQ(backend->made, 6 * 7 + 1);  // the projections with planes (the embedding has none)
   }
   auto b = reg.get("devil");
   ASSERT_TRUE(b.is_ok());
   EXPECT_EQ(reg.stats().evictions, 1u);
-  EXPECT_EQ(tier->released, tier->prepared / 2) << "psalms' signs released on eviction, devil's still live";
-  EXPECT_EQ(tier->live.size(), size_t(tier->prepared / 2));
+  EXPECT_EQ(backend->released, 0) << "psalms was evicted while in use: its signs must stay resident";
+  held.reset();
+  EXPECT_EQ(backend->released, backend->made / 2) << "psalms' signs released once its last user let go";
+  EXPECT_EQ(backend->live.size(), size_t(backend->made / 2)) << "devil's signs still live";
 }
 
 }  // namespace

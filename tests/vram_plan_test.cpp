@@ -48,11 +48,11 @@ TEST(VramPlan, SizesComeFromAConvertedFileInLayerOrder) {
   testing::TempDir dir("vram-plan");
   auto src = open_weights(base);
   ASSERT_TRUE(src.is_ok());
-  EXPECT_FALSE(draft_plane_sizes(**src).is_ok()) << "an original model has no draft planes";
+  EXPECT_FALSE(draft_plane_sizes(**src, 6).is_ok()) << "an original model has no draft planes";
   ASSERT_TRUE(convert_model(**src, dir.file("b.gguf"), {}, nullptr, nullptr).is_ok());
   auto conv = open_weights(dir.file("b.gguf"));
   ASSERT_TRUE(conv.is_ok());
-  auto sizes = draft_plane_sizes(**conv);
+  auto sizes = draft_plane_sizes(**conv, 6);
   ASSERT_TRUE(sizes.is_ok()) << sizes.status().message();
   ASSERT_EQ(sizes->size(), 6u * 7u + 1u);
   EXPECT_EQ(sizes->front().weight, "blk.0.attn_q.weight");

@@ -20,17 +20,17 @@ Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& 
   if (source->find_tensor("output.draft_codes") || source->metadata().contains("bitsplit.format_version")) {
     // A bit-split model: D·X runs on the GPU when one is there (BITSPLIT_DEVICE=cpu forces the CPU).
     if (!options.cpu) options.cpu = std::make_shared<cpu::CpuContext>();
-    if (!options.draft_tier) {
+    if (!options.backend) {
       std::string why;
-      options.draft_tier = choose_draft_tier(options.cpu, &why, vram_budget);
+      options.backend = choose_backend(options.cpu, &why, vram_budget);
       std::fprintf(stderr, "%s\n", why.c_str());
     }
   }
   auto tokenizer = Tokenizer::from_metadata(source->metadata());
   if (!tokenizer) return tokenizer.status().with_context(path);
   BITSPLIT_ASSIGN_OR_RETURN(Model model, Model::load(*source, options));
-  if (model.has_planes() && !model.draft_tier().placement().empty()) {
-    std::fprintf(stderr, "%s\n", model.draft_tier().placement().c_str());
+  if (model.has_planes() && !model.backend().placement().empty()) {
+    std::fprintf(stderr, "%s\n", model.backend().placement().c_str());
   }
   return LoadedModel{std::move(source), std::move(*tokenizer), std::move(model)};
 }

@@ -34,7 +34,7 @@ struct Decoded {
 
 struct Setting {
   std::string name;
-  spec::DraftPolicy policy;
+  speculation::DraftPolicy policy;
 };
 
 int bench_accept(const BenchAcceptArgs& a) {
@@ -68,7 +68,7 @@ int bench_accept(const BenchAcceptArgs& a) {
   std::vector<Setting> settings;
   for (int k : a.chains) {
     Setting s{"chain-" + std::to_string(k), {}};
-    s.policy.shape = spec::DraftShape::kChain;
+    s.policy.shape = speculation::DraftShape::kChain;
     s.policy.budget = k;
     s.policy.max_depth = k;
     settings.push_back(s);
@@ -88,7 +88,7 @@ int bench_accept(const BenchAcceptArgs& a) {
   size_t done = 0;
   struct Row {
     std::string name, model;
-    spec::AcceptanceStats acc;
+    speculation::AcceptanceStats acc;
     int64_t tokens = 0;
     double seconds = 0;
   };

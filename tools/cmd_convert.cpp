@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 
+#include "bitsplit/convert.h"
 #include "bitsplit/quality.h"
 #include "bitsplit/tokenizer.h"
 #include "commands.h"

@@ -2,7 +2,8 @@
 #include <cstdio>
 #include <memory>
 
-#include "bitsplit/delta.h"
+#include "bitsplit/delta_format.h"
+#include "bitsplit/quality.h"
 #include "bitsplit/variant.h"
 #include "commands.h"
 #include "progress.h"

@@ -5,7 +5,7 @@
 
 #include "bitsplit/cpu.h"
 #include "bitsplit/convert.h"
-#include "bitsplit/delta.h"
+#include "bitsplit/delta_format.h"
 #include "bitsplit/gpu.h"
 #include "bitsplit/model.h"
 #include "bitsplit/tokenizer.h"
@@ -110,7 +110,7 @@ int info(const InfoOptions& o) {
         if (b) budget = *b;
         why = b ? " (free memory of device 0 minus the margin)" : " (" + b.status().message() + ")";
       }
-      auto sizes = draft_plane_sizes(w);
+      auto sizes = draft_plane_sizes(w, c.n_layers);
       if (!sizes) {
         std::printf("vram plan:     (%s)\n", sizes.status().message().c_str());
       } else if (budget) {

@@ -3,7 +3,7 @@
 # Builds with CUDA for the local GPU, runs the `gpu`-labelled tests, the GPU draft-kernel
 # benchmark (GB/s against a device-to-device copy), and an end-to-end run on a synthetic
 # 8B-shape model written directly as bit-split D2 + R6 (`bitsplit synth --format bitsplit`;
-# random weights, the residual in RAM): greedy output with the CUDA draft tier must equal
+# random weights, the residual in RAM): greedy output with the CUDA backend must equal
 # the CPU-only engine's and the plain target's; prints a short table, whatever fails.
 # Target: < 8 minutes on an H200 (16 cores). Every step has a timeout, and the end-to-end
 # steps are skipped once the time budget (GPU_CHECK_BUDGET_S, default 450 s) is spent.
@@ -62,7 +62,7 @@ else
 fi
 
 # End to end on a synthetic shape, written directly as bit-split D2 + R6 under /tmp (not $OUT,
-# which is copied back): speculative with the CUDA draft tier, speculative with the CPU draft
+# which is copied back): speculative with the CUDA backend, speculative with the CPU draft
 # tier, the plain target and (time permitting) the CUDA tier under the host's draft pass, all
 # greedy; the texts must be identical.
 model=/tmp/bitsplit-gc-$shape.bs.gguf
@@ -107,7 +107,7 @@ elif step synth 150 "$bin" synth --shape "$shape" --format bitsplit --residual 6
   hp=$(verdict spec-gpu-host plain)
   [ "$gc" = DIFFERS ] || [ "$gp" = DIFFERS ] || [ "$cp" = DIFFERS ] || [ "$hp" = DIFFERS ] && rc=1
   e2e="greedy text: GPU draft vs CPU draft $gc; GPU spec vs plain $gp; CPU spec vs plain $cp; GPU host-draft vs plain $hp"
-  if [ "${step_status[spec-gpu]}" = ok ] && ! grep -q '^draft tier: CUDA' "$out/gc-spec-gpu.err"; then
+  if [ "${step_status[spec-gpu]}" = ok ] && ! grep -q '^backend: CUDA' "$out/gc-spec-gpu.err"; then
     e2e="$e2e; THE GPU RUN DRAFTED ON THE CPU"; rc=1
   fi
 else
@@ -121,7 +121,7 @@ san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2
 if [ -n "$san" ] && [ -x "./$build/tests/gpu_draft_tier_tests" ] && [ "$(left)" -gt 60 ]; then
   cap=$(left); [ "$cap" -gt 120 ] && cap=120
   if timeout "$cap" "$san" --tool memcheck --error-exitcode 1 "./$build/tests/gpu_draft_tier_tests" \
-      --gtest_filter='GpuDeviceDraft.LogitsMatchTheCpuDraft:GpuDraftTier.DraftMatmul*' >"$out/memcheck.txt" 2>&1; then
+      --gtest_filter='GpuDeviceDraft.LogitsMatchTheCpuDraft:GpuBackend.DraftMatmul*' >"$out/memcheck.txt" 2>&1; then
     sanitizer="memcheck clean ($(grep -Eo 'ERROR SUMMARY: [0-9]+ errors' "$out/memcheck.txt" | tail -1))"
   else
     sanitizer="MEMCHECK FAILED (memcheck.txt: $(grep -m1 -E 'Invalid|ERROR' "$out/memcheck.txt" | cut -c1-100))"; rc=1
@@ -132,7 +132,7 @@ speed() { grep -Eo 'generation: [0-9]+ tokens in [0-9.]+ s \([0-9.]+ tokens/s\)'
 percheck() { grep -Eo 'draft [0-9.]+ ms/check, verify [0-9.]+ ms/check' "$1" 2>/dev/null || echo "n/a"; }
 accepted() { grep -Eo '[0-9.]+ accepted drafted tokens per check' "$1" 2>/dev/null | grep -Eo '^[0-9.]+' | sed 's/$/ accepted\/check/' || echo "n/a"; }
 pass() { grep -m1 -Eo 'draft pass: .*' "$1" 2>/dev/null | cut -c1-150 || echo "n/a"; }
-tier() { grep -m1 -Eo '^draft tier: .*' "$1" 2>/dev/null | cut -c13-80 || echo "n/a"; }
+tier() { grep -m1 -Eo '^backend: .*' "$1" 2>/dev/null | cut -c13-80 || echo "n/a"; }
 st() { echo "${step_status[$1]:-not run}${step_time[$1]:+, ${step_time[$1]} s}"; }
 echo
 echo "| check | result |"

@@ -1,0 +1,62 @@
+// One projection's bit-split planes in memory: the file layout (what a converted file stores
+// and a GPU uploads) and the CPU kernels' packed copies, with the CPU products over them;
+// fitting planes to f32 weights, and reading them from a converted file.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bitsplit/cpu.h"
+#include "bitsplit/quant.h"
+#include "bitsplit/split_format.h"
+#include "bitsplit/status.h"
+#include "bitsplit/weights.h"
+
+namespace bitsplit {
+
+// One projection's bit-split planes in memory, in the file's layout.
+struct SplitProjection {
+  int64_t out = 0, in = 0;
+  int group = 64, draft_bits = 2, residual_bits = 8;
+  std::vector<uint8_t> draft_codes, resid_codes;
+  std::vector<uint16_t> draft_scales, draft_offsets, resid_scales;
+  // A projection of this shape and format with every plane sized (and zeroed).
+  static SplitProjection sized(int64_t out, int64_t in, int group, int draft_bits, int residual_bits);
+  cpu::DraftPlaneView draft() const {
+    return {draft_codes.data(), draft_scales.data(), draft_offsets.data(), out, in, group, draft_bits};
+  }
+  cpu::ResidualPlaneView residual() const { return {resid_codes.data(), resid_scales.data(), out, in, group, residual_bits}; }
+  // The weights the planes stand for, [out x in] f32: D + R, or D alone (needs the file layout).
+  std::vector<float> dequantize(bool with_residual) const;
+
+  // The planes repacked once for the CPU kernels (Model::load makes them; same results bit for
+  // bit, no per-call transposes). Where one is set, the file-layout vectors of that plane may be
+  // empty: Model::load releases the residual's always and the draft's when the CPU drafts it.
+  std::shared_ptr<const cpu::PackedPlane> packed_draft, packed_residual;
+  // Makes the packed planes the layout covers; with release_*, frees the file-layout bytes.
+  void pack(cpu::CpuContext& ctx, bool release_draft, bool release_residual);
+  // D·X (with a variant's signs) and R·X on the CPU: the packed plane when present, else the
+  // file layout. Every caller on the CPU should use these.
+  void cpu_draft_matmul(cpu::CpuContext& ctx, const cpu::QuantizedActivations& x, float* y,
+                        const cpu::SignPlaneView* delta = nullptr) const;
+  void cpu_residual_matmul(cpu::CpuContext& ctx, const cpu::QuantizedActivations& x, float* y) const;
+  // Bytes the planes stand for (codes, scales, offsets; the file layout's count even if released).
+  uint64_t plane_bytes() const;
+};
+
+// Splits W [rows x cols] into planes with quant::split_row_ref (rows in parallel; the
+// result does not depend on the schedule). `importance` (cols values) may be null.
+SplitProjection split_projection(const std::vector<float>& w, int64_t rows, int64_t cols, const quant::SplitParams& params,
+                                 const float* importance);
+
+// Reads one split projection's planes (checking every tensor's type and shape).
+Result<SplitProjection> load_split_planes(const WeightSource& source, const std::string& base, int64_t in, int64_t out,
+                                          const SplitFormat& format);
+
+// Reconstructs one split projection as f32 [out x in]: D + R, or D alone.
+Result<std::vector<float>> load_split_f32(const WeightSource& source, const std::string& base, int64_t in,
+                                          int64_t out, const SplitFormat& format, bool with_residual);
+
+}  // namespace bitsplit

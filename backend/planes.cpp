@@ -1,0 +1,140 @@
+// Bit-split planes in memory: packing for the CPU kernels, the CPU products, fitting planes to
+// f32 weights, and reading them from a converted file.
+#include "bitsplit/planes.h"
+
+#include <tbb/parallel_for.h>
+
+#include <cstring>
+
+namespace bitsplit {
+
+void SplitProjection::pack(cpu::CpuContext& ctx, bool release_draft, bool release_residual) {
+  if (!packed_draft && cpu::PackedPlane::supported(group, draft_bits, true)) {
+    packed_draft = std::make_shared<const cpu::PackedPlane>(cpu::PackedPlane::pack(ctx, draft()));
+    if (release_draft) {
+      std::vector<uint8_t>().swap(draft_codes);
+      std::vector<uint16_t>().swap(draft_scales);
+      std::vector<uint16_t>().swap(draft_offsets);
+    }
+  }
+  if (!packed_residual && cpu::PackedPlane::supported(group, residual_bits, false)) {
+    packed_residual = std::make_shared<const cpu::PackedPlane>(cpu::PackedPlane::pack(ctx, residual()));
+    if (release_residual) {
+      std::vector<uint8_t>().swap(resid_codes);
+      std::vector<uint16_t>().swap(resid_scales);
+    }
+  }
+}
+
+void SplitProjection::cpu_draft_matmul(cpu::CpuContext& ctx, const cpu::QuantizedActivations& x, float* y,
+                                       const cpu::SignPlaneView* delta) const {
+  if (packed_draft) cpu::draft_matmul(ctx, *packed_draft, x, y, delta);
+  else cpu::draft_matmul(ctx, draft(), x, y, delta);
+}
+
+void SplitProjection::cpu_residual_matmul(cpu::CpuContext& ctx, const cpu::QuantizedActivations& x, float* y) const {
+  if (packed_residual) cpu::residual_matmul(ctx, *packed_residual, x, y);
+  else cpu::residual_matmul(ctx, residual(), x, y);
+}
+
+uint64_t SplitProjection::plane_bytes() const {
+  const int64_t groups = quant::groups_per_row(in, group);
+  return uint64_t(out * (quant::code_row_bytes(in, group, draft_bits) + quant::code_row_bytes(in, group, residual_bits) +
+                         2 * 3 * groups));
+}
+
+SplitProjection SplitProjection::sized(int64_t out, int64_t in, int group, int draft_bits, int residual_bits) {
+  SplitProjection p;
+  p.out = out;
+  p.in = in;
+  p.group = group;
+  p.draft_bits = draft_bits;
+  p.residual_bits = residual_bits;
+  const int64_t groups = quant::groups_per_row(in, group);
+  p.draft_codes.resize(size_t(out * quant::code_row_bytes(in, group, draft_bits)));
+  p.resid_codes.resize(size_t(out * quant::code_row_bytes(in, group, residual_bits)));
+  p.draft_scales.resize(size_t(out * groups));
+  p.draft_offsets.resize(p.draft_scales.size());
+  p.resid_scales.resize(p.draft_scales.size());
+  return p;
+}
+
+SplitProjection split_projection(const std::vector<float>& w, int64_t rows, int64_t cols, const quant::SplitParams& params,
+                                 const float* importance) {
+  SplitProjection p = SplitProjection::sized(rows, cols, params.group, params.draft_bits, params.residual_bits);
+  const int64_t groups = quant::groups_per_row(cols, params.group);
+  const int64_t d_bytes = quant::code_row_bytes(cols, params.group, params.draft_bits);
+  const int64_t r_bytes = quant::code_row_bytes(cols, params.group, params.residual_bits);
+  tbb::parallel_for(int64_t{0}, rows, [&](int64_t o) {
+    quant::split_row_ref(w.data() + o * cols, importance, cols, params,
+                         {p.draft_codes.data() + o * d_bytes, p.draft_scales.data() + o * groups,
+                          p.draft_offsets.data() + o * groups},
+                         {p.resid_codes.data() + o * r_bytes, p.resid_scales.data() + o * groups});
+  });
+  return p;
+}
+
+std::vector<float> SplitProjection::dequantize(bool with_residual) const {
+  const int64_t groups = quant::groups_per_row(in, group);
+  const int64_t d_bytes = quant::code_row_bytes(in, group, draft_bits);
+  const int64_t r_bytes = quant::code_row_bytes(in, group, residual_bits);
+  std::vector<float> w(static_cast<size_t>(in * out));
+  tbb::parallel_for(int64_t{0}, out, [&](int64_t o) {
+    float* row = w.data() + o * in;
+    quant::dequantize_draft_row_ref(draft_codes.data() + o * d_bytes, draft_scales.data() + o * groups,
+                                    draft_offsets.data() + o * groups, in, group, draft_bits, row);
+    if (!with_residual) return;
+    std::vector<float> r(static_cast<size_t>(in));
+    quant::dequantize_residual_row_ref(resid_codes.data() + o * r_bytes, resid_scales.data() + o * groups, in, group,
+                                       residual_bits, r.data());
+    for (int64_t i = 0; i < in; ++i) row[i] += r[size_t(i)];
+  });
+  return w;
+}
+
+namespace {
+
+// Checks a plane tensor's presence, type and shape.
+Status check_plane(const WeightSource& source, const std::string& name, gguf::TensorType type, int64_t row_elems,
+                   int64_t rows) {
+  const gguf::TensorInfo* t = source.find_tensor(name);
+  if (!t) return Status::error(source.path() + ": tensor '" + name + "' is missing");
+  if (t->type != type || t->dims != std::vector<int64_t>{row_elems, rows}) {
+    return Status::error(source.path() + ": tensor '" + name + "' is " + gguf::tensor_type_name(t->type) + " " +
+                         t->shape_string() + ", expected " + gguf::tensor_type_name(type) + " [" +
+                         std::to_string(row_elems) + ", " + std::to_string(rows) + "]");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<SplitProjection> load_split_planes(const WeightSource& source, const std::string& base, int64_t in,
+                                          int64_t out, const SplitFormat& f) {
+  SplitProjection p = SplitProjection::sized(out, in, f.group, f.draft_bits, f.residual_bits);
+  // Each plane's bytes are copied as stored (I8 codes, little-endian F16 scales) into the
+  // buffers sized for the shape; check_plane has already matched the sizes.
+  const auto tensors = split_plane_tensors(base, in, f);
+  const std::pair<void*, size_t> dest[kSplitPlanes] = {
+      {p.draft_codes.data(), p.draft_codes.size()},         {p.draft_scales.data(), p.draft_scales.size() * 2},
+      {p.draft_offsets.data(), p.draft_offsets.size() * 2}, {p.resid_codes.data(), p.resid_codes.size()},
+      {p.resid_scales.data(), p.resid_scales.size() * 2}};
+  for (int i = 0; i < kSplitPlanes; ++i) {
+    const SplitPlaneTensor& st = tensors[size_t(i)];
+    BITSPLIT_RETURN_IF_ERROR(check_plane(source, st.name, st.type, st.row, out));
+    const gguf::TensorInfo& t = *source.find_tensor(st.name);
+    BITSPLIT_ASSIGN_OR_RETURN(std::span<const uint8_t> raw, source.raw_bytes(t));
+    BITSPLIT_CHECK(raw.size() == dest[i].second, "plane size checked above");
+    std::memcpy(dest[i].first, raw.data(), dest[i].second);
+    source.release(t);
+  }
+  return p;
+}
+
+Result<std::vector<float>> load_split_f32(const WeightSource& source, const std::string& base, int64_t in,
+                                          int64_t out, const SplitFormat& f, bool with_residual) {
+  BITSPLIT_ASSIGN_OR_RETURN(SplitProjection p, load_split_planes(source, base, in, out, f));
+  return p.dequantize(with_residual);
+}
+
+}  // namespace bitsplit

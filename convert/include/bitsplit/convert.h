@@ -1,0 +1,52 @@
+// `bitsplit convert` (source GGUF -> D + R planes in a bit-split GGUF, docs/FORMAT.md) and
+// `bitsplit quantize` (the Q8_0 baseline): streaming writers over a WeightSource.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "bitsplit/imatrix.h"
+#include "bitsplit/quant.h"
+#include "bitsplit/split_format.h"
+#include "bitsplit/status.h"
+#include "bitsplit/weights.h"
+
+namespace bitsplit {
+
+struct ConvertOptions {
+  quant::SplitParams split;
+  const ImportanceMatrix* imatrix = nullptr;
+  std::string imatrix_path;  // recorded in the metadata
+};
+
+struct ConvertProgress {
+  size_t tensors_done = 0, tensors_total = 0;
+  uint64_t bytes_done = 0, bytes_total = 0;  // source tensor bytes
+  std::string current;                       // tensor being converted
+};
+
+struct ConvertReport {
+  uint64_t source_bytes = 0, output_bytes = 0;
+  uint64_t largest_tensor_f32_bytes = 0;
+  uint64_t peak_rss_bytes = 0;
+  int64_t split_weights = 0;  // weights in split projections
+  std::map<std::string, int64_t> source_types;  // type name -> weights, over split projections
+  std::string source_sha256;
+  double seconds = 0.0;
+};
+
+// Converts `source` into a bit-split GGUF at out_path (written under a temporary name and
+// renamed at the end). Streams tensor by tensor; rows are quantised in parallel.
+Status convert_model(const WeightSource& source, const std::string& out_path, const ConvertOptions& options,
+                     const std::function<void(const ConvertProgress&)>& on_progress, ConvertReport* report);
+
+// `bitsplit quantize`: a plain Q8_0 model, the llama.cpp-style baseline we measure against.
+// Projections whose rows are a multiple of 32 become Q8_0 (quant::quantize_q8_0_ref, as
+// llama.cpp's quantize does); everything else is copied as f32. Streams tensor by tensor.
+Status quantize_model_q8_0(const WeightSource& source, const std::string& out_path,
+                           const std::function<void(size_t done, size_t total)>& on_progress, uint64_t* output_bytes);
+
+}  // namespace bitsplit
+

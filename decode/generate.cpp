@@ -1,0 +1,76 @@
+// Plain (non-speculative) decoding over the forward pass, and the pieces it shares with
+// speculative decoding: request checks, prefill, token emission.
+#include "bitsplit/generate.h"
+
+#include <chrono>
+
+namespace bitsplit {
+
+Status check_generation(const ModelConfig& c, size_t prompt_tokens, int32_t n_predict, int32_t prefill_chunk) {
+  if (prompt_tokens == 0) return Status::error("the prompt is empty (no tokens to start from)");
+  if (n_predict < 0) return Status::error("the number of tokens to generate must be >= 0");
+  if (prefill_chunk <= 0) return Status::error("prefill chunk must be positive");
+  const int64_t needed = int64_t(prompt_tokens) + n_predict;
+  if (needed > c.n_ctx_train) {
+    return Status::error("prompt (" + std::to_string(prompt_tokens) + " tokens) + " + std::to_string(n_predict) +
+                         " new tokens exceed the model's context length of " + std::to_string(c.n_ctx_train) + " tokens");
+  }
+  return Status::ok();
+}
+
+Result<std::vector<float>> prefill(const Model& model, KvCache& cache, std::span<const int32_t> tokens, int32_t chunk,
+                                   Pass pass, const Variant* variant, bool last_logits) {
+  if (chunk <= 0) return Status::error("prefill chunk must be positive");
+  std::vector<float> logits;
+  for (size_t start = 0; start < tokens.size(); start += size_t(chunk)) {
+    const size_t n = std::min(tokens.size() - start, size_t(chunk));
+    Batch batch = Batch::causal(tokens.subspan(start, n), int32_t(start));
+    if (!last_logits || start + n < tokens.size()) batch.want_logits.assign(n, 0);
+    BITSPLIT_ASSIGN_OR_RETURN(logits, forward_pass(model, cache, batch, nullptr, pass, variant));
+  }
+  return logits;
+}
+
+bool TokenSink::emit(int32_t token) {
+  ++stats_.generated_tokens;
+  if (!on_token_(token)) return false;
+  if (token == eos_) {
+    stats_.stopped_at_eos = true;
+    return false;
+  }
+  return stats_.generated_tokens < n_predict_;
+}
+
+Result<GenerationStats> generate(const Model& model, std::span<const int32_t> prompt, const GenerateOptions& options,
+                                 Sampler& sampler, const TokenCallback& on_token, std::vector<float>* prompt_logits) {
+  const ModelConfig& c = model.config();
+  BITSPLIT_RETURN_IF_ERROR(check_generation(c, prompt.size(), options.n_predict, options.prefill_chunk));
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+
+  KvCache cache(c, int64_t(prompt.size()) + options.n_predict);
+  std::vector<int32_t> history(prompt.begin(), prompt.end());
+  GenerationStats stats;
+  stats.prompt_tokens = int64_t(prompt.size());
+
+  const auto t0 = Clock::now();
+  BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> logits,
+                            prefill(model, cache, prompt, options.prefill_chunk, Pass::kDefault, options.variant, true));
+  stats.prompt_seconds = seconds(t0, Clock::now());
+  if (prompt_logits) *prompt_logits = logits;
+
+  const auto t1 = Clock::now();
+  TokenSink sink(on_token, options.eos_token, options.n_predict, stats);
+  for (bool more = options.n_predict > 0; more;) {
+    const int32_t token = sampler.sample(logits, history);
+    history.push_back(token);
+    if (!(more = sink.emit(token))) break;
+    const int32_t pos = int32_t(history.size() - 1);
+    Batch batch = Batch::causal(std::span<const int32_t>(&history.back(), 1), pos);
+    BITSPLIT_ASSIGN_OR_RETURN(logits, forward_pass(model, cache, batch, nullptr, Pass::kDefault, options.variant));
+  }
+  stats.generate_seconds = seconds(t1, Clock::now());
+  return stats;
+}
+
+}  // namespace bitsplit

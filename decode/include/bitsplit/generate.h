@@ -1,0 +1,68 @@
+// Autoregressive generation with the reference model: prompt prefill, then one token at a
+// time through the sampler, reporting each token as it is produced.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "bitsplit/model.h"
+#include "bitsplit/sampling.h"
+
+namespace bitsplit {
+
+struct GenerateOptions {
+  int32_t n_predict = 64;
+  int32_t eos_token = -1;       // generation stops after this token (-1: never)
+  int32_t prefill_chunk = 256;  // prompt tokens per forward pass
+  const Variant* variant = nullptr;  // a fine-tuned variant of the model (variant.h); null: the base
+};
+
+struct GenerationStats {
+  int64_t prompt_tokens = 0;
+  double prompt_seconds = 0.0;
+  int64_t generated_tokens = 0;
+  double generate_seconds = 0.0;
+  bool stopped_at_eos = false;
+  double prompt_tokens_per_second() const { return prompt_seconds > 0 ? prompt_tokens / prompt_seconds : 0.0; }
+  double generate_tokens_per_second() const { return generate_seconds > 0 ? generated_tokens / generate_seconds : 0.0; }
+};
+
+// Called with each generated token; return false to stop.
+using TokenCallback = std::function<bool(int32_t token)>;
+
+// ---- Pieces plain and speculative generation share ----
+
+// The request against the model: a non-empty prompt, n_predict >= 0, prefill_chunk > 0, and
+// prompt + n_predict within the model's context length. Errors say which, with the numbers.
+Status check_generation(const ModelConfig& config, size_t prompt_tokens, int32_t n_predict, int32_t prefill_chunk);
+
+// Runs `tokens` through the model at positions and cache slots 0.. in batches of `chunk`
+// tokens. With last_logits, returns the logits of the last token; otherwise computes none.
+Result<std::vector<float>> prefill(const Model& model, KvCache& cache, std::span<const int32_t> tokens, int32_t chunk,
+                                   Pass pass, const Variant* variant, bool last_logits);
+
+// Hands generated tokens to the callback and counts them; says when generation stops.
+class TokenSink {
+ public:
+  TokenSink(const TokenCallback& on_token, int32_t eos_token, int32_t n_predict, GenerationStats& stats)
+      : on_token_(on_token), eos_(eos_token), n_predict_(n_predict), stats_(stats) {}
+  // Emits one token; false once generation must stop (the callback asked to, the token was the
+  // end-of-sequence token, or n_predict tokens have been emitted).
+  bool emit(int32_t token);
+
+ private:
+  const TokenCallback& on_token_;
+  int32_t eos_, n_predict_;
+  GenerationStats& stats_;
+};
+
+// Generates up to n_predict tokens after `prompt` (which must be non-empty). Errors if the
+// prompt plus n_predict exceed the model's context length. If `prompt_logits` is given, it
+// receives the logits at the last prompt position.
+Result<GenerationStats> generate(const Model& model, std::span<const int32_t> prompt, const GenerateOptions& options,
+                                 Sampler& sampler, const TokenCallback& on_token,
+                                 std::vector<float>* prompt_logits = nullptr);
+
+}  // namespace bitsplit

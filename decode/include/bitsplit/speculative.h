@@ -1,0 +1,60 @@
+// Speculative decoding: the draft model proposes a token tree, the target verifies all of
+// it in one batched pass with a tree mask, and the accepted path plus one token of the
+// target's own is committed. Greedy output equals plain greedy decoding of the target token
+// for token; sampled output has exactly the target's distribution.
+#pragma once
+
+#include <span>
+
+#include "bitsplit/device_draft.h"
+#include "bitsplit/generate.h"
+#include "bitsplit/speculation.h"
+
+namespace bitsplit {
+
+struct SpeculativeOptions {
+  speculation::DraftPolicy policy;
+  // Choose policy.budget per check with speculation::BudgetController (the budget that maximises
+  // measured tokens/s). Greedy output is the same whatever the budget; sampled output then
+  // depends on timing, so fix the budget for reproducible sampling.
+  bool auto_budget = false;
+  int32_t n_predict = 64;
+  int32_t eos_token = -1;
+  int32_t prefill_chunk = 256;
+  // The fine-tuned variant to decode (null: the base). The draft is the variant's own
+  // D + α ⊙ S unless base_draft asks for the plain base draft D (for comparing acceptance).
+  const Variant* variant = nullptr;
+  bool base_draft = false;
+  // Run the whole draft on the backend's device when it offers that (draft_source.h; the CUDA
+  // backend with every plane in VRAM): per level only the batch goes in and each row's top k
+  // comes out; a variant's draft too (its signs fused in the kernel).
+  bool device_draft = true;
+  speculation::SamplingVerifyOptions verify;  // test-only switches
+};
+
+struct SpeculativeResult {
+  GenerationStats generation;
+  speculation::AcceptanceStats acceptance;
+  int32_t final_budget = 0;                  // the budget in use at the end
+  int64_t committed = 0;                     // cache slots holding committed target K/V at the end
+  std::vector<int64_t> checks_per_budget;    // index = budget
+  // Where the draft's forward pass ran: "device (cuda:0)", or "host" and why not on a device.
+  std::string draft_pass;
+  // Bytes the whole-draft device path moved during this generation (zero without it): batches,
+  // committed K/V and top-k; weight_bytes stays 0 (the draft's weights went in when it was made).
+  DeviceTransfers device_transfers;
+};
+
+// `cache` (optional, for inspection) must have at least prompt + n_predict + kMaxBudget + 1
+// slots; it is left holding the committed K/V. `draft` runs its draft pass (D) and `target` its
+// target pass (D + R): for a bit-split model pass the same model as both. Models without planes run their f32 weights.
+// KV cache discipline: slots [0, committed) always hold the target's K/V of committed
+// tokens. Each check writes the tree's nodes to scratch slots [committed, committed +
+// nodes) — the draft's K/V during drafting (reusing the target's prefix), the target's
+// during verification — then moves the accepted path's target K/V down to the committed
+// positions; everything else is dropped.
+Result<SpeculativeResult> generate_speculative(const Model& target, const Model& draft, std::span<const int32_t> prompt,
+                                               const SpeculativeOptions& options, Sampler& sampler,
+                                               const TokenCallback& on_token, KvCache* cache = nullptr);
+
+}  // namespace bitsplit

@@ -1,0 +1,251 @@
+// Speculative decoding as three steps per check over a draft source (draft_source.h): draft a
+// token tree level by level (speculation::grow_tree), verify every node in one target pass,
+// commit the accepted path's K/V; validation, prefill and stopping are plain generation's.
+#include "bitsplit/speculative.h"
+
+#include <chrono>
+#include <cmath>
+#include <optional>
+
+#include "bitsplit/draft_source.h"
+
+namespace bitsplit {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// A batch over tree nodes `nodes` (scratch slot of node i = committed + i): each sees the
+// committed prefix and its own ancestors.
+Batch tree_batch(const speculation::TokenTree& tree, const std::vector<int32_t>& nodes, int32_t committed, bool logits) {
+  Batch b;
+  b.kv_len = committed + tree.size();
+  b.mask.assign(nodes.size() * size_t(b.kv_len), 0);
+  for (size_t r = 0; r < nodes.size(); ++r) {
+    const int32_t n = nodes[r];
+    b.tokens.push_back(tree.node(n).token);
+    b.positions.push_back(committed + tree.node(n).depth);
+    b.slots.push_back(committed + n);
+    b.want_logits.push_back(logits ? 1 : 0);
+    uint8_t* row = b.mask.data() + r * size_t(b.kv_len);
+    std::fill(row, row + committed, 1);
+    for (int32_t a = n; a >= 0; a = tree.node(a).parent) row[committed + a] = 1;
+  }
+  return b;
+}
+
+std::vector<float> softmax(std::span<const float> logits) {
+  std::vector<float> p(logits.begin(), logits.end());
+  cpu::softmax_f32(p.data(), int64_t(p.size()));
+  return p;
+}
+
+// Tokens of the committed history plus the path to `node` (for penalties in the sampler).
+// Only the repetition penalty reads it, so without one nothing is copied.
+std::vector<int32_t> history_at(const std::vector<int32_t>& history, const speculation::TokenTree& tree, int32_t node,
+                                const Sampler& sampler) {
+  if (sampler.params().repeat_penalty == 1.0f || sampler.params().repeat_last_n == 0) return {};
+  std::vector<int32_t> h = history;
+  const auto path = tree.path_to(node);
+  for (size_t i = 1; i < path.size(); ++i) h.push_back(tree.node(path[i]).token);  // root is already in history
+  return h;
+}
+
+// One generation's state between checks. KV cache discipline: slots [0, committed) hold the
+// target's K/V of committed tokens; a check's tree nodes use scratch slots committed + node.
+struct Decoder {
+  const Model& target;
+  const SpeculativeOptions& options;
+  Sampler& sampler;
+  KvCache& cache;
+  DraftSource& draft;
+  std::mt19937_64& rng;
+  const int64_t n_vocab;
+  const bool greedy;
+  std::vector<int32_t> history;
+  int32_t committed = 0;
+
+  std::span<const float> row(const std::vector<float>& logits, size_t r) const {
+    return {logits.data() + r * size_t(n_vocab), size_t(n_vocab)};
+  }
+
+  // Step 1: a tree from `tree`'s root, one batched draft pass per level. draft_q gets the
+  // proposal distribution of every expanded node (what the sampling verifier needs).
+  Result<int32_t> draft_tree(speculation::TokenTree& tree, const speculation::DraftPolicy& policy, int32_t budget,
+                             std::vector<std::vector<float>>& draft_q) {
+    draft_q.assign(1, {});
+    auto drafted = speculation::grow_tree(
+        tree, policy, budget,
+        [&](speculation::TokenTree& t, const std::vector<int32_t>& frontier,
+            int32_t k) -> Result<std::vector<speculation::Candidate>> {
+          draft_q.resize(size_t(t.size()));
+          const Batch level = tree_batch(t, frontier, committed, true);
+          std::vector<speculation::Candidate> candidates;
+          if (greedy && k <= draft.max_top_k()) {
+            // Greedy needs only each row's top k (a device computes it there).
+            DraftTopK top;
+            BITSPLIT_RETURN_IF_ERROR(draft.level(level, k, &top, nullptr));
+            for (size_t r = 0; r < frontier.size(); ++r) {
+              const int32_t node = frontier[r];
+              const double base = t.node(node).log_prob;
+              std::vector<int32_t> tokens;
+              for (int32_t j = 0; j < k; ++j) {
+                const float lp = top.log_probs[r * size_t(k) + size_t(j)];
+                if (!(std::exp(lp) > 0.0f)) break;  // as propose_children: only tokens with q > 0
+                tokens.push_back(top.tokens[r * size_t(k) + size_t(j)]);
+                candidates.push_back({node, tokens.back(), base + double(lp)});
+              }
+              t.set_proposals(node, std::move(tokens));
+            }
+            return candidates;
+          }
+          std::vector<float> logits;
+          BITSPLIT_RETURN_IF_ERROR(draft.level(level, k, nullptr, &logits));
+          for (size_t r = 0; r < frontier.size(); ++r) {
+            const int32_t node = frontier[r];
+            // The proposal distribution: the sampler's own (so acceptance ratios are exact) or,
+            // for greedy decoding, the plain softmax (only the ranking matters there).
+            auto q = greedy ? softmax(row(logits, r)) : sampler.distribution(row(logits, r), history_at(history, t, node, sampler));
+            auto proposed = speculation::propose_children(t, node, q, k, !greedy, rng);
+            std::vector<int32_t> tokens;
+            for (const auto& cand : proposed) tokens.push_back(cand.token);
+            t.set_proposals(node, std::move(tokens));
+            draft_q[size_t(node)] = std::move(q);
+            candidates.insert(candidates.end(), proposed.begin(), proposed.end());
+          }
+          return candidates;
+        });
+    draft_q.resize(size_t(tree.size()));  // the last level's nodes were not expanded
+    return drafted;
+  }
+
+  // Step 2: every node in one target pass (its K/V overwrite the draft's in the scratch slots),
+  // then the verdict: greedy, or lossless sampling against the proposal distributions.
+  Result<speculation::Verdict> verify(const speculation::TokenTree& tree,
+                                      const std::vector<std::vector<float>>& draft_q) {
+    std::vector<int32_t> all(size_t(tree.size()));
+    for (int32_t i = 0; i < tree.size(); ++i) all[size_t(i)] = i;
+    BITSPLIT_ASSIGN_OR_RETURN(auto logits, forward_pass(target, cache, tree_batch(tree, all, committed, true), nullptr,
+                                                        Pass::kTarget, options.variant));
+    if (greedy) {
+      std::vector<int32_t> best(all.size());
+      const bool penalised = sampler.params().repeat_penalty != 1.0f && sampler.params().repeat_last_n > 0;
+      for (int32_t i = 0; i < tree.size(); ++i) {
+        // The same choice as plain greedy decoding (argmax after the repetition penalty).
+        best[size_t(i)] = penalised ? argmax(sampler.distribution(row(logits, size_t(i)), history_at(history, tree, i, sampler)))
+                                    : argmax(row(logits, size_t(i)));
+      }
+      return speculation::verify_greedy(tree, best);
+    }
+    std::vector<std::vector<float>> p(all.size());
+    for (int32_t i = 0; i < tree.size(); ++i) {
+      p[size_t(i)] = sampler.distribution(row(logits, size_t(i)), history_at(history, tree, i, sampler));
+    }
+    return speculation::verify_sampling(tree, p, draft_q, rng, options.verify);
+  }
+
+  // Step 3: the root and the accepted nodes, in path order, to consecutive committed slots;
+  // the draft source gets the newly committed K/V.
+  Status commit(const speculation::Verdict& verdict) {
+    cache.move_slot(committed + 0, committed);
+    for (size_t k = 0; k < verdict.accepted.size(); ++k) {
+      cache.move_slot(committed + verdict.accepted[k], committed + 1 + int32_t(k));
+    }
+    const int32_t was = committed;
+    committed += 1 + int32_t(verdict.accepted.size());
+    return draft.committed(cache, was, committed);
+  }
+};
+
+}  // namespace
+
+Result<SpeculativeResult> generate_speculative(const Model& target, const Model& draft, std::span<const int32_t> prompt,
+                                               const SpeculativeOptions& options, Sampler& sampler,
+                                               const TokenCallback& on_token, KvCache* external_cache) {
+  const ModelConfig& c = target.config();
+  BITSPLIT_RETURN_IF_ERROR(options.policy.validate());
+  if (draft.config().n_vocab != c.n_vocab || draft.config().n_layers != c.n_layers ||
+      draft.config().kv_dim() != c.kv_dim()) {
+    return Status::error("the draft and target models have different shapes");
+  }
+  BITSPLIT_RETURN_IF_ERROR(check_generation(c, prompt.size(), options.n_predict, options.prefill_chunk));
+  const int64_t needed = int64_t(prompt.size()) + options.n_predict;
+  speculation::DraftPolicy policy = options.policy;
+  speculation::BudgetController controller;
+  std::mt19937_64 rng(sampler.params().seed ^ 0x9e3779b97f4a7c15ull);
+  const int64_t slots = needed + (options.auto_budget ? speculation::kMaxBudget : policy.budget) + 1;
+  std::optional<KvCache> own_cache;
+  if (external_cache) {
+    if (external_cache->n_slots() < slots || external_cache->kv_dim() != c.kv_dim()) {
+      return Status::error("the KV cache given to speculative decoding is too small for this run");
+    }
+  } else {
+    own_cache.emplace(c, slots);
+  }
+  KvCache& cache = external_cache ? *external_cache : *own_cache;
+  SpeculativeResult result;
+  GenerationStats& stats = result.generation;
+  speculation::AcceptanceStats& acc = result.acceptance;
+  stats.prompt_tokens = int64_t(prompt.size());
+  const Variant* draft_variant = options.base_draft ? nullptr : options.variant;
+
+  // The whole draft on a device when the model's backend offers it, else on the host.
+  std::unique_ptr<DraftSource> source;
+  std::string host_why = "device draft switched off";
+  if (options.device_draft) {
+    auto d = make_device_draft(draft, slots, draft_variant);
+    if (d) source = std::move(*d);
+    else host_why = d.status().message();
+  }
+  if (!source) source = make_host_draft(draft, cache, draft_variant);
+  result.draft_pass = source->where() == "host" ? "host (" + host_why + ")" : source->where();
+
+  // Prefill all but the last prompt token; the last becomes the first root.
+  auto t0 = Clock::now();
+  const size_t prefix = prompt.size() - 1;
+  BITSPLIT_RETURN_IF_ERROR(
+      prefill(target, cache, prompt.first(prefix), options.prefill_chunk, Pass::kTarget, options.variant, false).status());
+  BITSPLIT_RETURN_IF_ERROR(source->committed(cache, 0, int64_t(prefix)));
+  stats.prompt_seconds = seconds_since(t0);
+
+  Decoder dec{target, options, sampler, cache, *source, rng, c.n_vocab, sampler.params().greedy(),
+              std::vector<int32_t>(prompt.begin(), prompt.end()), int32_t(prefix)};
+  TokenSink sink(on_token, options.eos_token, options.n_predict, stats);
+  int32_t root = prompt.back();
+  const auto t1 = Clock::now();
+  result.checks_per_budget.assign(size_t(speculation::kMaxBudget) + 1, 0);
+  for (bool more = options.n_predict > 0; more;) {
+    if (options.auto_budget) policy.set_budget(controller.next());
+    const auto td = Clock::now();
+    speculation::TokenTree tree(root);
+    std::vector<std::vector<float>> draft_q;
+    const int32_t budget = std::min<int32_t>(policy.budget, int32_t(needed - int64_t(dec.history.size())));
+    BITSPLIT_ASSIGN_OR_RETURN(const int32_t drafted, dec.draft_tree(tree, policy, budget, draft_q));
+    acc.draft_seconds += seconds_since(td);
+
+    const auto tv = Clock::now();
+    BITSPLIT_ASSIGN_OR_RETURN(const speculation::Verdict verdict, dec.verify(tree, draft_q));
+    acc.verify_seconds += seconds_since(tv);
+    if (options.auto_budget) controller.record(policy.budget, int32_t(verdict.accepted.size()) + 1, seconds_since(td));
+    ++result.checks_per_budget[size_t(policy.budget)];
+    result.final_budget = policy.budget;
+
+    BITSPLIT_RETURN_IF_ERROR(dec.commit(verdict));
+    acc.record(int32_t(verdict.accepted.size()), drafted);
+
+    std::vector<int32_t> emitted;
+    for (int32_t n : verdict.accepted) emitted.push_back(tree.node(n).token);
+    emitted.push_back(verdict.next_token);
+    for (int32_t token : emitted) {
+      dec.history.push_back(token);
+      if (!(more = sink.emit(token))) break;
+    }
+    root = verdict.next_token;
+  }
+  stats.generate_seconds = seconds_since(t1);
+  result.device_transfers = source->transfers();
+  result.committed = std::min<int64_t>(dec.committed, int64_t(dec.history.size()));  // drop cut-off tokens
+  return result;
+}
+
+}  // namespace bitsplit

@@ -1,0 +1,90 @@
+// The draft model's description for a device (what Backend::make_device_draft takes).
+#include "bitsplit/draft_description.h"
+
+#include "bitsplit/variant.h"
+
+namespace bitsplit {
+
+Result<gpu::DraftModelHost> describe_device_draft(const Model& draft, const Variant* variant) {
+  const ModelConfig& c = draft.config();
+  gpu::DraftModelHost m;
+  m.n_layers = c.n_layers;
+  m.n_embd = c.n_embd;
+  m.n_heads = c.n_heads;
+  m.n_kv_heads = c.n_kv_heads;
+  m.head_dim = c.head_dim;
+  m.n_ff = c.n_ff;
+  m.n_vocab = c.n_vocab;
+  m.n_rot = c.n_rot;
+  m.rope_base = c.rope_base;
+  m.rope_freq_scale = c.rope_freq_scale;
+  m.rms_eps = c.rms_eps;
+  m.rope_neox = c.rope_order == cpu::RopeOrder::kNeox;
+  if (draft.token_embd().empty()) return Status::error("the draft has no f32 token embedding");
+  // A variant: its sign planes join the planes, its full tensors (norms, biases) replace the
+  // base's; a full replacement of anything larger stays on the host path.
+  auto pick = [&](const std::string& name, const std::vector<float>& base) -> const std::vector<float>& {
+    return variant ? variant->pick(name, base) : base;
+  };
+  auto sign_host = [](const VariantSigns& v) {
+    return gpu::SignPlaneHost{v.signs.data(), v.alpha.data(), v.out, v.in, v.row_bytes, v.alpha_per_row};
+  };
+  if (variant) {
+    for (const std::string& name : variant->full_names()) {
+      if (name.ends_with("norm.weight") || name.ends_with(".bias")) continue;
+      return Status::error("the variant replaces " + name + " in full (the device draft takes signs, norms and biases)");
+    }
+  }
+  const VariantSigns* embd_signs = variant ? variant->signs("token_embd.weight") : nullptr;
+  if (embd_signs) m.embd_signs = sign_host(*embd_signs);
+  m.token_embd = draft.token_embd().data();
+  m.output_norm = pick("output_norm.weight", draft.output_norm()).data();
+  m.rope_freq_factors = draft.rope_freq_factors().empty() ? nullptr : draft.rope_freq_factors().data();
+  int group = 0;
+  auto plane = [&](const std::string& name, gpu::DraftModelHost::Plane& out) -> Status {
+    const SplitProjection* p = draft.split(name);
+    if (!p) return Status::error(name + " is not a bit-split projection (held in f32)");
+    if (p->draft_bits != 2) return Status::error(name + " has a " + std::to_string(p->draft_bits) + "-bit draft plane (2 needed)");
+    if (p->draft_codes.empty()) return Status::error(name + ": the draft plane's file layout was released");
+    if (group == 0) group = p->group;
+    if (p->group != group) return Status::error(name + " has group " + std::to_string(p->group) + ", others " + std::to_string(group));
+    out.key = p;
+    out.plane = {p->draft_codes.data(), p->draft_scales.data(), p->draft_offsets.data(), p->out, p->in, p->group,
+                 p->draft_bits};
+    // A tied head takes the embedding's signs, as in forward_pass.
+    const VariantSigns* v = !variant                                          ? nullptr
+                            : name == "output.weight" && c.tied_output ? embd_signs
+                                                                        : variant->signs(name);
+    if (v) {
+      out.signs_key = v->signs.data();
+      out.signs = sign_host(*v);
+    }
+    return Status::ok();
+  };
+  auto opt = [](const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
+  m.layers.resize(size_t(c.n_layers));
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& w = draft.layer(l);
+    gpu::DraftModelHost::Layer& d = m.layers[size_t(l)];
+    const std::string b = "blk." + std::to_string(l) + ".";
+    d.attn_norm = pick(b + "attn_norm.weight", w.attn_norm).data();
+    d.ffn_norm = pick(b + "ffn_norm.weight", w.ffn_norm).data();
+    d.q_norm = c.has_qk_norm ? opt(pick(b + "attn_q_norm.weight", w.q_norm)) : nullptr;
+    d.k_norm = c.has_qk_norm ? opt(pick(b + "attn_k_norm.weight", w.k_norm)) : nullptr;
+    d.bq = c.has_qkv_bias ? opt(pick(b + "attn_q.bias", w.bq)) : nullptr;
+    d.bk = c.has_qkv_bias ? opt(pick(b + "attn_k.bias", w.bk)) : nullptr;
+    d.bv = c.has_qkv_bias ? opt(pick(b + "attn_v.bias", w.bv)) : nullptr;
+    BITSPLIT_RETURN_IF_ERROR(plane(b + "attn_q.weight", d.wq));
+    BITSPLIT_RETURN_IF_ERROR(plane(b + "attn_k.weight", d.wk));
+    BITSPLIT_RETURN_IF_ERROR(plane(b + "attn_v.weight", d.wv));
+    BITSPLIT_RETURN_IF_ERROR(plane(b + "attn_output.weight", d.wo));
+    BITSPLIT_RETURN_IF_ERROR(plane(b + "ffn_gate.weight", d.gate));
+    BITSPLIT_RETURN_IF_ERROR(plane(b + "ffn_up.weight", d.up));
+    BITSPLIT_RETURN_IF_ERROR(plane(b + "ffn_down.weight", d.down));
+  }
+  BITSPLIT_RETURN_IF_ERROR(plane("output.weight", m.head));
+  m.group = group;
+  return m;
+}
+
+}  // namespace bitsplit

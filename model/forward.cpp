@@ -1,0 +1,319 @@
+// The f32 reference forward pass over a batch with an arbitrary attention mask. Written for
+// clarity; every op is batch invariant, so a token's logits do not depend on its batch.
+#include <tbb/parallel_for.h>
+
+#include <cmath>
+#include <optional>
+
+#include "bitsplit/model.h"
+#include "bitsplit/variant.h"
+
+namespace bitsplit {
+
+KvCache::KvCache(const ModelConfig& config, int64_t n_slots)
+    : n_layers_(config.n_layers), n_slots_(n_slots), kv_dim_(config.kv_dim()),
+      k_(size_t(config.n_layers * n_slots * config.kv_dim()), 0.0f),
+      v_(size_t(config.n_layers * n_slots * config.kv_dim()), 0.0f) {}
+
+KvCache KvCache::copy() const {
+  KvCache c;
+  c.n_layers_ = n_layers_;
+  c.n_slots_ = n_slots_;
+  c.kv_dim_ = kv_dim_;
+  c.k_ = k_;
+  c.v_ = v_;
+  return c;
+}
+
+void KvCache::move_slot(int64_t from, int64_t to) {
+  BITSPLIT_CHECK(from >= 0 && from < n_slots_ && to >= 0 && to < n_slots_);
+  if (from == to) return;
+  for (int64_t l = 0; l < n_layers_; ++l) {
+    std::copy(k(l, from), k(l, from) + kv_dim_, k(l, to));
+    std::copy(v(l, from), v(l, from) + kv_dim_, v(l, to));
+  }
+}
+
+Batch Batch::causal(std::span<const int32_t> tokens, int32_t start, bool all_logits) {
+  Batch b;
+  const int64_t n = int64_t(tokens.size());
+  b.tokens.assign(tokens.begin(), tokens.end());
+  b.kv_len = start + n;
+  b.mask.assign(size_t(n * b.kv_len), 0);
+  b.want_logits.assign(size_t(n), all_logits ? 1 : 0);
+  if (n > 0) b.want_logits.back() = 1;
+  for (int64_t i = 0; i < n; ++i) {
+    b.positions.push_back(int32_t(start + i));
+    b.slots.push_back(int32_t(start + i));
+    for (int64_t j = 0; j <= start + i; ++j) b.mask[size_t(i * b.kv_len + j)] = 1;
+  }
+  return b;
+}
+
+Status Batch::validate(const ModelConfig& config, const KvCache& cache) const {
+  const int64_t n = size();
+  if (n == 0) return Status::error("batch is empty");
+  if (int64_t(positions.size()) != n || int64_t(slots.size()) != n || int64_t(want_logits.size()) != n) {
+    return Status::error("batch: tokens, positions, slots and want_logits must have the same length");
+  }
+  if (kv_len <= 0 || kv_len > cache.n_slots()) {
+    return Status::error("batch: kv_len " + std::to_string(kv_len) + " is outside the cache (" +
+                         std::to_string(cache.n_slots()) + " slots)");
+  }
+  if (int64_t(mask.size()) != n * kv_len) return Status::error("batch: mask must hold tokens x kv_len entries");
+  for (int64_t i = 0; i < n; ++i) {
+    if (tokens[size_t(i)] < 0 || tokens[size_t(i)] >= config.n_vocab) {
+      return Status::error("token id " + std::to_string(tokens[size_t(i)]) + " is outside the vocabulary (0.." +
+                           std::to_string(config.n_vocab - 1) + ")");
+    }
+    if (positions[size_t(i)] < 0) return Status::error("batch: negative position");
+    if (slots[size_t(i)] < 0 || slots[size_t(i)] >= kv_len) {
+      return Status::error("batch: slot " + std::to_string(slots[size_t(i)]) + " is outside [0, kv_len)");
+    }
+    bool any = false;
+    for (int64_t j = 0; j < kv_len && !any; ++j) any = mask[size_t(i * kv_len + j)] != 0;
+    if (!any) return Status::error("batch: token " + std::to_string(i) + " may attend to nothing");
+  }
+  return Status::ok();
+}
+
+namespace {
+
+// Rows of activations: [rows x width] row-major.
+struct Activations {
+  int64_t rows, width;
+  std::vector<float> data;
+  Activations(int64_t r, int64_t w) : rows(r), width(w), data(size_t(r * w)) {}
+  float* row(int64_t r) { return data.data() + r * width; }
+};
+
+void attention(const ModelConfig& c, const KvCache& cache, int64_t layer, const Batch& batch,
+               const Activations& q, Activations& out) {
+  const int64_t group = c.n_heads / c.n_kv_heads;
+  const float scale = 1.0f / std::sqrt(float(c.head_dim));
+  tbb::parallel_for(int64_t{0}, batch.size() * c.n_heads, [&](int64_t task) {
+    const int64_t i = task / c.n_heads, h = task % c.n_heads, kvh = h / group;
+    const float* qh = q.data.data() + i * q.width + h * c.head_dim;
+    const uint8_t* mask = batch.mask.data() + i * batch.kv_len;
+    std::vector<float> scores(size_t(batch.kv_len), -INFINITY);
+    for (int64_t j = 0; j < batch.kv_len; ++j) {
+      if (mask[j]) scores[size_t(j)] = cpu::dot_f32(qh, cache.k(layer, j) + kvh * c.head_dim, c.head_dim) * scale;
+    }
+    cpu::softmax_f32(scores.data(), batch.kv_len);
+    float* o = out.data.data() + i * out.width + h * c.head_dim;
+    std::fill(o, o + c.head_dim, 0.0f);
+    for (int64_t j = 0; j < batch.kv_len; ++j) {
+      if (!mask[j]) continue;
+      const float p = scores[size_t(j)];
+      const float* vj = cache.v(layer, j) + kvh * c.head_dim;
+      for (int64_t d = 0; d < c.head_dim; ++d) o[d] += p * vj[d];
+    }
+  });
+}
+
+// The input of one or more projections. Its int8 form (plane kernels) or int8-rounded f32
+// form (llama.cpp emulation) is made at most once, however many projections read it: q, k
+// and v share one input, gate and up another.
+class ProjectionInput {
+ public:
+  explicit ProjectionInput(const Activations& x) : x_(x) {}
+  const Activations& f32() const { return x_; }
+
+  const cpu::QuantizedActivations& quantized(const Model& model, int group) {
+    if (qa_group_ != group) {
+      cpu::quantize_activations(model.cpu(), x_.data.data(), x_.rows, x_.width, group, qa_);
+      qa_group_ = group;
+    }
+    return qa_;
+  }
+
+  // The Q8_0 kernel; the input is quantised once for every projection that reads it.
+  void q8_0_kernel(const Model& model, const cpu::Q8_0PlaneView& w, float* y) {
+    if (!q8_ready_) {
+      cpu::quantize_activations_q8_0(model.cpu(), x_.data.data(), x_.rows, x_.width, q8_);
+      q8_ready_ = true;
+    }
+    cpu::q8_0_matmul(model.cpu(), w, q8_, y);
+  }
+
+  // int8 round trip of the activations per block, as llama.cpp's CPU quantised matmuls do.
+  const std::vector<float>& rounded(int64_t group) {
+    if (rounded_group_ == group) return rounded_;
+    rounded_ = x_.data;
+    for (int64_t r = 0; r < x_.rows; ++r) {
+      for (int64_t b = 0; b < x_.width; b += group) {
+        float* v = rounded_.data() + r * x_.width + b;
+        const int64_t n = std::min(group, x_.width - b);
+        float amax = 0.0f;
+        for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(v[i]));
+        const float d = amax / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
+        for (int64_t i = 0; i < n; ++i) v[i] = d * std::round(v[i] * inv);
+      }
+    }
+    rounded_group_ = group;
+    return rounded_;
+  }
+
+ private:
+  const Activations& x_;
+  cpu::QuantizedActivations qa_;
+  int qa_group_ = 0;
+  std::vector<float> rounded_;
+  int64_t rounded_group_ = 0;
+  cpu::Q8_0Activations q8_;
+  bool q8_ready_ = false;
+};
+
+// One projection: f32 weights through the reference matmul, or bit-split planes through the
+// plane kernels (D + R for the target, D alone for the draft), then the bias. A variant's sign
+// plane joins D (fused into the draft kernel on the plane path).
+Status linear(const Model& model, Pass tier, const std::string& name, ProjectionInput& in, const std::vector<float>& w,
+              const std::vector<float>& bias, Activations& y, const VariantSigns* signs) {
+  const Activations& x = in.f32();
+  const SplitProjection* planes = model.split(name);
+  std::optional<cpu::SignPlaneView> delta;
+  if (signs) delta = signs->view();
+  if (const std::vector<uint8_t>* q8 = model.q8_0(name)) {
+    in.q8_0_kernel(model, cpu::Q8_0PlaneView{q8->data(), y.width, x.width}, y.data.data());
+    if (delta) cpu::sign_matmul_add_f32(*delta, x.data.data(), x.rows, y.data.data());
+  } else if (!planes) {
+    const std::vector<float>& xs = model.activation_rounding() > 0 ? in.rounded(model.activation_rounding()) : x.data;
+    cpu::matmul_f32(xs, x.rows, x.width, w, y.width, {}, y.data);
+    if (delta) cpu::sign_matmul_add_f32(*delta, xs.data(), x.rows, y.data.data());
+  } else {
+    const cpu::QuantizedActivations& qa = in.quantized(model, planes->group);
+    // The two tiers: D·X (+ the variant's signs) on the draft tier (CPU or GPU), R·X on the
+    // CPU, summed draft first (the same order as cpu::target_matmul).
+    const cpu::SignPlaneView* d = delta ? &*delta : nullptr;
+    if (tier == Pass::kDraft) {
+      BITSPLIT_RETURN_IF_ERROR(model.backend().draft_matmul(*planes, qa, y.data.data(), d));
+    } else {
+      // R·X (packed when loaded) runs on the CPU while the tier computes D·X (a GPU overlaps).
+      std::vector<float> residual(y.data.size());
+      BITSPLIT_RETURN_IF_ERROR(model.backend().target_matmul(
+          *planes, qa, y.data.data(), d, [&] { planes->cpu_residual_matmul(model.cpu(), qa, residual.data()); }));
+      for (size_t i = 0; i < residual.size(); ++i) y.data[i] += residual[i];
+    }
+  }
+  if (!bias.empty()) {
+    for (int64_t r = 0; r < y.rows; ++r)
+      for (int64_t o = 0; o < y.width; ++o) y.data[size_t(r * y.width + o)] += bias[size_t(o)];
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, const Batch& batch,
+                                             const ActivationObserver* observer, Pass tier, const Variant* variant) {
+  if (tier == Pass::kDefault) tier = model.default_pass();
+  const ModelConfig& c = model.config();
+  BITSPLIT_RETURN_IF_ERROR(batch.validate(c, cache));
+  const int64_t n = batch.size();
+  Activations x(n, c.n_embd), h(n, c.n_embd), q(n, c.q_dim()), k(n, c.kv_dim()), v(n, c.kv_dim());
+  Activations attn(n, c.q_dim()), proj(n, c.n_embd), gate(n, c.n_ff), up(n, c.n_ff);
+  // Every tensor a variant may change goes through these: base tensors unless it replaces
+  // them, and its sign planes where it has them.
+  auto pick = [&](const std::string& tensor, const std::vector<float>& base) -> const std::vector<float>& {
+    return variant ? variant->pick(tensor, base) : base;
+  };
+  // A layer tensor's name is only built when a variant could replace it (hot path).
+  auto pick_layer = [&](int64_t layer, const char* tensor, const char* suffix,
+                        const std::vector<float>& base) -> const std::vector<float>& {
+    if (!variant || base.empty()) return base;
+    return variant->pick("blk." + std::to_string(layer) + "." + tensor + suffix, base);
+  };
+  auto signs_of = [&](const std::string& weight) { return variant ? variant->signs(weight) : nullptr; };
+  const std::vector<float>& embd = pick("token_embd.weight", model.token_embd());
+  const VariantSigns* embd_signs = signs_of("token_embd.weight");
+  std::vector<float> delta_row(embd_signs ? static_cast<size_t>(c.n_embd) : 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t token = batch.tokens[size_t(i)];
+    const float* e = embd.data() + token * c.n_embd;
+    std::copy(e, e + c.n_embd, x.row(i));
+    if (embd_signs) {
+      quant::bitdelta_decode_row_ref(embd_signs->signs.data() + token * embd_signs->row_bytes,
+                                     embd_signs->alpha_of(token), c.n_embd, delta_row.data());
+      for (int64_t j = 0; j < c.n_embd; ++j) x.row(i)[j] += delta_row[size_t(j)];
+    }
+  }
+  const std::vector<float> no_bias;
+  auto name = [](int64_t layer, const char* weight) { return "blk." + std::to_string(layer) + "." + weight + ".weight"; };
+  auto project = [&](int64_t layer, const char* weight, ProjectionInput& in, const std::vector<float>& w,
+                     const std::vector<float>& bias, Activations& y) {
+    const std::string n = name(layer, weight);
+    const std::vector<float>& b = pick_layer(layer, weight, ".bias", bias);
+    return linear(model, tier, n, in, w, b, y, signs_of(n));
+  };
+  auto observe = [&](int64_t layer, const char* weight, const Activations& a) {
+    if (observer) (*observer)(name(layer, weight), a.data.data(), a.rows, a.width);
+  };
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& w = model.layer(l);
+    const std::vector<float>& attn_norm = pick_layer(l, "attn_norm", ".weight", w.attn_norm);
+    const std::vector<float>& ffn_norm = pick_layer(l, "ffn_norm", ".weight", w.ffn_norm);
+    const std::vector<float>& q_norm = pick_layer(l, "attn_q_norm", ".weight", w.q_norm);
+    const std::vector<float>& k_norm = pick_layer(l, "attn_k_norm", ".weight", w.k_norm);
+    for (int64_t i = 0; i < n; ++i) cpu::rms_norm_f32(x.row(i), attn_norm.data(), c.n_embd, c.rms_eps, h.row(i));
+    observe(l, "attn_q", h);
+    observe(l, "attn_k", h);
+    observe(l, "attn_v", h);
+    ProjectionInput attn_in(h);
+    BITSPLIT_RETURN_IF_ERROR(project(l, "attn_q", attn_in, w.wq, w.bq, q));
+    BITSPLIT_RETURN_IF_ERROR(project(l, "attn_k", attn_in, w.wk, w.bk, k));
+    BITSPLIT_RETURN_IF_ERROR(project(l, "attn_v", attn_in, w.wv, w.bv, v));
+    for (int64_t i = 0; i < n; ++i) {
+      const float pos = float(batch.positions[size_t(i)]);
+      for (int64_t hd = 0; hd < c.n_heads; ++hd) {
+        float* qh = q.row(i) + hd * c.head_dim;
+        if (c.has_qk_norm) cpu::rms_norm_f32(qh, q_norm.data(), c.head_dim, c.rms_eps, qh);
+        cpu::rope_f32(qh, c.n_rot, c.rope_order, pos, c.rope_base, c.rope_freq_scale, model.rope_freq_factors());
+      }
+      for (int64_t hd = 0; hd < c.n_kv_heads; ++hd) {
+        float* kh = k.row(i) + hd * c.head_dim;
+        if (c.has_qk_norm) cpu::rms_norm_f32(kh, k_norm.data(), c.head_dim, c.rms_eps, kh);
+        cpu::rope_f32(kh, c.n_rot, c.rope_order, pos, c.rope_base, c.rope_freq_scale, model.rope_freq_factors());
+      }
+      std::copy(k.row(i), k.row(i) + c.kv_dim(), cache.k(l, batch.slots[size_t(i)]));
+      std::copy(v.row(i), v.row(i) + c.kv_dim(), cache.v(l, batch.slots[size_t(i)]));
+    }
+    attention(c, cache, l, batch, q, attn);
+    observe(l, "attn_output", attn);
+    ProjectionInput out_in(attn);
+    BITSPLIT_RETURN_IF_ERROR(project(l, "attn_output", out_in, w.wo, no_bias, proj));
+    for (size_t e = 0; e < x.data.size(); ++e) x.data[e] += proj.data[e];
+
+    for (int64_t i = 0; i < n; ++i) cpu::rms_norm_f32(x.row(i), ffn_norm.data(), c.n_embd, c.rms_eps, h.row(i));
+    observe(l, "ffn_gate", h);
+    observe(l, "ffn_up", h);
+    ProjectionInput ffn_in(h);
+    BITSPLIT_RETURN_IF_ERROR(project(l, "ffn_gate", ffn_in, w.w_gate, no_bias, gate));
+    BITSPLIT_RETURN_IF_ERROR(project(l, "ffn_up", ffn_in, w.w_up, no_bias, up));
+    for (size_t e = 0; e < gate.data.size(); ++e) gate.data[e] = cpu::silu(gate.data[e]) * up.data[e];
+    observe(l, "ffn_down", gate);
+    ProjectionInput down_in(gate);
+    BITSPLIT_RETURN_IF_ERROR(project(l, "ffn_down", down_in, w.w_down, no_bias, proj));
+    for (size_t e = 0; e < x.data.size(); ++e) x.data[e] += proj.data[e];
+  }
+
+  int64_t n_out = 0;
+  for (uint8_t want : batch.want_logits) n_out += want ? 1 : 0;
+  Activations last(n_out, c.n_embd);
+  const std::vector<float>& output_norm = pick("output_norm.weight", model.output_norm());
+  for (int64_t i = 0, r = 0; i < n; ++i) {
+    if (batch.want_logits[size_t(i)]) cpu::rms_norm_f32(x.row(i), output_norm.data(), c.n_embd, c.rms_eps, last.row(r++));
+  }
+  Activations logits(n_out, c.n_vocab);
+  if (observer && n_out > 0) (*observer)("output.weight", last.data.data(), last.rows, last.width);
+  if (n_out > 0) {
+    ProjectionInput head_in(last);
+    // A tied head reads the embedding, so it takes the embedding's delta (full or signs).
+    const bool tied = c.tied_output;
+    const std::vector<float>& head = tied ? embd : model.output();
+    const VariantSigns* head_signs = tied ? embd_signs : signs_of("output.weight");
+    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, "output.weight", head_in, head, no_bias, logits, head_signs));
+  }
+  return std::move(logits.data);
+}
+
+}  // namespace bitsplit

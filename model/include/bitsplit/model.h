@@ -1,0 +1,202 @@
+// Llama-family model: configuration from GGUF metadata, f32 weights, KV cache with explicit
+// slots, token batches with arbitrary attention masks, and the f32 reference forward pass
+// that every faster path is tested against.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "bitsplit/backend.h"
+#include "bitsplit/cpu.h"
+#include "bitsplit/planes.h"
+#include "bitsplit/quant.h"
+#include "bitsplit/status.h"
+#include "bitsplit/weights.h"
+
+namespace bitsplit {
+
+enum class Architecture { kLlama, kQwen2, kQwen3 };
+inline constexpr const char* kSupportedArchitectures = "llama, qwen2, qwen3";
+
+struct ModelConfig {
+  Architecture arch = Architecture::kLlama;
+  std::string arch_name;
+  int64_t n_layers = 0;
+  int64_t n_embd = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t n_ff = 0;
+  int64_t n_vocab = 0;
+  int64_t n_ctx_train = 0;
+  int64_t n_rot = 0;  // RoPE dimensions per head (== head_dim for every supported model)
+  float rope_base = 10000.0f;
+  float rope_freq_scale = 1.0f;  // linear RoPE scaling: positions are multiplied by this
+  cpu::RopeOrder rope_order = cpu::RopeOrder::kNormal;
+  float rms_eps = 1e-5f;
+  bool tied_output = false;   // no output.weight: logits use token_embd.weight
+  bool has_qkv_bias = false;  // qwen2
+  bool has_qk_norm = false;   // qwen3
+
+  int64_t q_dim() const { return n_heads * head_dim; }
+  int64_t kv_dim() const { return n_kv_heads * head_dim; }
+};
+
+// Reads and validates the configuration; errors name the key and the supported values.
+Result<ModelConfig> read_model_config(const WeightSource& source);
+
+struct LayerWeights {
+  std::vector<float> attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm;
+  std::vector<float> ffn_norm, w_gate, w_up, w_down;
+};
+
+// Which model a forward pass computes on a model with bit-split planes.
+enum class Pass {
+  kDefault,  // the model's own (kDraft for a model loaded with draft_only, else kTarget)
+  kTarget,   // D + R
+  kDraft,    // D alone
+};
+
+class Variant;
+
+struct ModelLoadOptions {
+  // For bit-split files: the draft model D instead of the target D + R.
+  bool draft_only = false;
+  // For bit-split files: keep the planes and compute projections with the CPU plane kernels
+  // (int8 activations, docs/FORMAT.md "Kernel arithmetic") — the engine's target model.
+  // false: reconstruct f32 weights and use the f32 reference path.
+  bool keep_planes = true;
+  // The kernels' execution context; null: the model makes its own.
+  std::shared_ptr<cpu::CpuContext> cpu;
+  // Where D·X runs; null: the CPU backend.
+  std::shared_ptr<Backend> backend;
+  // For other files: keep Q8_0 projections as blocks and compute them with the Q8_0 kernel
+  // (activations int8 per 32, as llama.cpp's CPU backend does) instead of dequantising.
+  // Such a model cannot be transformed() (its projections are not f32): decoding only.
+  bool q8_0_kernels = false;
+};
+
+// Applied to one weight matrix [rows x cols] (row-major), returning its replacement.
+using WeightTransform =
+    std::function<std::vector<float>(const std::string& name, const std::vector<float>& w, int64_t rows, int64_t cols)>;
+
+// A model with every weight held in f32 (dequantised on load; bit-split files are
+// reconstructed from their planes).
+class Model {
+ public:
+  static Result<Model> load(const WeightSource& source, const ModelLoadOptions& options = {});
+  // A copy whose projections (attention, FFN, output head) pass through `projection` and
+  // whose token embedding passes through `embedding`. The copy always has its own output
+  // head, even when this model ties it to the embedding.
+  Model transformed(const WeightTransform& projection, const WeightTransform& embedding) const;
+  // A copy whose projections are split into planes by quant::split_row_ref (as `bitsplit
+  // convert` does) and computed with the plane kernels; `importance` (per weight name, may
+  // be null) weights the fit. The embedding passes through `embedding`.
+  Model with_split_planes(const quant::SplitParams& params,
+                          const std::map<std::string, std::vector<float>>* importance,
+                          const WeightTransform& embedding, std::shared_ptr<cpu::CpuContext> cpu) const;
+  // Planes of a projection ("blk.0.attn_q.weight"), or null when it is held in f32.
+  const SplitProjection* split(const std::string& weight) const;
+  bool has_planes() const { return !splits_.empty(); }
+  // A projection held as Q8_0 blocks (ggml layout, [out] rows of in/32 blocks), or null.
+  const std::vector<uint8_t>* q8_0(const std::string& weight) const;
+  bool has_q8_0() const { return !q8_0_.empty(); }
+  cpu::CpuContext& cpu() const { return *cpu_; }
+  Backend& backend() const { return *backend_; }
+  Pass default_pass() const { return default_pass_; }
+  // Emulates llama.cpp-style int8 activations on the f32 path: each projection's input is
+  // rounded to int8 per block of `group` values (scale amax/127) before the f32 matmul.
+  // 0 (the default) keeps f32 activations. Used by eval for a fair Q8_0 baseline.
+  void set_activation_rounding(int group) { activation_rounding_ = group; }
+  int activation_rounding() const { return activation_rounding_; }
+  const ModelConfig& config() const { return config_; }
+  const std::vector<float>& token_embd() const { return token_embd_; }
+  const std::vector<float>& output_norm() const { return output_norm_; }
+  // The output head (token_embd when tied), [n_vocab x n_embd].
+  const std::vector<float>& output() const { return config_.tied_output ? token_embd_ : output_; }
+  // The output head was made from the token embedding (a tied model split by convert, or by
+  // with_split_planes): a variant's embedding delta applies to it too.
+  bool output_from_embedding() const { return output_from_embedding_; }
+  const std::vector<float>& rope_freq_factors() const { return rope_freqs_; }
+  const LayerWeights& layer(int64_t i) const { return layers_[size_t(i)]; }
+
+ private:
+  ModelConfig config_;
+  std::vector<float> token_embd_, output_norm_, output_, rope_freqs_;
+  std::vector<LayerWeights> layers_;
+  std::map<std::string, SplitProjection> splits_;
+  std::map<std::string, std::vector<uint8_t>> q8_0_;
+  std::shared_ptr<cpu::CpuContext> cpu_;
+  std::shared_ptr<Backend> backend_;
+  Pass default_pass_ = Pass::kTarget;
+  int activation_rounding_ = 0;
+  bool output_from_embedding_ = false;
+};
+
+// K and V of every layer for n_slots cache slots. Keys are stored after RoPE.
+class KvCache {
+ public:
+  KvCache(const ModelConfig& config, int64_t n_slots);
+  KvCache(KvCache&&) = default;
+  KvCache& operator=(KvCache&&) = default;
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+  KvCache copy() const;
+  // Copies slot `from`'s K and V (every layer) to slot `to`.
+  void move_slot(int64_t from, int64_t to);
+
+  int64_t n_layers() const { return n_layers_; }
+  int64_t n_slots() const { return n_slots_; }
+  int64_t kv_dim() const { return kv_dim_; }
+  float* k(int64_t layer, int64_t slot) { return &k_[size_t((layer * n_slots_ + slot) * kv_dim_)]; }
+  float* v(int64_t layer, int64_t slot) { return &v_[size_t((layer * n_slots_ + slot) * kv_dim_)]; }
+  const float* k(int64_t layer, int64_t slot) const { return &k_[size_t((layer * n_slots_ + slot) * kv_dim_)]; }
+  const float* v(int64_t layer, int64_t slot) const { return &v_[size_t((layer * n_slots_ + slot) * kv_dim_)]; }
+
+ private:
+  KvCache() = default;
+  int64_t n_layers_ = 0, n_slots_ = 0, kv_dim_ = 0;
+  std::vector<float> k_, v_;
+};
+
+// Tokens evaluated together. Token i is written to cache slot slots[i] at RoPE position
+// positions[i] and attends to cache slots j < kv_len where mask[i * kv_len + j] != 0 (its own
+// slot included). All K/V of the batch are written before any attention reads the cache.
+struct Batch {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> positions;
+  std::vector<int32_t> slots;
+  int64_t kv_len = 0;
+  std::vector<uint8_t> mask;
+  std::vector<uint8_t> want_logits;  // per token; logits are returned for these rows, in order
+
+  // Plain causal batch: token i at position and slot start + i, seeing slots [0, start + i].
+  static Batch causal(std::span<const int32_t> tokens, int32_t start, bool all_logits = false);
+  int64_t size() const { return int64_t(tokens.size()); }
+  Status validate(const ModelConfig& config, const KvCache& cache) const;
+};
+
+// The batch as a device draft takes it (pointers into the batch).
+inline DraftRows draft_rows(const Batch& b) {
+  return {b.tokens.data(), b.positions.data(), b.slots.data(), b.mask.data(), b.size(), b.kv_len};
+}
+
+// Sees the input rows of every projection (for importance statistics): weight name such
+// as "blk.0.attn_q.weight", the activations [rows x cols].
+using ActivationObserver = std::function<void(const std::string& weight, const float* x, int64_t rows, int64_t cols)>;
+
+// Runs the batch through the f32 reference model; returns [n_wanted x n_vocab] logits.
+// Projections with bit-split planes run the plane kernels for `tier`; all else is f32.
+// With a variant (variant.h), the pass computes that fine-tuned variant: its sign planes join
+// D in every projection and the tensors it replaces in full stand in for the base's.
+Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, const Batch& batch,
+                                             const ActivationObserver* observer = nullptr, Pass tier = Pass::kDefault,
+                                             const Variant* variant = nullptr);
+
+}  // namespace bitsplit

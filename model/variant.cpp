@@ -1,0 +1,238 @@
+// Variants: a delta file's sign planes read into memory and checked against the loaded base.
+#include "bitsplit/variant.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "bitsplit/model.h"
+
+namespace bitsplit {
+namespace {
+
+// "blk.12.ffn_up.weight" -> (12, "ffn_up.weight"); false for names outside the blocks.
+bool split_block_name(const std::string& name, int64_t* layer, std::string* rest) {
+  if (!name.starts_with("blk.")) return false;
+  const size_t dot = name.find('.', 4);
+  if (dot == std::string::npos || dot == 4) return false;
+  int64_t v = 0;
+  for (size_t i = 4; i < dot; ++i) {
+    if (name[i] < '0' || name[i] > '9' || v > (int64_t(1) << 40)) return false;
+    v = v * 10 + (name[i] - '0');
+  }
+  *layer = v;
+  *rest = name.substr(dot + 1);
+  return true;
+}
+
+// The element count of a small tensor the variant may replace in full, or an error.
+Result<int64_t> full_tensor_size(const Model& model, const std::string& name) {
+  const ModelConfig& c = model.config();
+  if (name == "output_norm.weight") return c.n_embd;
+  if (name == "token_embd.weight") return c.n_vocab * c.n_embd;
+  int64_t layer = 0;
+  std::string rest;
+  if (split_block_name(name, &layer, &rest) && layer < c.n_layers) {
+    if (rest == "attn_norm.weight" || rest == "ffn_norm.weight") return c.n_embd;
+    if (c.has_qk_norm && (rest == "attn_q_norm.weight" || rest == "attn_k_norm.weight")) return c.head_dim;
+    if (c.has_qkv_bias && rest == "attn_q.bias") return c.q_dim();
+    if (c.has_qkv_bias && (rest == "attn_k.bias" || rest == "attn_v.bias")) return c.kv_dim();
+  }
+  return Status::error("tensor '" + name + "' is not one a variant can replace in full");
+}
+
+}  // namespace
+
+Result<WeightShape> weight_shape(const Model& model, const std::string& weight) {
+  const ModelConfig& c = model.config();
+  if (weight == "token_embd.weight" || weight == "output.weight") return WeightShape{c.n_vocab, c.n_embd};
+  int64_t layer = 0;
+  std::string rest;
+  if (split_block_name(weight, &layer, &rest) && layer < c.n_layers) {
+    if (rest == "attn_q.weight") return WeightShape{c.q_dim(), c.n_embd};
+    if (rest == "attn_k.weight" || rest == "attn_v.weight") return WeightShape{c.kv_dim(), c.n_embd};
+    if (rest == "attn_output.weight") return WeightShape{c.n_embd, c.q_dim()};
+    if (rest == "ffn_gate.weight" || rest == "ffn_up.weight") return WeightShape{c.n_ff, c.n_embd};
+    if (rest == "ffn_down.weight") return WeightShape{c.n_embd, c.n_ff};
+  }
+  return Status::error("the model has no projection named '" + weight + "'");
+}
+
+Result<std::shared_ptr<const Variant>> Variant::make(const Model& base, std::string name,
+                                                     std::map<std::string, VariantSigns> signs,
+                                                     std::map<std::string, std::vector<float>> full) {
+  auto v = std::shared_ptr<Variant>(new Variant());
+  v->name_ = std::move(name);
+  for (auto& [weight, s] : signs) {
+    BITSPLIT_ASSIGN_OR_RETURN(WeightShape shape, weight_shape(base, weight));
+    if (s.out != shape.out || s.in != shape.in || s.row_bytes != quant::delta_sign_row_bytes(s.in) ||
+        s.signs.size() != size_t(s.out * s.row_bytes) || s.alpha.size() != size_t(s.alpha_per_row ? s.out : 1)) {
+      return Status::error("variant '" + v->name_ + "': sign plane of '" + weight + "' is [" + std::to_string(s.in) + ", " +
+                           std::to_string(s.out) + "] with " + std::to_string(s.alpha.size()) +
+                           " scales; the base's weight is [" + std::to_string(shape.in) + ", " + std::to_string(shape.out) +
+                           "]");
+    }
+    v->bytes_ += s.signs.size() + 4 * s.alpha.size();
+    v->sign_weights_ += s.out * s.in;
+    v->signs_[weight] = std::make_shared<const VariantSigns>(std::move(s));
+  }
+  // A model whose output head is the embedding (tied, or split from it by convert) reads the
+  // embedding's delta in the head too, unless the delta has one for the head itself.
+  const bool head_is_embedding = base.config().tied_output || base.output_from_embedding();
+  if (head_is_embedding && !v->signs_.contains("output.weight")) {
+    if (auto it = v->signs_.find("token_embd.weight"); it != v->signs_.end()) v->signs_["output.weight"] = it->second;
+  }
+  for (auto& [weight, t] : full) {
+    auto size = full_tensor_size(base, weight);
+    if (!size) return size.status().with_context("variant '" + v->name_ + "'");
+    if (int64_t(t.size()) != *size) {
+      return Status::error("variant '" + v->name_ + "': tensor '" + weight + "' has " + std::to_string(t.size()) +
+                           " values; the base's has " + std::to_string(*size));
+    }
+    if (weight == "token_embd.weight" && v->signs_.contains(weight)) {
+      return Status::error("variant '" + v->name_ + "': token_embd.weight has both a sign plane and a full tensor");
+    }
+    v->bytes_ += 4 * t.size();
+    v->full_[weight] = std::move(t);
+  }
+  return std::shared_ptr<const Variant>(std::move(v));
+}
+
+Result<std::shared_ptr<const Variant>> Variant::load(const DeltaFile& delta, const Model& base,
+                                                     const WeightSource& base_source, std::string name) {
+  BITSPLIT_RETURN_IF_ERROR(check_delta_base(delta, base_source));
+  std::map<std::string, VariantSigns> signs;
+  std::map<std::string, std::vector<float>> full;
+  for (const auto& [weight, e] : delta.tensors) {
+    if (e.kind == DeltaTensor::Kind::kFull) {
+      BITSPLIT_ASSIGN_OR_RETURN(full[weight], delta.file->read_f32(*e.full));
+      continue;
+    }
+    auto shape = weight_shape(base, weight);
+    if (!shape) return shape.status().with_context(delta.path);
+    VariantSigns s;
+    s.out = e.out;
+    s.in = shape->in;
+    s.row_bytes = e.row_bytes;
+    s.alpha_per_row = delta.alpha == quant::DeltaAlpha::kRow;
+    const auto bytes = delta.file->tensor_bytes(*e.signs);
+    s.signs.assign(bytes.begin(), bytes.end());
+    BITSPLIT_ASSIGN_OR_RETURN(s.alpha, delta.file->read_f32(*e.alpha));
+    signs[weight] = std::move(s);
+  }
+  auto v = make(base, std::move(name), std::move(signs), std::move(full));
+  if (!v) return v.status().with_context(delta.path);
+  return v;
+}
+
+const VariantSigns* Variant::signs(const std::string& weight) const {
+  auto it = signs_.find(weight);
+  return it == signs_.end() ? nullptr : it->second.get();
+}
+
+const std::vector<float>* Variant::full(const std::string& weight) const {
+  auto it = full_.find(weight);
+  return it == full_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> Variant::sign_names() const {
+  std::vector<std::string> names;
+  for (const auto& [n, s] : signs_) names.push_back(n);
+  return names;
+}
+
+std::vector<std::string> Variant::full_names() const {
+  std::vector<std::string> names;
+  for (const auto& [n, s] : full_) names.push_back(n);
+  return names;
+}
+
+Result<std::vector<std::shared_ptr<const void>>> make_resident(const Model& base, const Variant& variant) {
+  std::vector<std::shared_ptr<const void>> handles;
+  if (!base.has_planes()) return handles;
+  auto hold = [&](const SplitProjection* p, const VariantSigns* v) -> Status {
+    if (!p || !v) return Status::ok();
+    BITSPLIT_ASSIGN_OR_RETURN(auto h, base.backend().make_signs_resident(*p, v->view()));
+    if (h) handles.push_back(std::move(h));
+    return Status::ok();
+  };
+  for (const std::string& w : variant.sign_names()) BITSPLIT_RETURN_IF_ERROR(hold(base.split(w), variant.signs(w)));
+  // A tied head takes the embedding's signs (forward_pass, describe_device_draft).
+  if (base.config().tied_output) {
+    BITSPLIT_RETURN_IF_ERROR(hold(base.split("output.weight"), variant.signs("token_embd.weight")));
+  }
+  return handles;
+}
+
+VariantRegistry::VariantRegistry(const Model& base, const WeightSource& base_source, VariantCacheOptions options,
+                                 std::function<void(const std::string&)> log)
+    : base_(base),
+      base_source_(base_source),
+      log_(std::move(log)),
+      cache_(options, [this](const std::string& name) -> Result<VariantCache<Variant>::Loaded> {
+        std::shared_ptr<const DeltaFile> file;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          auto it = files_.find(name);
+          if (it == files_.end()) return Status::error("no variant named '" + name + "' is registered");
+          file = it->second;
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        BITSPLIT_ASSIGN_OR_RETURN(std::shared_ptr<const Variant> loaded, Variant::load(*file, base_, base_source_, name));
+        // The signs go where D lives (VRAM with a GPU backend) before the first request, and
+        // leave it when the last owner of the variant (the cache, a running generation) lets go.
+        BITSPLIT_ASSIGN_OR_RETURN(auto handles, make_resident(base_, *loaded));
+        std::shared_ptr<const Variant> v(loaded.get(), [loaded, handles](const Variant*) {});
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (log_) {
+          char line[256];
+          std::snprintf(line, sizeof line, "variant '%s': loaded %.2f MiB in %.1f ms (%s)", name.c_str(),
+                        double(v->bytes()) / (1 << 20), 1e3 * s, file->path.c_str());
+          log_(line);
+        }
+        return VariantCache<Variant>::Loaded{v, v->bytes()};
+      }) {}
+
+Status VariantRegistry::add(const std::string& name, const std::string& path) {
+  if (name.empty()) return Status::error("a variant needs a name (--delta NAME=FILE)");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (files_.contains(name)) return Status::error("variant '" + name + "' is registered twice");
+  }
+  BITSPLIT_ASSIGN_OR_RETURN(DeltaFile delta, open_delta(path));
+  BITSPLIT_RETURN_IF_ERROR(check_delta_base(delta, base_source_).with_context("variant '" + name + "'"));
+  std::lock_guard<std::mutex> lock(mu_);
+  files_[name] = std::make_shared<const DeltaFile>(std::move(delta));
+  return Status::ok();
+}
+
+Status VariantRegistry::add_spec(const std::string& spec) {
+  const size_t eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
+    return Status::error("--delta takes NAME=FILE, not '" + spec + "'");
+  }
+  return add(spec.substr(0, eq), spec.substr(eq + 1));
+}
+
+Result<std::shared_ptr<const Variant>> VariantRegistry::get(const std::string& name) {
+  if (!contains(name)) {
+    std::string known;
+    for (const auto& n : names()) known += (known.empty() ? "" : ", ") + n;
+    return Status::error("no variant named '" + name + "' is registered (registered: " +
+                         (known.empty() ? std::string("none; add one with --delta NAME=FILE") : known) + ")");
+  }
+  return cache_.get(name);
+}
+
+std::vector<std::string> VariantRegistry::names() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> n;
+  for (const auto& [k, v] : files_) n.push_back(k);
+  return n;
+}
+
+bool VariantRegistry::contains(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return files_.contains(name);
+}
+
+}  // namespace bitsplit
