@@ -174,6 +174,71 @@ TEST(DraftPolicy, Validation) {
   EXPECT_NE(p.validate().message().find("1..64"), std::string::npos);
 }
 
+TEST(DraftPolicy, BudgetTextAndChains) {
+  EXPECT_FALSE(parse_budget("auto")->has_value());
+  EXPECT_EQ(**parse_budget("1"), 1);
+  EXPECT_EQ(**parse_budget("64"), kMaxBudget);
+  for (const char* bad : {"0", "65", "-1", "08", "1.5", "", "auto ", "999999999999"}) {
+    auto b = parse_budget(bad);
+    ASSERT_FALSE(b.is_ok()) << bad;
+    EXPECT_NE(b.status().message().find("1 to 64"), std::string::npos) << b.status().message();
+  }
+  DraftPolicy chain;
+  chain.shape = DraftShape::kChain;
+  chain.set_budget(5);
+  EXPECT_EQ(chain.max_depth, 5) << "a chain's depth is its budget";
+  DraftPolicy tree;
+  tree.set_budget(5);
+  EXPECT_EQ(tree.max_depth, 8) << "a tree keeps its depth";
+}
+
+// grow_tree under a fake draft that proposes tokens 10*parent+1.. for each node, with
+// cumulative log-probabilities that prefer lower tokens.
+std::vector<Candidate> fake_level(TokenTree& t, const std::vector<int32_t>& frontier, int32_t k) {
+  std::vector<Candidate> out;
+  for (int32_t node : frontier) {
+    std::vector<int32_t> tokens;
+    for (int32_t j = 0; j < k; ++j) {
+      tokens.push_back(10 * t.node(node).token + j + 1);
+      out.push_back({node, tokens.back(), t.node(node).log_prob - 0.1 * (j + 1) - 0.01 * node});
+    }
+    t.set_proposals(node, tokens);
+  }
+  return out;
+}
+
+TEST(GrowTree, ChainTreeBudgetAndDepth) {
+  DraftPolicy chain;
+  chain.shape = DraftShape::kChain;
+  chain.set_budget(4);
+  TokenTree c(0);
+  auto n = grow_tree(c, chain, 4, fake_level);
+  ASSERT_TRUE(n.is_ok());
+  EXPECT_EQ(*n, 4);
+  EXPECT_EQ(c.size(), 5);
+  EXPECT_EQ(c.max_depth(), 4) << "one node per level";
+  EXPECT_EQ(c.node(4).token, 1111);
+
+  DraftPolicy tree;  // top_k 4, width 4, depth 8
+  TokenTree t(0);
+  n = grow_tree(t, tree, 10, fake_level);
+  ASSERT_TRUE(n.is_ok());
+  EXPECT_EQ(*n, 10) << "the budget caps the nodes";
+  EXPECT_EQ(t.size(), 11);
+  EXPECT_EQ(t.children(0).size(), 4u) << "the first level keeps the width's best";
+  EXPECT_EQ(t.max_depth(), 3);
+
+  tree.max_depth = 1;
+  TokenTree shallow(0);
+  EXPECT_EQ(*grow_tree(shallow, tree, 64, fake_level), 4) << "depth 1: the root's children only";
+
+  TokenTree failing(0);
+  auto err = grow_tree(failing, tree, 4, [](TokenTree&, const std::vector<int32_t>&, int32_t) -> Result<std::vector<Candidate>> {
+    return Status::error("draft pass failed");
+  });
+  EXPECT_FALSE(err.is_ok());
+}
+
 TEST(AcceptanceStats, Histogram) {
   AcceptanceStats s;
   s.record(2, 16);

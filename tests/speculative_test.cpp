@@ -309,6 +309,12 @@ TEST(Speculative, RejectsBadOptions) {
   o.n_predict = 1000;
   r = generate_speculative(p.target, p.draft, std::vector<int32_t>{1}, o, s, [](int32_t) { return true; });
   EXPECT_NE(r.status().message().find("context length"), std::string::npos);
+  // A zero prefill chunk with a multi-token prompt was an endless prefill loop; now an error.
+  o.n_predict = 4;
+  o.prefill_chunk = 0;
+  r = generate_speculative(p.target, p.draft, std::vector<int32_t>{1, 5, 9}, o, s, [](int32_t) { return true; });
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("prefill chunk"), std::string::npos) << r.status().message();
 }
 
 }  // namespace

@@ -4,8 +4,7 @@
 #include <optional>
 #include <random>
 
-#include "bitsplit/convert.h"
-#include "bitsplit/speculative.h"
+#include "bitsplit/session.h"
 #include "bitsplit/tokenizer.h"
 #include "bitsplit/variant.h"
 #include "bitsplit/vram_plan.h"
@@ -27,7 +26,6 @@ struct RunOptions {
   bool ignore_eos = false;
   bool no_spec = false;
   bool draft_only = false;
-  bool stats = false;
   std::string budget = "auto";
   int depth = 8;
   int top_k = 4;
@@ -39,7 +37,7 @@ struct RunOptions {
   bool host_draft = false;
 };
 
-void print_acceptance(const spec::AcceptanceStats& a) {
+void print_acceptance(const speculation::AcceptanceStats& a) {
   std::fprintf(stderr, "speculative: %lld checks, %.2f accepted drafted tokens per check (%.2f tokens per check), "
                "%lld drafted nodes\n", (long long)a.checks, a.accepted_per_check(), a.tokens_per_check(),
                (long long)a.drafted);
@@ -85,10 +83,6 @@ int run(const RunOptions& o) {
     return report_error("--delta registers variants but none was chosen; add --variant NAME (or leave out --delta to "
                         "run the base)");
   }
-  auto split = read_split_format(loaded->source->metadata());
-  if (!split) return report_error(split.status().message());
-  // A bit-split model decodes speculatively unless asked not to; any other model plainly.
-  const bool speculative = split->has_value() && !o.no_spec && !o.draft_only;
 
   EncodeOptions enc;
   enc.add_special = !o.no_bos;
@@ -96,41 +90,45 @@ int run(const RunOptions& o) {
   const std::vector<int32_t> prompt_ids = tokenizer.encode(prompt, enc);
   if (prompt_ids.empty()) return report_error("the prompt is empty and the model adds no BOS token; pass -p TEXT");
 
-  GenerateOptions gen;
-  gen.n_predict = o.n_predict;
-  gen.eos_token = o.ignore_eos ? -1 : tokenizer.vocab().eos;
-  gen.variant = variant.get();
+  SessionOptions so;
+  so.speculative = !o.no_spec;
+  so.policy.shape = o.draft_shape == "chain" ? speculation::DraftShape::kChain : speculation::DraftShape::kTree;
+  so.policy.max_depth = o.depth;
+  so.policy.top_k = o.top_k;
+  so.policy.width = o.top_k;
+  auto budget = speculation::parse_budget(o.budget);
+  if (!budget) return report_error("--budget: " + budget.status().message());
+  so.budget = *budget;
+  so.base_draft = o.base_draft;
+  so.device_draft = !o.host_draft;
+  if (o.base_draft && !variant) return report_error("--base-draft needs --variant NAME (the base drafts itself)");
+  Session session(loaded->model, variant, so);
+  if (Status st = session.validate(); !st) return report_error(st.message());
+  // A bit-split model decodes speculatively unless asked not to; any other model plainly.
+  const bool speculative = session.speculative();
+
+  const int32_t eos = o.ignore_eos ? -1 : tokenizer.vocab().eos;
   Sampler sampler(sampling);
   Utf8StreamDecoder stream;
   std::fputs(prompt.c_str(), stdout);
   std::fflush(stdout);
   auto on_token = [&](int32_t token) {
-    if (token == gen.eos_token) return true;
+    if (token == eos) return true;
     const std::string text = stream.push(tokenizer.token_to_piece(token));
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
     return true;
   };
+  Result<SessionResult> generated = session.generate(prompt_ids, o.n_predict, eos, sampler, on_token);
   Result<GenerationStats> stats = Status::error("not run");
   std::string budget_note;
-  std::optional<spec::AcceptanceStats> acceptance;
+  std::optional<speculation::AcceptanceStats> acceptance;
   std::string draft_note;
-  if (speculative) {
-    SpeculativeOptions so;
-    so.n_predict = gen.n_predict;
-    so.eos_token = gen.eos_token;
-    so.policy.shape = o.draft_shape == "chain" ? spec::DraftShape::kChain : spec::DraftShape::kTree;
-    so.auto_budget = o.budget == "auto";
-    so.policy.budget = so.auto_budget ? 16 : std::stoi(o.budget);
-    so.policy.max_depth = so.policy.shape == spec::DraftShape::kChain ? so.policy.budget : o.depth;
-    so.policy.top_k = o.top_k;
-    so.policy.width = o.top_k;
-    so.variant = variant.get();
-    so.base_draft = o.base_draft;
-    so.device_draft = !o.host_draft;
-    auto r = generate_speculative(loaded->model, loaded->model, prompt_ids, so, sampler, on_token);
-    if (r) {
-      stats = r->generation;
+  if (!generated) {
+    stats = generated.status();
+  } else {
+    stats = generated->generation;
+    if (const auto& r = generated->speculative) {
       acceptance = r->acceptance;
       draft_note = "draft pass: " + r->draft_pass;
       if (const auto& t = r->device_transfers; t.calls > 0 && r->acceptance.checks > 0) {
@@ -140,17 +138,13 @@ int run(const RunOptions& o) {
                       double(t.activation_bytes) / 1024.0 / checks, double(t.result_bytes) / 1024.0 / checks);
         draft_note += buf;
       }
-      if (so.auto_budget) {
+      if (!so.budget) {
         std::string used;
         for (size_t b = 0; b < r->checks_per_budget.size(); ++b)
           if (r->checks_per_budget[b]) used += " " + std::to_string(b) + ":" + std::to_string(r->checks_per_budget[b]);
         budget_note = "budget: auto, ended at " + std::to_string(r->final_budget) + " (checks per budget:" + used + ")";
       }
-    } else {
-      stats = r.status();
     }
-  } else {
-    stats = generate(loaded->model, prompt_ids, gen, sampler, on_token);
   }
   const std::string tail = stream.flush();
   std::fwrite(tail.data(), 1, tail.size(), stdout);
@@ -164,7 +158,7 @@ int run(const RunOptions& o) {
                stats->stopped_at_eos ? ", stopped at end-of-sequence" : "");
   std::fprintf(stderr, "decoding: %s\n", o.draft_only ? "draft model D alone (--draft-only)"
                                      : speculative  ? "speculative (draft D, target D + R)"
-                                     : split->has_value() ? "plain, target D + R (--no-spec)"
+                                     : loaded->model.has_planes() ? "plain, target D + R (--no-spec)"
                                      : loaded->model.has_q8_0()
                                          ? "plain, Q8_0 projections on the Q8_0 kernel (not a bit-split model; `bitsplit convert` it for speculative decoding)"
                                          : "plain (not a bit-split model; `bitsplit convert` it for speculative decoding)");
@@ -202,23 +196,18 @@ void add_run_command(CLI::App& app, int* exit_code) {
   auto* no_spec = cmd->add_flag("--no-spec", o->no_spec, "Decode the target D + R plainly (the reference for speculative decoding)");
   cmd->add_flag("--draft-only", o->draft_only, "Run the 2-bit draft model D alone")->excludes(no_spec);
   cmd->add_option("--budget", o->budget,
-                  "Drafted nodes per check, 1..64, or auto: chosen online for the most tokens/s (fix it for "
-                  "reproducible sampled output)")
+                  "Drafted nodes per check, 1.." + std::to_string(speculation::kMaxBudget) +
+                      ", or auto: chosen online for the most tokens/s (fix it for reproducible sampled output)")
       ->capture_default_str()
       ->check([](const std::string& v) -> std::string {
-        if (v == "auto") return "";
-        try {
-          const int n = std::stoi(v);
-          if (std::to_string(n) == v && n >= 1 && n <= 64) return "";
-        } catch (...) {
-        }
-        return "--budget must be auto or a whole number from 1 to 64";
+        auto b = speculation::parse_budget(v);
+        return b ? "" : "--budget: " + b.status().message();
       });
   cmd->add_option("--draft", o->draft_shape, "Draft shape: a dynamic tree or a chain of --budget tokens")
       ->capture_default_str()->check(CLI::IsMember({"tree", "chain"}));
-  cmd->add_option("--depth", o->depth, "Maximum tree depth")->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("--depth", o->depth, "Maximum tree depth")->capture_default_str()->check(CLI::Range(1, speculation::kMaxBudget));
   cmd->add_option("--tree-top-k", o->top_k, "Children considered per node and nodes kept per level")
-      ->capture_default_str()->check(CLI::Range(1, 64));
+      ->capture_default_str()->check(CLI::Range(1, speculation::kMaxBudget));
   cmd->add_option("--vram-budget", o->vram_budget,
                   "Bytes of VRAM for the draft planes (e.g. 6G; default: free memory minus max(1 GiB, 10%)). "
                   "Planes go to the GPU layer by layer while they fit; the rest are drafted on the CPU")
@@ -233,7 +222,6 @@ void add_run_command(CLI::App& app, int* exit_code) {
                 "default runs the whole draft on the GPU when every draft plane is in VRAM)");
   cmd->add_flag("--base-draft", o->base_draft,
                 "With --variant: draft with the plain base D instead of the variant's D + signs (to compare acceptance)");
-  cmd->add_flag("--stats", o->stats, "Print acceptance statistics (always printed for speculative runs)");
   cmd->callback([o, exit_code] { *exit_code = run(*o); });
 }
 

@@ -1,0 +1,62 @@
+// One sequence on a loaded model: the variant it decodes (held for the session's lifetime, so a
+// registry evicting that variant cannot pull it, or its resident sign planes, from under a
+// generation), how it decodes, and generate(), with plain and speculative decoding behind one
+// call. Each generate() starts a new sequence with its own KV cache.
+//
+// Threads: a session is used by one thread at a time. Sessions on one model run one after the
+// other (the model's CpuContext is driven by one thread at a time); concurrent sessions on one
+// model are not supported yet.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "bitsplit/generate.h"
+#include "bitsplit/speculative.h"
+#include "bitsplit/variant.h"
+
+namespace bitsplit {
+
+struct SessionOptions {
+  // Speculative decoding on a bit-split model (a model without planes always decodes plainly).
+  bool speculative = true;
+  // Drafted nodes per check (1..speculation::kMaxBudget); nullopt: chosen online for the most
+  // tokens/s (speculation::BudgetController).
+  std::optional<int32_t> budget;
+  speculation::DraftPolicy policy;  // shape, depth, top-k and width (its budget is set from `budget`)
+  bool device_draft = true;         // the whole draft on the backend's device when it offers it
+  bool base_draft = false;          // with a variant: draft with the plain base D
+  int32_t prefill_chunk = 256;
+};
+
+struct SessionResult {
+  GenerationStats generation;
+  // Set when the generation decoded speculatively: acceptance, budgets, where the draft ran.
+  std::optional<SpeculativeResult> speculative;
+};
+
+class Session {
+ public:
+  // `model` must outlive the session. `variant` (null: the base) must have been made for `model`.
+  Session(const Model& model, std::shared_ptr<const Variant> variant, SessionOptions options);
+  // An error for options that cannot work (a budget out of range, a base draft without a variant).
+  Status validate() const;
+  // Whether generate() decodes speculatively (a bit-split model and options.speculative).
+  bool speculative() const;
+  const Variant* variant() const { return variant_.get(); }
+  const SessionOptions& options() const { return options_; }
+
+  // Up to n_predict tokens after `prompt`, each handed to on_token as it is produced; stops
+  // after eos_token (-1: never) or when on_token returns false.
+  Result<SessionResult> generate(std::span<const int32_t> prompt, int32_t n_predict, int32_t eos_token,
+                                 Sampler& sampler, const TokenCallback& on_token);
+
+ private:
+  const Model& model_;
+  std::shared_ptr<const Variant> variant_;
+  SessionOptions options_;
+};
+
+}  // namespace bitsplit
