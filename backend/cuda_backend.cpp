@@ -36,8 +36,7 @@ class CudaBackend final : public Backend {
                            " x " + std::to_string(p.in) + ")",
                        bytes});
     if (plan_vram(planes_, budget_).host_planes > 0) return Status::ok();  // this plane or an earlier one did not fit
-    return gpu_->upload(&p, {p.draft_codes.data(), p.draft_scales.data(), p.draft_offsets.data(), p.out, p.in, p.group,
-                             p.draft_bits});
+    return gpu_->upload(&p, p.draft());
   }
 
   std::string placement() const override { return plan_vram(planes_, budget_).summary(); }
@@ -60,8 +59,7 @@ class CudaBackend final : public Backend {
     // afterwards, bit for bit the fused result (cpu::sign_delta_accumulate). Nothing is
     // uploaded here, so no sign plane outlives the variant that owns it.
     const bool fused = delta && gpu_->device_signs(delta->signs).signs != nullptr;
-    const gpu::QuantizedRowsHost rows{x.q.data(), x.scale.data(), x.sum.data(), x.rows, x.padded, x.groups};
-    BITSPLIT_RETURN_IF_ERROR(gpu_->start(&p, rows, fused ? delta->signs : nullptr));
+    BITSPLIT_RETURN_IF_ERROR(gpu_->start(&p, x.view(), fused ? delta->signs : nullptr));
     residual_work();  // R·X while the GPU copies, computes and copies back
     BITSPLIT_RETURN_IF_ERROR(gpu_->finish(y));
     if (delta && !fused) cpu::sign_delta_accumulate(*cpu_, *delta, x, y);
@@ -77,7 +75,7 @@ class CudaBackend final : public Backend {
     std::weak_ptr<const void>& entry = signs_[d.signs];
     if (auto held = entry.lock()) return held;
     BITSPLIT_RETURN_IF_ERROR(
-        gpu_->upload_signs(d.signs, {d.signs, d.alpha, d.out, d.in, d.row_bytes, d.alpha_per_row}, p.group));
+        gpu_->upload_signs(d.signs, d, p.group));
     // The handle keeps this backend alive until the signs are freed.
     auto self = std::static_pointer_cast<CudaBackend>(shared_from_this());
     std::shared_ptr<const void> handle(d.signs, [self](const void* key) { self->release_signs(key); });

@@ -42,7 +42,7 @@ int main() {
     std::vector<uint16_t> scales(size_t(out * groups), quant::fp32_to_fp16(0.01f)), offsets(scales.size(),
                                                                                            quant::fp32_to_fp16(-0.02f));
     for (auto& c : codes) c = uint8_t(rng());
-    gpu::DraftPlaneHost plane{codes.data(), scales.data(), offsets.data(), out, in, group, 2};
+    DraftPlaneView plane{codes.data(), scales.data(), offsets.data(), out, in, group, 2};
     if (Status st = (*dev)->upload(codes.data(), plane); !st) {
       std::fprintf(stderr, "%s\n", st.message().c_str());
       return 1;

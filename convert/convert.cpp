@@ -95,9 +95,9 @@ Status convert_model(const WeightSource& source, const std::string& out_path, co
                      const std::function<void(const ConvertProgress&)>& on_progress, ConvertReport* report) {
   const auto t0 = std::chrono::steady_clock::now();
   const quant::SplitParams& p = options.split;
-  if (p.group != 32 && p.group != 64 && p.group != 128) return Status::error("--group must be 32, 64 or 128");
-  if (p.residual_bits != 6 && p.residual_bits != 8) return Status::error("--residual must be 6 or 8");
-  if (p.draft_bits != 2 && p.draft_bits != 3 && p.draft_bits != 4) return Status::error("--draft-bits must be 2, 3 or 4");
+  if (p.group != 32 && p.group != 64 && p.group != 128) return Status::error("the group size must be 32, 64 or 128 (got " + std::to_string(p.group) + ")");
+  if (p.residual_bits != 6 && p.residual_bits != 8) return Status::error("the residual plane must have 6 or 8 bits (got " + std::to_string(p.residual_bits) + ")");
+  if (p.draft_bits != 2 && p.draft_bits != 3 && p.draft_bits != 4) return Status::error("the draft plane must have 2, 3 or 4 bits (got " + std::to_string(p.draft_bits) + ")");
   auto existing = read_split_format(source.metadata());
   if (!existing) return existing.status().with_context(source.path());
   if (existing->has_value()) return Status::error(source.path() + ": is already a bit-split model; convert the original");

@@ -40,9 +40,9 @@ struct Scheme {
   // bytes of one [rows x cols] projection in each tier
   std::function<double(int64_t cols)> vram_row_bytes, ram_row_bytes;
   // Bit-split schemes run the engine's plane kernels (int8 activations, as the target model
-  // is defined) instead of a weight round trip: residual bits, and the tier to run.
+  // is defined) instead of a weight round trip: residual bits, and the pass to run.
   int split_residual_bits = 0;
-  Pass tier = Pass::kTarget;
+  Pass pass = Pass::kTarget;
   int activation_rounding = 0;  // f32 schemes: int8 activations per block of this many
 };
 
@@ -142,9 +142,9 @@ std::vector<Window> make_windows(const std::vector<int32_t>& tokens, int32_t ctx
 }
 
 Status check_window_options(const Model& model, int32_t ctx) {
-  if (ctx < 2) return Status::error("--ctx must be at least 2");
+  if (ctx < 2) return Status::error("the window (ctx) must be at least 2 tokens");
   if (ctx > model.config().n_ctx_train) {
-    return Status::error("--ctx " + std::to_string(ctx) + " exceeds the model's context length " +
+    return Status::error("the window (ctx) of " + std::to_string(ctx) + " tokens exceeds the model's context length " +
                          std::to_string(model.config().n_ctx_train));
   }
   return Status::ok();
@@ -196,7 +196,7 @@ Result<ScoreReport> score_against(const Model& reference, const std::vector<Scor
     for (const auto& cand : candidates) {
       KvCache mc(c, n);
       BITSPLIT_ASSIGN_OR_RETURN(auto logits, forward_pass(*cand.model, mc, Batch::causal(win.tokens, 0, true),
-                                                               nullptr, cand.tier, cand.variant));
+                                                               nullptr, cand.pass, cand.variant));
       outs.push_back(std::move(logits));
     }
     for (int32_t pos = int32_t(win.first_target); pos + 1 < n; ++pos) {
@@ -239,7 +239,7 @@ Result<ScoreReport> score_against(const Model& reference, const std::vector<Scor
 Result<EvalReport> evaluate_quality(const Model& model, const std::vector<int32_t>& tokens, const EvalOptions& o,
                                     const std::function<void(int64_t, int64_t)>& on_progress) {
   BITSPLIT_RETURN_IF_ERROR(check_window_options(model, o.ctx));
-  if (o.group != 32 && o.group != 64 && o.group != 128) return Status::error("--group must be 32, 64 or 128");
+  if (o.group != 32 && o.group != 64 && o.group != 128) return Status::error("the group size must be 32, 64 or 128");
   for (const auto& s : o.schemes) {
     const auto& names = eval_scheme_names();
     if (std::find(names.begin(), names.end(), s) == names.end()) return Status::error("unknown scheme '" + s + "'");
@@ -273,7 +273,7 @@ Result<EvalReport> evaluate_quality(const Model& model, const std::vector<int32_
   }
 
   std::vector<ScoredModel> scored_models;
-  for (size_t i = 0; i < schemes.size(); ++i) scored_models.push_back({schemes[i].name, &models[model_of[i]], schemes[i].tier});
+  for (size_t i = 0; i < schemes.size(); ++i) scored_models.push_back({schemes[i].name, &models[model_of[i]], schemes[i].pass});
   BITSPLIT_ASSIGN_OR_RETURN(ScoreReport scores, score_against(model, scored_models, tokens, o.ctx, o.bos, o.max_tokens, on_progress));
   EvalReport report;
   report.tokens = scores.tokens;

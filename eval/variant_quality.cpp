@@ -21,7 +21,7 @@ uint64_t plane_bytes(const Model& m) {
 Result<VariantEvalReport> evaluate_variant_quality(const Model& base, const Model& finetuned,
                                                    const std::vector<int32_t>& tokens, const VariantEvalOptions& o,
                                                    const std::function<void(int64_t, int64_t)>& on_progress) {
-  if (o.group != 32 && o.group != 64 && o.group != 128) return Status::error("--group must be 32, 64 or 128");
+  if (o.group != 32 && o.group != 64 && o.group != 128) return Status::error("the group size must be 32, 64 or 128");
   VariantEvalReport report;
   BITSPLIT_ASSIGN_OR_RETURN(DeltaParts row, compute_delta(base, finetuned, quant::DeltaAlpha::kRow));
   BITSPLIT_ASSIGN_OR_RETURN(DeltaParts matrix, compute_delta(base, finetuned, quant::DeltaAlpha::kMatrix));

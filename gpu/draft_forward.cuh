@@ -63,7 +63,7 @@ inline ShapeDev shape_of(const DraftModelHost& m) {
 
 // A sign plane's rows (row_bytes each, bit set = −1) repacked to whole groups of `group` bits,
 // zero past `in`, as the kernels read them (they never read past a row).
-inline std::vector<uint8_t> pad_sign_rows(const SignPlaneHost& s, int group) {
+inline std::vector<uint8_t> pad_sign_rows(const SignPlaneView& s, int group) {
   const int64_t padded_row = (s.in + group - 1) / group * group / 8, used = (s.in + 7) / 8;
   std::vector<uint8_t> rows(static_cast<size_t>(s.out * padded_row), 0);
   for (int64_t o = 0; o < s.out; ++o) {

@@ -37,7 +37,7 @@ class CudaDraftMatmul final : public DraftMatmul {
     if (stream_) cudaStreamDestroy(stream_);
   }
 
-  Status upload(const void* key, const DraftPlaneHost& p) override {
+  Status upload(const void* key, const DraftPlaneView& p) override {
     if (auto it = planes_.find(key); it != planes_.end()) {
       const ResidentPlane& r = it->second;
       if (r.out != p.out || r.in != p.in || r.group != p.group) {
@@ -69,7 +69,7 @@ class CudaDraftMatmul final : public DraftMatmul {
     return Status::ok();
   }
 
-  Status upload_signs(const void* key, const SignPlaneHost& s, int group) override {
+  Status upload_signs(const void* key, const SignPlaneView& s, int group) override {
     if (auto it = signs_.find(key); it != signs_.end()) {
       const ResidentSigns& r = it->second;
       if (r.out != s.out || r.in != s.in || r.group != group || r.alpha_per_row != s.alpha_per_row) {
@@ -104,7 +104,7 @@ class CudaDraftMatmul final : public DraftMatmul {
 
   // Stages the activations in pinned memory and queues copy in, kernel and copy out on the
   // stream; the caller is free until finish().
-  Status start(const void* key, const QuantizedRowsHost& x, const void* signs_key) override {
+  Status start(const void* key, const QuantizedRowsView& x, const void* signs_key) override {
     if (pending_) return Status::error("DraftMatmul::start() while another call is pending (finish() it first)");
     auto it = planes_.find(key);
     if (it == planes_.end()) return Status::error("draft plane not resident on the GPU");

@@ -36,7 +36,7 @@ class CudaDraftModel final : public DraftModel {
     BITSPLIT_ASSIGN_OR_RETURN(model_.token_embd, put(m.token_embd, m.n_vocab * m.n_embd, "token_embd"));
     BITSPLIT_ASSIGN_OR_RETURN(model_.output_norm, put(m.output_norm, m.n_embd, "output_norm"));
     if (m.embd_signs.signs) {  // a variant's embedding delta, in its own layout
-      const SignPlaneHost& e = m.embd_signs;
+      const SignPlaneView& e = m.embd_signs;
       if (e.out != m.n_vocab || e.in != m.n_embd || e.row_bytes < (e.in + 7) / 8) {
         return Status::error("device draft: the variant's embedding signs have another shape");
       }

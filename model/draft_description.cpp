@@ -26,9 +26,6 @@ Result<gpu::DraftModelHost> describe_device_draft(const Model& draft, const Vari
   auto pick = [&](const std::string& name, const std::vector<float>& base) -> const std::vector<float>& {
     return variant ? variant->pick(name, base) : base;
   };
-  auto sign_host = [](const VariantSigns& v) {
-    return gpu::SignPlaneHost{v.signs.data(), v.alpha.data(), v.out, v.in, v.row_bytes, v.alpha_per_row};
-  };
   if (variant) {
     for (const std::string& name : variant->full_names()) {
       if (name.ends_with("norm.weight") || name.ends_with(".bias")) continue;
@@ -36,7 +33,7 @@ Result<gpu::DraftModelHost> describe_device_draft(const Model& draft, const Vari
     }
   }
   const VariantSigns* embd_signs = variant ? variant->signs("token_embd.weight") : nullptr;
-  if (embd_signs) m.embd_signs = sign_host(*embd_signs);
+  if (embd_signs) m.embd_signs = embd_signs->view();
   m.token_embd = draft.token_embd().data();
   m.output_norm = pick("output_norm.weight", draft.output_norm()).data();
   m.rope_freq_factors = draft.rope_freq_factors().empty() ? nullptr : draft.rope_freq_factors().data();
@@ -49,15 +46,14 @@ Result<gpu::DraftModelHost> describe_device_draft(const Model& draft, const Vari
     if (group == 0) group = p->group;
     if (p->group != group) return Status::error(name + " has group " + std::to_string(p->group) + ", others " + std::to_string(group));
     out.key = p;
-    out.plane = {p->draft_codes.data(), p->draft_scales.data(), p->draft_offsets.data(), p->out, p->in, p->group,
-                 p->draft_bits};
+    out.plane = p->draft();
     // A tied head takes the embedding's signs, as in forward_pass.
     const VariantSigns* v = !variant                                          ? nullptr
                             : name == "output.weight" && c.tied_output ? embd_signs
                                                                         : variant->signs(name);
     if (v) {
       out.signs_key = v->signs.data();
-      out.signs = sign_host(*v);
+      out.signs = v->view();
     }
     return Status::ok();
   };

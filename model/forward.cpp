@@ -1,5 +1,7 @@
-// The f32 reference forward pass over a batch with an arbitrary attention mask. Written for
-// clarity; every op is batch invariant, so a token's logits do not depend on its batch.
+// forward_pass over a batch with an arbitrary attention mask: f32 ops for norms, RoPE and
+// attention; projections on f32 weights, Q8_0 blocks or bit-split planes (D·X on the model's
+// Backend, R·X on the CPU). Every op is batch invariant, so a token's logits do not depend on
+// its batch; KvCache and Batch are defined here too.
 #include <tbb/parallel_for.h>
 
 #include <cmath>
@@ -167,7 +169,7 @@ class ProjectionInput {
 // One projection: f32 weights through the reference matmul, or bit-split planes through the
 // plane kernels (D + R for the target, D alone for the draft), then the bias. A variant's sign
 // plane joins D (fused into the draft kernel on the plane path).
-Status linear(const Model& model, Pass tier, const std::string& name, ProjectionInput& in, const std::vector<float>& w,
+Status linear(const Model& model, Pass pass, const std::string& name, ProjectionInput& in, const std::vector<float>& w,
               const std::vector<float>& bias, Activations& y, const VariantSigns* signs) {
   const Activations& x = in.f32();
   const SplitProjection* planes = model.split(name);
@@ -182,13 +184,13 @@ Status linear(const Model& model, Pass tier, const std::string& name, Projection
     if (delta) cpu::sign_matmul_add_f32(*delta, xs.data(), x.rows, y.data.data());
   } else {
     const cpu::QuantizedActivations& qa = in.quantized(model, planes->group);
-    // The two tiers: D·X (+ the variant's signs) on the draft tier (CPU or GPU), R·X on the
+    // The two planes: D·X (+ the variant's signs) on the model's backend (CPU or GPU), R·X on the
     // CPU, summed draft first (the same order as cpu::target_matmul).
     const cpu::SignPlaneView* d = delta ? &*delta : nullptr;
-    if (tier == Pass::kDraft) {
+    if (pass == Pass::kDraft) {
       BITSPLIT_RETURN_IF_ERROR(model.backend().draft_matmul(*planes, qa, y.data.data(), d));
     } else {
-      // R·X (packed when loaded) runs on the CPU while the tier computes D·X (a GPU overlaps).
+      // R·X (packed when loaded) runs on the CPU while the backend computes D·X (a GPU overlaps).
       std::vector<float> residual(y.data.size());
       BITSPLIT_RETURN_IF_ERROR(model.backend().target_matmul(
           *planes, qa, y.data.data(), d, [&] { planes->cpu_residual_matmul(model.cpu(), qa, residual.data()); }));
@@ -205,8 +207,8 @@ Status linear(const Model& model, Pass tier, const std::string& name, Projection
 }  // namespace
 
 Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, const Batch& batch,
-                                             const ActivationObserver* observer, Pass tier, const Variant* variant) {
-  if (tier == Pass::kDefault) tier = model.default_pass();
+                                        const ActivationObserver* observer, Pass pass, const Variant* variant) {
+  if (pass == Pass::kDefault) pass = model.default_pass();
   const ModelConfig& c = model.config();
   BITSPLIT_RETURN_IF_ERROR(batch.validate(c, cache));
   const int64_t n = batch.size();
@@ -243,7 +245,7 @@ Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, cons
                      const std::vector<float>& bias, Activations& y) {
     const std::string n = name(layer, weight);
     const std::vector<float>& b = pick_layer(layer, weight, ".bias", bias);
-    return linear(model, tier, n, in, w, b, y, signs_of(n));
+    return linear(model, pass, n, in, w, b, y, signs_of(n));
   };
   auto observe = [&](int64_t layer, const char* weight, const Activations& a) {
     if (observer) (*observer)(name(layer, weight), a.data.data(), a.rows, a.width);
@@ -311,7 +313,7 @@ Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, cons
     const bool tied = c.tied_output;
     const std::vector<float>& head = tied ? embd : model.output();
     const VariantSigns* head_signs = tied ? embd_signs : signs_of("output.weight");
-    BITSPLIT_RETURN_IF_ERROR(linear(model, tier, "output.weight", head_in, head, no_bias, logits, head_signs));
+    BITSPLIT_RETURN_IF_ERROR(linear(model, pass, "output.weight", head_in, head, no_bias, logits, head_signs));
   }
   return std::move(logits.data);
 }

@@ -225,19 +225,19 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
     BITSPLIT_RETURN_IF_ERROR(t.load(b + "ffn_up.weight", {c.n_embd, c.n_ff}, &l.w_up));
     BITSPLIT_RETURN_IF_ERROR(t.load(b + "ffn_down.weight", {c.n_ff, c.n_embd}, &l.w_down));
   }
-  // The draft tier takes its planes now (a GPU tier uploads them once, never while decoding),
+  // The backend takes its planes now (a GPU backend uploads them once, never while decoding),
   // in placement order: layer by layer, the output head last (vram_plan.h). Planes live in a
   // std::map, so their addresses survive moving the model.
   for (const std::string& name : placement_order(c.n_layers)) {
     auto it = model.splits_.find(name);
     if (it == model.splits_.end()) continue;
     if (Status st = model.backend_->prepare(it->second); !st) {
-      return st.with_context("draft tier " + model.backend_->name() + ", " + name);
+      return st.with_context("backend " + model.backend_->name() + ", " + name);
     }
   }
   // Then the CPU kernels' packed copies, replacing the file layout where nothing else reads it:
-  // the residual always runs on the CPU; the draft's file layout stays for any other tier (a GPU
-  // tier drafts planes that did not fit in VRAM on the CPU from it, a test tier reads it).
+  // the residual always runs on the CPU; the draft's file layout stays for any other backend (a
+  // GPU backend drafts planes that did not fit in VRAM on the CPU from it, a test backend reads it).
   const bool release_draft = model.backend_ && !model.backend_->reads_file_layout();
   for (auto& [name, planes] : model.splits_) planes.pack(*model.cpu_, release_draft, true);
   return model;

@@ -193,7 +193,7 @@ VariantRegistry::VariantRegistry(const Model& base, const WeightSource& base_sou
       }) {}
 
 Status VariantRegistry::add(const std::string& name, const std::string& path) {
-  if (name.empty()) return Status::error("a variant needs a name (--delta NAME=FILE)");
+  if (name.empty()) return Status::error("a variant needs a name (NAME=FILE)");
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (files_.contains(name)) return Status::error("variant '" + name + "' is registered twice");
@@ -208,7 +208,7 @@ Status VariantRegistry::add(const std::string& name, const std::string& path) {
 Status VariantRegistry::add_spec(const std::string& spec) {
   const size_t eq = spec.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
-    return Status::error("--delta takes NAME=FILE, not '" + spec + "'");
+    return Status::error("a variant is registered as NAME=FILE, not '" + spec + "'");
   }
   return add(spec.substr(0, eq), spec.substr(eq + 1));
 }
@@ -218,7 +218,7 @@ Result<std::shared_ptr<const Variant>> VariantRegistry::get(const std::string& n
     std::string known;
     for (const auto& n : names()) known += (known.empty() ? "" : ", ") + n;
     return Status::error("no variant named '" + name + "' is registered (registered: " +
-                         (known.empty() ? std::string("none; add one with --delta NAME=FILE") : known) + ")");
+                         (known.empty() ? std::string("none; register one as NAME=FILE") : known) + ")");
   }
   return cache_.get(name);
 }

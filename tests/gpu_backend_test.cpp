@@ -53,7 +53,7 @@ SplitProjection random_planes(int64_t out, int64_t in, int group, std::mt19937& 
   return split_projection(w, out, in, sp, nullptr);
 }
 
-gpu::DraftPlaneHost host_plane(const SplitProjection& p) {
+DraftPlaneView host_plane(const SplitProjection& p) {
   return {p.draft_codes.data(), p.draft_scales.data(), p.draft_offsets.data(), p.out, p.in, p.group, p.draft_bits};
 }
 

@@ -236,7 +236,7 @@ class EmulatedDeviceDraft final : public DeviceDraft {
     s = k::shape_of(h);
     // A variant's sign rows repacked to whole groups, as DraftMatmul::upload_signs does.
     auto plane = [this](const gpu::DraftModelHost::Plane& p) {
-      const gpu::DraftPlaneHost& d = p.plane;
+      const DraftPlaneView& d = p.plane;
       k::PlaneDev dev{d.codes, d.scales, d.offsets, d.out, d.in, quant::groups_per_row(d.in, d.group), d.group};
       if (p.signs.signs) {
         dev.signs = sign_copies_.emplace_back(k::pad_sign_rows(p.signs, d.group)).data();

@@ -99,10 +99,10 @@ TEST(Sampling, RepetitionPenaltyLowersRecentTokens) {
 TEST(Sampling, ValidationNamesTheOption) {
   SamplingParams p;
   p.top_p = 0.0f;
-  EXPECT_NE(p.validate().message().find("--top-p"), std::string::npos);
+  EXPECT_NE(p.validate().message().find("top-p"), std::string::npos);
   p = {};
   p.repeat_penalty = 0.0f;
-  EXPECT_NE(p.validate().message().find("--repeat-penalty"), std::string::npos);
+  EXPECT_NE(p.validate().message().find("repetition penalty"), std::string::npos);
   p = {};
   p.temperature = NAN;
   EXPECT_FALSE(p.validate().is_ok());

@@ -255,11 +255,11 @@ TEST(Speculative, CommittedKvEqualsPlainPass) {
   }
 }
 
-// D·X goes through the model's draft tier; a different implementation of the tier that
+// D·X goes through the model's backend; a different implementation of the backend that
 // computes the same integers (here the scalar reference kernel) leaves the target's output
-// unchanged — what the CUDA tier must achieve.
+// unchanged — what the CUDA backend must achieve.
 TEST(Speculative, TargetDoesNotDependOnWhereDraftRuns) {
-  struct ScalarTier : Backend {
+  struct ScalarBackend : Backend {
     int calls = 0;
     std::string name() const override { return "scalar-test"; }
     Status draft_matmul(const SplitProjection& planes, const cpu::QuantizedActivations& x, float* y,
@@ -274,8 +274,8 @@ TEST(Speculative, TargetDoesNotDependOnWhereDraftRuns) {
   ASSERT_TRUE(convert_model(*source, path.string(), {}, nullptr, nullptr).is_ok());
   auto w = open_weights(path.string());
   auto cpu_model = Model::load(**w);
-  auto tier = std::make_shared<ScalarTier>();
-  auto other = Model::load(**w, {.backend = tier});
+  auto backend = std::make_shared<ScalarBackend>();
+  auto other = Model::load(**w, {.backend = backend});
   std::filesystem::remove(path);
   ASSERT_TRUE(cpu_model.is_ok() && other.is_ok());
   const std::vector<int32_t> prompt = {1, 5, 9};
@@ -291,7 +291,7 @@ TEST(Speculative, TargetDoesNotDependOnWhereDraftRuns) {
     return out;
   };
   EXPECT_EQ(run_spec(*other), run_spec(*cpu_model));
-  EXPECT_GT(tier->calls, 0);
+  EXPECT_GT(backend->calls, 0);
   KvCache a(cpu_model->config(), 3), b(cpu_model->config(), 3);
   EXPECT_EQ(*forward_pass(*cpu_model, a, Batch::causal(prompt, 0)), *forward_pass(*other, b, Batch::causal(prompt, 0)));
 }

@@ -1,4 +1,4 @@
-// VRAM placement (issue 8): draft planes go to the device in layer order while they fit; the
+// VRAM placement: draft planes go to the device in layer order while they fit; the
 // plan `info` prints comes from the file alone; byte sizes parse with binary units.
 #include <gtest/gtest.h>
 

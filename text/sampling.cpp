@@ -9,14 +9,14 @@
 namespace bitsplit {
 
 Status SamplingParams::validate() const {
-  if (!std::isfinite(temperature)) return Status::error("--temp must be a finite number (0 for greedy)");
-  if (top_k < 0) return Status::error("--top-k must be >= 0 (0 disables it)");
-  if (!(top_p > 0.0f && top_p <= 1.0f)) return Status::error("--top-p must be in (0, 1] (1 disables it)");
-  if (!(min_p >= 0.0f && min_p < 1.0f)) return Status::error("--min-p must be in [0, 1) (0 disables it)");
+  if (!std::isfinite(temperature)) return Status::error("the temperature must be a finite number (0 for greedy)");
+  if (top_k < 0) return Status::error("top-k must be >= 0 (0 disables it)");
+  if (!(top_p > 0.0f && top_p <= 1.0f)) return Status::error("top-p must be in (0, 1] (1 disables it)");
+  if (!(min_p >= 0.0f && min_p < 1.0f)) return Status::error("min-p must be in [0, 1) (0 disables it)");
   if (!(repeat_penalty > 0.0f) || !std::isfinite(repeat_penalty)) {
-    return Status::error("--repeat-penalty must be a positive number (1 disables it)");
+    return Status::error("the repetition penalty must be a positive number (1 disables it)");
   }
-  if (repeat_last_n < 0) return Status::error("--repeat-last-n must be >= 0");
+  if (repeat_last_n < 0) return Status::error("the repetition window (repeat-last-n) must be >= 0");
   return Status::ok();
 }
 

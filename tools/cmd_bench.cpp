@@ -57,7 +57,7 @@ int bench_accept(const BenchAcceptArgs& a) {
   std::vector<std::shared_ptr<const Variant>> variants;
   std::vector<Decoded> decoded = {{"base"}};
   for (const auto& d : a.deltas) {
-    if (Status st = registry.add_spec(d); !st) return report_error(st.message());
+    if (Status st = registry.add_spec(d); !st) return report_error("--delta: " + st.message());
     auto v = registry.get(d.substr(0, d.find('=')));
     if (!v) return report_error(v.status().message());
     variants.push_back(*v);

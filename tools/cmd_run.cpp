@@ -73,7 +73,7 @@ int run(const RunOptions& o) {
   VariantRegistry variants(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX},
                            [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
   for (const std::string& d : o.deltas)
-    if (Status st = variants.add_spec(d); !st) return report_error(st.message());
+    if (Status st = variants.add_spec(d); !st) return report_error("--delta: " + st.message());
   std::shared_ptr<const Variant> variant;
   if (!o.variant.empty()) {
     auto v = variants.get(o.variant);

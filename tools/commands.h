@@ -32,7 +32,7 @@ struct LoadedModel {
   Model model;
 };
 // A bit-split model gets the CUDA backend when there is a device (planes in VRAM under
-// `vram_budget`, default: free memory minus a margin), else the CPU tier; both logged.
+// `vram_budget`, default: free memory minus a margin), else the CPU backend; both logged.
 Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& options = {},
                                std::optional<uint64_t> vram_budget = std::nullopt);
 

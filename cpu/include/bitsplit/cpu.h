@@ -1,6 +1,8 @@
-// cpu/: CPU compute kernels. For now the f32 reference ops the reference forward pass is built
-// from; SIMD kernels for the packed planes join them with the same scalar-reference-beside-
-// kernel rule. Every op here is batch invariant: a row's result never depends on the batch.
+// cpu/: CPU compute kernels, each with its scalar *_ref specification beside it: the f32 ops
+// of the forward pass (dot products, norms, softmax, RoPE), the bit-split plane kernels (int8
+// activations, AVX-512 VNNI / AVX2 / scalar, packed planes), the Q8_0 baseline kernels and the
+// oneDNN prefill path, on a CpuContext (ISA tier, hwloc topology, pinned oneTBB arena). Every
+// op is batch invariant: a row's result never depends on the batch.
 #pragma once
 
 #include <cstddef>
@@ -11,6 +13,8 @@
 #include <span>
 #include <string>
 #include <vector>
+
+#include "bitsplit/plane_view.h"
 
 namespace bitsplit::cpu {
 
@@ -43,7 +47,7 @@ void rope_f32(float* head, int64_t n_rot, RopeOrder order, float pos, float base
 
 }  // namespace bitsplit::cpu
 
-// ==== bit-split plane kernels (issue 6) ==========================================================
+// ==== bit-split plane kernels =====================================================================
 // Y[n x out] = plane[out x in] . X[n x in]^T for the packed planes of quant/ ("Bit-split planes" in
 // docs/FORMAT.md). The arithmetic is defined exactly in docs/FORMAT.md, "Kernel arithmetic":
 // activations are quantised to int8 per (row, group); each (output, group) dot product is an exact
@@ -52,32 +56,13 @@ void rope_f32(float* head, int64_t n_rot, RopeOrder order, float pos, float base
 // its position in the batch (speculative verification relies on it).
 namespace bitsplit::cpu {
 
-// A plane of `out` rows; row o starts at codes + o * quant::code_row_bytes(in, group, bits), its
-// fp16 scales (and offsets) at scales + o * quant::groups_per_row(in, group).
-struct ResidualPlaneView {
-  const uint8_t* codes;
-  const uint16_t* scales;  // t per (row, group), fp16 bits
-  int64_t out, in;
-  int group;  // 32, 64 or 128 (the _ref functions accept any multiple of 4 up to quant::kMaxGroup)
-  int bits;   // 8 or 6
-};
-struct DraftPlaneView {
-  const uint8_t* codes;
-  const uint16_t* scales;   // s per (row, group), fp16 bits
-  const uint16_t* offsets;  // m per (row, group), fp16 bits
-  int64_t out, in;
-  int group;
-  int bits;  // 2 (SIMD tiers); 3 and 4 run the scalar kernel on every tier
-};
-// A BitDelta variant of one projection (docs/FORMAT.md, "BitDelta files"): W_v = D + alpha ⊙ S.
-// Row o's signs start at signs + o * row_bytes; bit i % 8 of byte i / 8 set means s_oi = -1.
-// Kernels read only the first ceil(in / 8) bytes of a row; bits at i >= in are ignored.
-struct SignPlaneView {
-  const uint8_t* signs;
-  const float* alpha;  // out values, or 1 when !alpha_per_row
-  int64_t out, in, row_bytes;
-  bool alpha_per_row;
-};
+// The plane views (DraftPlaneView, ResidualPlaneView, SignPlaneView, QuantizedRowsView) are
+// core/include/bitsplit/plane_view.h's, shared with the GPU kernels.
+using bitsplit::DraftPlaneView;
+using bitsplit::QuantizedRowsView;
+using bitsplit::ResidualPlaneView;
+using bitsplit::SignPlaneView;
+
 // For models held in f32 (not a plane kernel; no activation quantisation): for each row r and
 // output o, y[r * out + o] = fmaf(alpha_o, t, y[r * out + o]) with t = sum_i s_oi x_ri summed in
 // f32 in dot_f32's order (8 interleaved partial sums, lane i % 8, then the same fixed tree).
@@ -94,6 +79,7 @@ struct QuantizedActivations {
   std::vector<int32_t> sum;    // rows x groups: sum of q over the group (exact)
   void resize(int64_t rows, int64_t in, int group);
   const int8_t* row_q(int64_t r) const { return q.data() + r * padded; }
+  QuantizedRowsView view() const { return {q.data(), scale.data(), sum.data(), rows, padded, groups}; }
 };
 
 // The specification (scalar, single thread). x is [rows x in]; y is [rows x out] and fully written.
@@ -225,7 +211,7 @@ void draft_matmul(CpuContext& ctx, const PackedPlane& d, const QuantizedActivati
 }  // namespace bitsplit::cpu
 // ==== end of bit-split plane kernels =============================================================
 
-// ==== Q8_0 baseline kernels (issue 7) ============================================================
+// ==== Q8_0 baseline kernels =======================================================================
 // llama.cpp-style Q8_0 x Q8_0 matmul, so a Q8_0 model runs as fast as the baseline users compare
 // speculative decoding against (instead of being dequantised to f32 at load). Arithmetic:
 // docs/FORMAT.md, "Q8_0 baseline kernel arithmetic". Same rules as the plane kernels: every ISA
@@ -258,7 +244,7 @@ void q8_0_matmul(CpuContext& ctx, const Q8_0PlaneView& w, const Q8_0Activations&
 }  // namespace bitsplit::cpu
 // ==== end of Q8_0 baseline kernels ===============================================================
 
-// ==== prompt prefill through oneDNN (issue 6) ====================================================
+// ==== prompt prefill through oneDNN ===============================================================
 // Many rows at once (a prompt): the planes are dequantised to f32 in tiles of output rows and
 // multiplied with oneDNN's sgemm on f32 activations — no int8 activation rounding, so this is
 // *not* the kernels' arithmetic. Rows go through sgemm in fixed blocks of kPrefillBlockRows (the

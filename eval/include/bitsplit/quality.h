@@ -51,11 +51,11 @@ const std::vector<std::string>& eval_scheme_names();
 Result<EvalReport> evaluate_quality(const Model& model, const std::vector<int32_t>& tokens, const EvalOptions& options,
                                     const std::function<void(int64_t done, int64_t total)>& on_progress);
 
-// One model scored against a reference: a model, the tier to run, and a variant (or null).
+// One model scored against a reference: a model, the pass to run, and a variant (or null).
 struct ScoredModel {
   std::string name;
   const Model* model = nullptr;
-  Pass tier = Pass::kDefault;
+  Pass pass = Pass::kDefault;
   const Variant* variant = nullptr;
 };
 struct Score {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "bitsplit/plane_view.h"
 #include "bitsplit/status.h"
 
 namespace bitsplit::gpu {
@@ -28,34 +29,6 @@ Status rms_norm(const float* x, const float* weight, int64_t rows, int64_t n, fl
 
 // Device-to-device copy bandwidth (bytes/s) over `bytes`, the yardstick for GPU kernels.
 Result<double> measure_copy_bandwidth(uint64_t bytes, int iterations, int device = 0);
-
-// The host structs below mirror cpu::DraftPlaneView, cpu::QuantizedActivations and
-// cpu::SignPlaneView field for field: cpu.h is C++20 and the CUDA sources are C++17.
-
-// One 2-bit draft plane in host memory (the layout of docs/FORMAT.md, "Bit-split planes").
-struct DraftPlaneHost {
-  const uint8_t* codes;
-  const uint16_t* scales;
-  const uint16_t* offsets;
-  int64_t out, in;
-  int group, bits;
-};
-
-// Activations quantised per (row, group) to int8 (cpu::QuantizedActivations' arrays).
-struct QuantizedRowsHost {
-  const int8_t* q;       // rows x padded
-  const float* scale;    // rows x groups
-  const int32_t* sum;    // rows x groups
-  int64_t rows, padded, groups;
-};
-
-// A BitDelta sign plane in host memory (cpu::SignPlaneView's fields).
-struct SignPlaneHost {
-  const uint8_t* signs;  // out rows of row_bytes; bit set = -1
-  const float* alpha;    // out values, or 1
-  int64_t out, in, row_bytes;
-  bool alpha_per_row;
-};
 
 // Bytes moved between host and device.
 struct TransferCounters {
@@ -78,10 +51,10 @@ class DraftMatmul {
   virtual ~DraftMatmul() = default;
   // Uploads a plane unless `key` is already resident (an error if the resident plane has
   // another shape). Only 2-bit planes are supported.
-  virtual Status upload(const void* key, const DraftPlaneHost& plane) = 0;
+  virtual Status upload(const void* key, const DraftPlaneView& plane) = 0;
   // Uploads a variant's sign plane for draft planes of group `group`, unless `key` is resident
   // (an error if the resident sign plane has another shape).
-  virtual Status upload_signs(const void* key, const SignPlaneHost& signs, int group) = 0;
+  virtual Status upload_signs(const void* key, const SignPlaneView& signs, int group) = 0;
   // Frees the sign plane resident under `key` (nothing if none): a variant leaving the cache
   // releases its signs, so a later variant whose host buffer reuses the address is uploaded.
   virtual void release_signs(const void* key) = 0;
@@ -89,14 +62,14 @@ class DraftMatmul {
   virtual bool resident(const void* key) const = 0;
   // y (host, rows x out) = D · X for the resident plane `key`; with a resident sign plane
   // `signs_key`, (D + α⊙S) · X fused in the same pass (bitwise cpu::draft_matmul_ref with delta).
-  Status run(const void* key, const QuantizedRowsHost& x, float* y, const void* signs_key = nullptr) {
+  Status run(const void* key, const QuantizedRowsView& x, float* y, const void* signs_key = nullptr) {
     BITSPLIT_RETURN_IF_ERROR(start(key, x, signs_key));
     return finish(y);
   }
   // run() in two halves, so the caller works while the device computes: start() stages the
   // activations in pinned memory and queues the copy in, the kernel and the copy out on the
   // object's stream; finish() waits and writes y. One call in flight at a time.
-  virtual Status start(const void* key, const QuantizedRowsHost& x, const void* signs_key) = 0;
+  virtual Status start(const void* key, const QuantizedRowsView& x, const void* signs_key) = 0;
   virtual Status finish(float* y) = 0;
   virtual TransferCounters counters() const = 0;
   // The device, and the device addresses of a resident plane (nulls when `key` is not
@@ -137,15 +110,15 @@ struct DraftModelHost {
   const float* rope_freq_factors = nullptr;  // n_rot / 2, or null
   struct Plane {
     const void* key = nullptr;  // the DraftMatmul key the plane is resident under
-    DraftPlaneHost plane{};
+    DraftPlaneView plane{};
     // A variant's sign plane joining this one (signs.signs null: none); DraftModel::create
     // makes it resident under signs_key (upload_signs) and fuses it into the kernel.
     const void* signs_key = nullptr;
-    SignPlaneHost signs{};
+    SignPlaneView signs{};
   };
   Plane head;
   // A variant's token-embedding signs (signs null: none): x = embd[t] + α_t ⊙ S[t].
-  SignPlaneHost embd_signs{};
+  SignPlaneView embd_signs{};
   struct Layer {
     const float* attn_norm = nullptr;
     const float* ffn_norm = nullptr;

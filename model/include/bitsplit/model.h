@@ -1,6 +1,7 @@
-// Llama-family model: configuration from GGUF metadata, f32 weights, KV cache with explicit
-// slots, token batches with arbitrary attention masks, and the f32 reference forward pass
-// that every faster path is tested against.
+// model/: a Llama-family model — configuration from GGUF metadata, weights (f32, Q8_0 blocks or
+// bit-split planes computed on the model's Backend), the KV cache with explicit slots, token
+// batches with arbitrary attention masks, and forward_pass: the engine's forward pass, f32 for
+// f32 weights and the plane kernels' exact arithmetic for planes.
 #pragma once
 
 #include <cstdint>
@@ -192,11 +193,11 @@ inline DraftRows draft_rows(const Batch& b) {
 using ActivationObserver = std::function<void(const std::string& weight, const float* x, int64_t rows, int64_t cols)>;
 
 // Runs the batch through the f32 reference model; returns [n_wanted x n_vocab] logits.
-// Projections with bit-split planes run the plane kernels for `tier`; all else is f32.
+// Projections with bit-split planes run the plane kernels for `pass`; all else is f32.
 // With a variant (variant.h), the pass computes that fine-tuned variant: its sign planes join
 // D in every projection and the tensors it replaces in full stand in for the base's.
 Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, const Batch& batch,
-                                             const ActivationObserver* observer = nullptr, Pass tier = Pass::kDefault,
-                                             const Variant* variant = nullptr);
+                                        const ActivationObserver* observer = nullptr, Pass pass = Pass::kDefault,
+                                        const Variant* variant = nullptr);
 
 }  // namespace bitsplit
