@@ -33,7 +33,7 @@ if [ "${GPU_CHECK_SKIP_BUILD:-0}" = 1 ]; then
 elif ! timeout 200 cmake -S . -B "$build" -G Ninja -DBITSPLIT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" \
     >"$out/configure.log" 2>&1; then
   tail -30 "$out/configure.log"; build_status="CONFIGURE FAILED (configure.log)"; rc=1
-elif ! timeout 300 cmake --build "$build" -j "$(nproc)" --target bitsplit bench_gpu_draft gpu_tests gpu_draft_tier_tests \
+elif ! timeout 300 cmake --build "$build" -j "$(nproc)" --target bitsplit bench_gpu_draft gpu_tests gpu_backend_tests \
     >"$out/build.log" 2>&1; then
   tail -50 "$out/build.log"; build_status="BUILD FAILED (build.log)"; rc=1
 fi
@@ -118,9 +118,9 @@ rm -f "$model" "$model.tmp"
 # Memory errors in the device draft's kernels (compute-sanitizer ships with the toolkit).
 sanitizer="not run"
 san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
-if [ -n "$san" ] && [ -x "./$build/tests/gpu_draft_tier_tests" ] && [ "$(left)" -gt 60 ]; then
+if [ -n "$san" ] && [ -x "./$build/tests/gpu_backend_tests" ] && [ "$(left)" -gt 60 ]; then
   cap=$(left); [ "$cap" -gt 120 ] && cap=120
-  if timeout "$cap" "$san" --tool memcheck --error-exitcode 1 "./$build/tests/gpu_draft_tier_tests" \
+  if timeout "$cap" "$san" --tool memcheck --error-exitcode 1 "./$build/tests/gpu_backend_tests" \
       --gtest_filter='GpuDeviceDraft.LogitsMatchTheCpuDraft:GpuBackend.DraftMatmul*' >"$out/memcheck.txt" 2>&1; then
     sanitizer="memcheck clean ($(grep -Eo 'ERROR SUMMARY: [0-9]+ errors' "$out/memcheck.txt" | tail -1))"
   else
@@ -132,7 +132,7 @@ speed() { grep -Eo 'generation: [0-9]+ tokens in [0-9.]+ s \([0-9.]+ tokens/s\)'
 percheck() { grep -Eo 'draft [0-9.]+ ms/check, verify [0-9.]+ ms/check' "$1" 2>/dev/null || echo "n/a"; }
 accepted() { grep -Eo '[0-9.]+ accepted drafted tokens per check' "$1" 2>/dev/null | grep -Eo '^[0-9.]+' | sed 's/$/ accepted\/check/' || echo "n/a"; }
 pass() { grep -m1 -Eo 'draft pass: .*' "$1" 2>/dev/null | cut -c1-150 || echo "n/a"; }
-tier() { grep -m1 -Eo '^backend: .*' "$1" 2>/dev/null | cut -c13-80 || echo "n/a"; }
+tier() { grep -m1 -Eo '^backend: .*' "$1" 2>/dev/null | cut -c10-80 || echo "n/a"; }
 st() { echo "${step_status[$1]:-not run}${step_time[$1]:+, ${step_time[$1]} s}"; }
 echo
 echo "| check | result |"
