@@ -12,17 +12,13 @@
 #include <vector>
 
 #include "plane_kernels.h"
+#include "simd_avx512.h"
 
 namespace bitsplit::cpu::detail {
 namespace {
 
 constexpr int kLanes = 16;  // output rows per block
 
-inline int32_t load_i32(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
 
 // ---- code unpacking: one output row's codes in natural order, 64 per vector ----
 
@@ -114,30 +110,6 @@ inline void load_span(const uint8_t* row, int bits, int group, int64_t k0, bool 
   }
 }
 
-// 16 x 16 transpose of 32-bit elements: out[c] lane l = in[l] element c.
-inline void transpose16(const __m512i in[16], __m512i out[16]) {
-  __m512i t[16], u[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(in[2 * i], in[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(in[2 * i], in[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    u[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  for (int e = 0; e < 4; ++e) {
-    const __m512i a = _mm512_shuffle_i32x4(u[e], u[4 + e], 0x44);
-    const __m512i b = _mm512_shuffle_i32x4(u[e], u[4 + e], 0xEE);
-    const __m512i c = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0x44);
-    const __m512i d = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0xEE);
-    out[0 + e] = _mm512_shuffle_i32x4(a, c, 0x88);
-    out[4 + e] = _mm512_shuffle_i32x4(a, c, 0xDD);
-    out[8 + e] = _mm512_shuffle_i32x4(b, d, 0x88);
-    out[12 + e] = _mm512_shuffle_i32x4(b, d, 0xDD);
-  }
-}
 
 // fp16 values at p[l * stride] for the block's valid lanes (0 elsewhere), as f32. A 32-bit gather
 // reads each fp16 with a neighbour; which neighbour is chosen so the read stays inside the array

@@ -9,37 +9,14 @@
 #include <utility>
 
 #include "q8_0_kernels.h"
+#include "simd_avx2.h"
 
 namespace bitsplit::cpu::detail {
 namespace {
 
 constexpr int kLanes = 8;  // output rows per tile
 
-inline int32_t load_i32(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
 
-// 8 x 8 transpose of 32-bit elements: out[c] lane l = in[l] element c.
-inline void transpose8(const __m256i in[8], __m256i out[8]) {
-  __m256i t[8], u[8];
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = _mm256_unpacklo_epi32(in[2 * i], in[2 * i + 1]);
-    t[2 * i + 1] = _mm256_unpackhi_epi32(in[2 * i], in[2 * i + 1]);
-  }
-  // u[4i + e], 128-bit lane j: rows 4i .. 4i+3, element 4j + e.
-  for (int i = 0; i < 2; ++i) {
-    u[4 * i + 0] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  for (int e = 0; e < 4; ++e) {
-    out[e] = _mm256_permute2x128_si256(u[e], u[4 + e], 0x20);
-    out[4 + e] = _mm256_permute2x128_si256(u[e], u[4 + e], 0x31);
-  }
-}
 
 // Output rows [o0, o0 + valid) for activation rows [r0, r0 + NR): each weight byte of the tile
 // is loaded once for all NR rows.
