@@ -81,8 +81,9 @@ Status check_delta_base(const DeltaFile& delta, const WeightSource& base);
 // Δ̂ applied to one base matrix [out x in] (row-major): w + α ⊙ sign. Reference path.
 std::vector<float> apply_sign_delta_ref(const std::vector<float>& base_w, int64_t out, int64_t in,
                                         const uint8_t* signs, const float* alpha, bool alpha_per_row);
-// The fine-tuned approximation of the base tensor `weight`: base + Δ̂ for sign planes, the
-// stored tensor for full entries, the base tensor where the delta has nothing.
+// For tests (the engine applies deltas inside the kernels, never in f32): the fine-tuned
+// approximation of the base tensor `weight`: base + Δ̂ for sign planes, the stored tensor for
+// full entries, the base tensor where the delta has nothing.
 Result<std::vector<float>> apply_delta_f32(const DeltaFile& delta, const WeightSource& base, const std::string& weight);
 // The same for a base tensor already in f32 (as a Model holds it), shape [out x in].
 Result<std::vector<float>> apply_delta_f32(const DeltaFile& delta, const std::string& weight,

@@ -117,6 +117,7 @@ class Storage {
   virtual void release(uint64_t offset, uint64_t size) const { (void)offset; (void)size; }
 };
 Result<std::shared_ptr<Storage>> map_file(const std::string& path);
+// For tests and in-memory files: bytes held as storage.
 std::shared_ptr<Storage> storage_from_bytes(std::vector<uint8_t> bytes);
 
 inline constexpr uint64_t kDefaultAlignment = 32;
@@ -164,7 +165,7 @@ class File {
 class Writer {
  public:
   Metadata& metadata() { return metadata_; }
-  void set_alignment(uint64_t alignment) { alignment_ = alignment; }
+  void set_alignment(uint64_t alignment) { alignment_ = alignment; }  // for tests (default 32)
   // dims in ggml order; bytes.size() must match the type and dims.
   Status add_tensor(std::string name, TensorType type, std::vector<int64_t> dims,
                     std::vector<uint8_t> bytes);

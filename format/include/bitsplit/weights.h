@@ -38,7 +38,7 @@ class WeightSource {
 
 // Opens a model: today a GGUF file; errors name the path and what is wrong.
 Result<std::unique_ptr<WeightSource>> open_weights(const std::string& path);
-// Wraps an already parsed GGUF (a file or bytes in memory).
+// Wraps an already parsed GGUF (a file or bytes in memory; tests build models this way).
 std::unique_ptr<WeightSource> weights_from_gguf(gguf::File file);
 
 }  // namespace bitsplit

@@ -92,8 +92,8 @@ class DraftMatmul {
     int group = 0;
   };
   virtual DeviceSigns device_signs(const void* key) const = 0;
-  // Seconds per kernel launch for the plane `key` and the activations of the last run(),
-  // averaged over `iterations` (no copies timed).
+  // For benchmarks (bench_gpu_draft): seconds per kernel launch for the plane `key` and the
+  // activations of the last run(), averaged over `iterations` (no copies timed).
   virtual Result<double> time_kernel(const void* key, int64_t rows, int iterations) = 0;
 };
 

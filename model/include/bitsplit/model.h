@@ -148,7 +148,7 @@ class KvCache {
   KvCache& operator=(KvCache&&) = default;
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
-  KvCache copy() const;
+  KvCache copy() const;  // for tests (comparing caches)
   // Copies slot `from`'s K and V (every layer) to slot `to`.
   void move_slot(int64_t from, int64_t to);
 

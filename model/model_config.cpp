@@ -1,0 +1,121 @@
+// Llama-family configuration from GGUF metadata: every key checked, errors naming the key and
+// the supported values.
+#include "bitsplit/model.h"
+
+namespace bitsplit {
+
+namespace {
+
+struct ArchInfo {
+  const char* name;
+  Architecture arch;
+  cpu::RopeOrder rope_order;
+};
+constexpr ArchInfo kArchs[] = {
+    {"llama", Architecture::kLlama, cpu::RopeOrder::kNormal},
+    {"qwen2", Architecture::kQwen2, cpu::RopeOrder::kNeox},
+    {"qwen3", Architecture::kQwen3, cpu::RopeOrder::kNeox},
+};
+
+Status positive(const char* what, int64_t v) {
+  if (v <= 0) return Status::error(std::string(what) + " is " + std::to_string(v) + ", must be positive");
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<ModelConfig> read_model_config(const WeightSource& source) {
+  const gguf::Metadata& m = source.metadata();
+  auto ctx = [&](const Status& s) { return s.with_context(source.path()); };
+  auto arch_name = m.get_string("general.architecture");
+  if (!arch_name) return ctx(arch_name.status());
+  ModelConfig c;
+  const ArchInfo* info = nullptr;
+  for (const auto& a : kArchs) {
+    if (*arch_name == a.name) info = &a;
+  }
+  if (!info) {
+    return ctx(Status::error("architecture '" + *arch_name + "' is not supported (supported: " +
+                             kSupportedArchitectures + ")"));
+  }
+  c.arch = info->arch;
+  c.arch_name = info->name;
+  c.rope_order = info->rope_order;
+  c.has_qkv_bias = c.arch == Architecture::kQwen2;
+  c.has_qk_norm = c.arch == Architecture::kQwen3;
+  const std::string p = c.arch_name + ".";
+
+  Status st = Status::ok();
+  auto get = [&](const std::string& key, int64_t* out, std::optional<int64_t> fallback = std::nullopt) {
+    if (!st) return;
+    auto r = fallback ? m.get_int_or(key, *fallback) : m.get_int(key);
+    if (!r) st = r.status(); else *out = *r;
+  };
+  auto getf = [&](const std::string& key, float* out, double fallback) {
+    if (!st) return;
+    auto r = m.get_float_or(key, fallback);
+    if (!r) st = r.status(); else *out = float(*r);
+  };
+  get(p + "block_count", &c.n_layers);
+  get(p + "embedding_length", &c.n_embd);
+  get(p + "attention.head_count", &c.n_heads);
+  get(p + "feed_forward_length", &c.n_ff);
+  get(p + "context_length", &c.n_ctx_train, 2048);
+  getf(p + "attention.layer_norm_rms_epsilon", &c.rms_eps, 1e-5);
+  getf(p + "rope.freq_base", &c.rope_base, 10000.0);
+  if (!st) return ctx(st);
+  get(p + "attention.head_count_kv", &c.n_kv_heads, c.n_heads);
+  if (!st) return ctx(st);
+  for (auto [what, v] : {std::pair{"block_count", c.n_layers}, {"embedding_length", c.n_embd},
+                         {"attention.head_count", c.n_heads}, {"attention.head_count_kv", c.n_kv_heads},
+                         {"feed_forward_length", c.n_ff}, {"context_length", c.n_ctx_train}}) {
+    if (auto s = positive((p + what).c_str(), v); !s) return ctx(s);
+  }
+  if (c.n_heads % c.n_kv_heads != 0) {
+    return ctx(Status::error("head_count " + std::to_string(c.n_heads) + " is not a multiple of head_count_kv " +
+                             std::to_string(c.n_kv_heads)));
+  }
+  const int64_t default_head_dim = c.n_embd % c.n_heads == 0 ? c.n_embd / c.n_heads : 0;
+  get(p + "attention.key_length", &c.head_dim, default_head_dim);
+  if (!st) return ctx(st);
+  if (c.head_dim <= 0) {
+    return ctx(Status::error("embedding_length " + std::to_string(c.n_embd) + " is not a multiple of head_count " +
+                             std::to_string(c.n_heads) + " and attention.key_length is absent"));
+  }
+  int64_t value_length = c.head_dim;
+  get(p + "attention.value_length", &value_length, c.head_dim);
+  get(p + "rope.dimension_count", &c.n_rot, c.head_dim);
+  if (!st) return ctx(st);
+  if (value_length != c.head_dim) {
+    return ctx(Status::error("attention.value_length " + std::to_string(value_length) +
+                             " differs from key_length " + std::to_string(c.head_dim) + ", which is not supported"));
+  }
+  if (c.n_rot <= 0 || c.n_rot > c.head_dim || c.n_rot % 2 != 0) {
+    return ctx(Status::error("rope.dimension_count " + std::to_string(c.n_rot) + " must be even and at most the head size " +
+                             std::to_string(c.head_dim)));
+  }
+  auto scaling = m.get_string_or(p + "rope.scaling.type", "none");
+  if (!scaling) return ctx(scaling.status());
+  if (*scaling == "linear") {
+    float factor = 1.0f;
+    getf(p + "rope.scaling.factor", &factor, 1.0);
+    if (!st) return ctx(st);
+    if (!(factor > 0.0f)) return ctx(Status::error("rope.scaling.factor must be positive"));
+    c.rope_freq_scale = 1.0f / factor;
+  } else if (*scaling != "none") {
+    return ctx(Status::error("RoPE scaling type '" + *scaling + "' is not supported (supported: none, linear)"));
+  }
+  if (!(c.rms_eps > 0.0f)) return ctx(Status::error("attention.layer_norm_rms_epsilon must be positive"));
+
+  const gguf::TensorInfo* embd = source.find_tensor("token_embd.weight");
+  if (!embd) return ctx(Status::error("tensor 'token_embd.weight' is missing"));
+  if (embd->dims.size() != 2 || embd->dims[0] != c.n_embd) {
+    return ctx(Status::error("tensor 'token_embd.weight' has shape " + embd->shape_string() +
+                             ", expected [" + std::to_string(c.n_embd) + ", n_vocab]"));
+  }
+  c.n_vocab = embd->dims[1];
+  c.tied_output = source.find_tensor("output.weight") == nullptr && source.find_tensor("output.draft_codes") == nullptr;
+  return c;
+}
+
+}  // namespace bitsplit
