@@ -3,64 +3,45 @@
 // Usage: ./build/bench/bench_prefill [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
-#include <random>
 #include <vector>
 
+#include "bench_planes.h"
 #include "bitsplit/cpu.h"
-#include "bitsplit/quant.h"
+#include "kernel_cases.h"
 
 namespace {
 
 using namespace bitsplit;
-constexpr int kGroup = 64;
+namespace kc = cpu::testing;
 
+// The draft and the 8-bit residual of a model shape (tests/kernel_cases.h's bench cases).
 struct Planes {
-  int64_t out, in;
-  std::vector<uint8_t> dcodes, rcodes;
-  std::vector<uint16_t> dscales, doffsets, rscales;
-  Planes(int64_t o, int64_t i) : out(o), in(i) {
-    std::mt19937 rng(7);
-    const int64_t groups = quant::groups_per_row(in, kGroup);
-    dcodes.resize(size_t(out * quant::code_row_bytes(in, kGroup, 2)));
-    rcodes.resize(size_t(out * quant::code_row_bytes(in, kGroup, 8)));
-    for (auto& c : dcodes) c = uint8_t(rng());
-    for (auto& c : rcodes) c = uint8_t(rng());
-    dscales.assign(size_t(out * groups), quant::fp32_to_fp16(0.01f));
-    doffsets.assign(size_t(out * groups), quant::fp32_to_fp16(-0.015f));
-    rscales.assign(size_t(out * groups), quant::fp32_to_fp16(0.0001f));
-  }
-  cpu::DraftPlaneView draft() const { return {dcodes.data(), dscales.data(), doffsets.data(), out, in, kGroup, 2}; }
-  cpu::ResidualPlaneView residual() const { return {rcodes.data(), rscales.data(), out, in, kGroup, 8}; }
+  kc::CaseWeights d, r;
+  explicit Planes(kc::Shape s)
+      : d(kc::bench_case(kc::Kernel::kDraft, 2, kc::Signs::kNone, s)),
+        r(kc::bench_case(kc::Kernel::kResidual, 8, kc::Signs::kNone, s)) {}
+  int64_t in() const { return d.spec().in; }
+  int64_t out() const { return d.spec().out; }
 };
 
+// 4096 x 4096 and 14336 x 4096 (an FFN's up projection).
 const Planes& planes(int64_t out) {
-  static Planes a(4096, 4096), b(14336, 4096);
-  return out == 4096 ? a : b;
+  static Planes a(kc::kModelShapes[0]), b(kc::kModelShapes[2]);
+  return out == a.out() ? a : b;
 }
 
-std::vector<float> activations(int64_t rows, int64_t in) {
-  std::mt19937 rng(3);
-  std::normal_distribution<float> n(0.0f, 1.0f);
-  std::vector<float> x(size_t(rows * in));
-  for (auto& v : x) v = n(rng);
-  return x;
-}
-
-cpu::CpuContext& context() {
-  static cpu::CpuContext ctx;
-  return ctx;
-}
+cpu::CpuContext& context() { return bench::context(true); }
 
 // args: out, rows
 void BM_TargetKernels(benchmark::State& state) {
   const Planes& p = planes(state.range(0));
   const int64_t rows = state.range(1);
-  const auto x = activations(rows, p.in);
-  std::vector<float> y(size_t(rows * p.out)), scratch;
+  const auto x = kc::random_activations(rows, p.in(), 3);
+  std::vector<float> y(size_t(rows * p.out())), scratch;
   cpu::QuantizedActivations qa;
   for (auto _ : state) {
-    cpu::quantize_activations(context(), x.data(), rows, p.in, kGroup, qa);
-    cpu::target_matmul(context(), p.draft(), p.residual(), qa, y.data(), scratch);
+    cpu::quantize_activations(context(), x.data(), rows, p.in(), p.d.spec().group, qa);
+    cpu::target_matmul(context(), p.d.views().draft, p.r.views().residual, qa, y.data(), scratch);
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["rows/s"] = benchmark::Counter(double(rows), benchmark::Counter::kIsIterationInvariantRate);
@@ -73,11 +54,11 @@ void BM_TargetPrefillGemm(benchmark::State& state) {
   }
   const Planes& p = planes(state.range(0));
   const int64_t rows = state.range(1);
-  const auto x = activations(rows, p.in);
-  std::vector<float> y(size_t(rows * p.out));
-  const cpu::ResidualPlaneView r = p.residual();
+  const auto x = kc::random_activations(rows, p.in(), 3);
+  std::vector<float> y(size_t(rows * p.out()));
+  const cpu::ResidualPlaneView& r = p.r.views().residual;
   for (auto _ : state) {
-    cpu::prefill_matmul(context(), p.draft(), &r, nullptr, x.data(), rows, y.data());
+    cpu::prefill_matmul(context(), p.d.views().draft, &r, nullptr, x.data(), rows, y.data());
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["rows/s"] = benchmark::Counter(double(rows), benchmark::Counter::kIsIterationInvariantRate);

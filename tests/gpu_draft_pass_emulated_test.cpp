@@ -1,0 +1,333 @@
+// The whole device draft pass (gpu/draft_forward.cuh), run on the CPU under
+// tests/cuda_emulation.h: against forward_pass's draft on a trained fixture, and speculative
+// decoding through a DeviceDraft built on the emulated pass (lossless; every K/V slot a row sees
+// was copied in or drafted in this check). Its kernels one by one: gpu_kernels_emulated_test.cpp.
+#include "cuda_emulation.h"  // first: defines the CUDA names the kernels use
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <list>
+
+#include "bitsplit/convert.h"
+#include "bitsplit/device_draft.h"
+#include "bitsplit/speculative.h"
+#include "bitsplit/tokenizer.h"
+#include "bitsplit/variant.h"
+#include "draft_testing.h"
+#include "test_paths.h"
+
+namespace bitsplit {
+namespace {
+
+namespace k = gpu::kernels;
+
+std::string fixture(const std::string& name) { return testing::source_dir() + "/tests/models/" + name; }
+
+class EmulatedDeviceDraft;
+
+// A draft tier that keeps the draft's file layout and offers the emulated device draft.
+class EmulatedTier final : public Backend {
+ public:
+  explicit EmulatedTier(std::shared_ptr<cpu::CpuContext> cpu) : cpu_(std::move(cpu)) {}
+  std::string name() const override { return "emulated"; }
+  bool reads_file_layout() const override { return true; }
+  Status draft_matmul(const SplitProjection& p, const cpu::QuantizedActivations& x, float* y,
+                      const cpu::SignPlaneView* delta) override {
+    p.cpu_draft_matmul(*cpu_, x, y, delta);
+    return Status::ok();
+  }
+  Result<std::shared_ptr<DeviceDraft>> make_device_draft(const DescribeDraft& describe, int64_t n_slots,
+                                                          const void* reuse_key) override;
+  std::shared_ptr<EmulatedDeviceDraft> last;
+  bool g64 = true;  // the group-64 kernel (bit-identical, slower under the emulation)
+
+ private:
+  std::shared_ptr<cpu::CpuContext> cpu_;
+};
+
+// A DeviceDraft whose "device" memory is host memory and whose kernels run emulated. It also
+// checks the engine's protocol: every cache slot a row can see holds K/V that were copied in
+// (committed) or drafted earlier in this check, never stale ones.
+class EmulatedDeviceDraft final : public DeviceDraft {
+ public:
+  EmulatedDeviceDraft(const gpu::DraftModelHost& h, int64_t n_slots, bool g64) : DeviceDraft(n_slots), n_slots_(n_slots) {
+    model_.g64_kernel = g64;
+    k::ShapeDev& s = model_.shape;
+    s = k::shape_of(h);
+    // A variant's sign rows repacked to whole groups, as DraftMatmul::upload_signs does.
+    auto plane = [this](const gpu::DraftModelHost::Plane& p) {
+      const DraftPlaneView& d = p.plane;
+      k::PlaneDev dev{d.codes, d.scales, d.offsets, d.out, d.in, quant::groups_per_row(d.in, d.group), d.group};
+      if (p.signs.signs) {
+        dev.signs = sign_copies_.emplace_back(k::pad_sign_rows(p.signs, d.group)).data();
+        dev.alpha = p.signs.alpha;
+        dev.alpha_per_row = p.signs.alpha_per_row;
+      }
+      return dev;
+    };
+    if (h.embd_signs.signs) {
+      model_.embd_signs = h.embd_signs.signs;
+      model_.embd_alpha = h.embd_signs.alpha;
+      model_.embd_alpha_per_row = h.embd_signs.alpha_per_row;
+      model_.embd_row_bytes = h.embd_signs.row_bytes;
+    }
+    model_.token_embd = h.token_embd;
+    model_.output_norm = h.output_norm;
+    model_.rope_freq_factors = h.rope_freq_factors;
+    model_.head = plane(h.head);
+    k_cache_.assign(size_t(h.n_layers * n_slots * s.kv_dim()), NAN);
+    v_cache_.assign(k_cache_.size(), NAN);
+    for (int64_t l = 0; l < h.n_layers; ++l) {
+      const auto& w = h.layers[size_t(l)];
+      layers_.push_back({w.attn_norm, w.ffn_norm, w.q_norm, w.k_norm, w.bq, w.bk, w.bv, plane(w.wq), plane(w.wk),
+                         plane(w.wv), plane(w.wo), plane(w.gate), plane(w.up), plane(w.down),
+                         k_cache_.data() + l * n_slots * s.kv_dim(), v_cache_.data() + l * n_slots * s.kv_dim()});
+    }
+    model_.layers = layers_.data();
+    valid_.assign(size_t(n_slots), 0);
+  }
+
+  std::string name() const override { return "emulated"; }
+
+  Status upload_kv(int64_t layer, int64_t from, int64_t count, const float* k, const float* v) override {
+    const int64_t kv = model_.shape.kv_dim(), to = from + count;
+    std::copy(k, k + count * kv, layers_[size_t(layer)].k_cache + from * kv);
+    std::copy(v, v + count * kv, layers_[size_t(layer)].v_cache + from * kv);
+    transfers_.activation_bytes += uint64_t(count * kv * 8);
+    if (layer == 0) kv_slots_copied += count;
+    // A new check starts after each commit: what was drafted past the committed prefix is stale.
+    for (int64_t j = 0; j < n_slots_; ++j) valid_[size_t(j)] = j < to ? 1 : 0;
+    return Status::ok();
+  }
+
+  Status forward(const DraftRows& b, int kk, DraftTopK& top, std::vector<float>* logits) override {
+    const int64_t rows = b.rows;
+    for (int64_t r = 0; r < rows; ++r) valid_[size_t(b.slots[size_t(r)])] = 1;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < b.kv_len; ++j) {
+        if (b.mask[size_t(r * b.kv_len + j)] && !valid_[size_t(j)]) {
+          return Status::error("row " + std::to_string(r) + " sees slot " + std::to_string(j) + " holding stale K/V");
+        }
+      }
+    }
+    const k::ScratchSizes z = k::scratch_sizes(model_.shape, rows, b.kv_len);
+    std::vector<float> f(static_cast<size_t>(z.floats()), NAN);
+    std::vector<int8_t> qa(static_cast<size_t>(z.qa));
+    std::vector<int32_t> qsum(static_cast<size_t>(z.qa_groups));
+    k::ScratchDev t = k::carve_scratch(f.data(), qa.data(), qsum.data(), z);
+    const k::BatchDev bd{b.tokens, b.positions, b.slots, b.mask, rows, b.kv_len};
+    k::draft_forward(model_, bd, t, 0);
+    top.k = kk;
+    top.tokens.assign(size_t(rows * kk), -1);
+    top.log_probs.assign(size_t(rows * kk), NAN);
+    if (kk > 0) {
+      BS_LAUNCH_SYNC(k::top_k_rows, rows, k::kBlock, 0, t.logits, model_.shape.n_vocab, kk, top.tokens.data(),
+                     top.log_probs.data());
+    }
+    if (logits) logits->assign(t.logits, t.logits + z.logits);
+    transfers_.activation_bytes += uint64_t(rows * 12 + rows * b.kv_len);
+    transfers_.result_bytes += uint64_t(rows * kk * 8) + (logits ? uint64_t(z.logits * 4) : 0);
+    ++transfers_.calls;
+    return Status::ok();
+  }
+
+  DeviceTransfers transfers() const override { return transfers_; }
+  int64_t kv_slots_copied = 0;
+
+ private:
+  int64_t n_slots_;
+  k::ModelDev model_;
+  std::vector<k::LayerDev> layers_;
+  std::vector<float> k_cache_, v_cache_;
+  std::list<std::vector<uint8_t>> sign_copies_;  // stable addresses
+  std::vector<uint8_t> valid_;
+  DeviceTransfers transfers_;
+};
+
+Result<std::shared_ptr<DeviceDraft>> EmulatedTier::make_device_draft(const DescribeDraft& describe, int64_t n_slots,
+                                                                     const void* reuse_key) {
+  (void)reuse_key;
+  BITSPLIT_ASSIGN_OR_RETURN(gpu::DraftModelHost h, describe());
+  last = std::make_shared<EmulatedDeviceDraft>(h, n_slots, g64);
+  return std::shared_ptr<DeviceDraft>(last);
+}
+
+struct Fixture {
+  testing::TempDir dir{"emulated-draft"};
+  std::unique_ptr<WeightSource> src;
+  std::shared_ptr<EmulatedTier> tier;
+  std::unique_ptr<Model> model;
+  std::vector<int32_t> prompt;
+};
+
+std::unique_ptr<Fixture> load_fixture() {
+  auto f = std::make_unique<Fixture>();
+  auto base = open_weights(fixture("bible-base.gguf"));
+  BITSPLIT_CHECK(base.is_ok(), "fixture");
+  const std::string path = f->dir.file("base.split.gguf");
+  Status st = convert_model(**base, path, {}, nullptr, nullptr);
+  BITSPLIT_CHECK(st.is_ok(), st.message());
+  auto src = open_weights(path);
+  BITSPLIT_CHECK(src.is_ok());
+  f->src = std::move(*src);
+  auto cpu = std::make_shared<cpu::CpuContext>();
+  f->tier = std::make_shared<EmulatedTier>(cpu);
+  ModelLoadOptions o;
+  o.cpu = cpu;
+  o.backend = f->tier;
+  auto m = Model::load(*f->src, o);
+  BITSPLIT_CHECK(m.is_ok(), m.status().message());
+  f->model = std::make_unique<Model>(std::move(*m));
+  auto tok = Tokenizer::from_metadata((*base)->metadata());
+  BITSPLIT_CHECK(tok.is_ok());
+  f->prompt = (*tok)->encode("And the LORD spake unto Moses, saying", {.add_special = true});
+  return f;
+}
+
+TEST(EmulatedDraftPass, LogitsMatchTheCpuDraftOnATrainedModel) {
+  BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
+  auto f = load_fixture();
+  const Model& m = *f->model;
+  const int64_t slots = 64;
+  auto dev = testing::device_draft_of(m, slots);
+  ASSERT_TRUE(dev.is_ok()) << dev.status().message();
+  // Same arithmetic as the CPU but for the order of two double sums (norms, softmax): measured
+  // bitwise equal, so no tolerance.
+  testing::expect_device_draft_matches_cpu(m, **dev, f->prompt, slots, 0.0f);
+  testing::expect_device_draft_batch_invariant(**dev, f->prompt, m.config().n_vocab);
+}
+
+TEST(EmulatedDraftPass, SpeculativeDecodingThroughTheDeviceDraftIsLossless) {
+  BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
+  auto f = load_fixture();
+  f->tier->g64 = false;  // the plain kernel: the same bits, and many times faster emulated
+  const Model& m = *f->model;
+  SamplingParams sp;
+  sp.temperature = 0;
+  const int n = 24;
+  std::vector<int32_t> plain;
+  {
+    Sampler s(sp);
+    GenerateOptions g;
+    g.n_predict = n;
+    ASSERT_TRUE(generate(m, f->prompt, g, s, [&](int32_t t) { plain.push_back(t); return true; }).is_ok());
+  }
+  for (auto shape : {speculation::DraftShape::kChain, speculation::DraftShape::kTree}) {
+    Sampler s(sp);
+    SpeculativeOptions o;
+    o.n_predict = n;
+    o.policy.shape = shape;
+    o.policy.budget = shape == speculation::DraftShape::kChain ? 4 : 8;
+    o.policy.max_depth = shape == speculation::DraftShape::kChain ? 4 : 3;
+    std::vector<int32_t> out;
+    auto r = generate_speculative(m, m, f->prompt, o, s, [&](int32_t t) { out.push_back(t); return true; });
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_EQ(r->draft_pass, "device (emulated)");
+    EXPECT_EQ(out, plain) << (shape == speculation::DraftShape::kChain ? "chain" : "tree");
+    EXPECT_GT(r->acceptance.accepted, 0) << "the device draft should agree with the target sometimes";
+    // Each committed slot's K/V went to the device once: the prompt's prefix, then per check
+    // the root and the accepted tokens.
+    ASSERT_TRUE(f->tier->last);
+    EXPECT_EQ(f->tier->last->kv_slots_copied,
+              int64_t(f->prompt.size()) - 1 + r->acceptance.checks + r->acceptance.accepted);
+    // One device call per draft level: at least one per check, at most max_depth.
+    EXPECT_GE(r->device_transfers.calls, uint64_t(r->acceptance.checks));
+    EXPECT_LE(r->device_transfers.calls, uint64_t(r->acceptance.checks) * uint64_t(o.policy.max_depth));
+  }
+  // Off switch and variants keep the host path, and say so.
+  Sampler s(sp);
+  SpeculativeOptions o;
+  o.n_predict = 4;
+  o.device_draft = false;
+  auto r = generate_speculative(m, m, f->prompt, o, s, [](int32_t) { return true; });
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->draft_pass, "host (device draft switched off)");
+}
+
+// bible-devil as a BitDelta variant of the converted base (per-row α).
+std::shared_ptr<const Variant> devil_variant(const Model& split) {
+  auto base = open_weights(fixture("bible-base.gguf"));
+  auto ft = open_weights(fixture("bible-devil.gguf"));
+  BITSPLIT_CHECK(base.is_ok() && ft.is_ok(), "fixtures");
+  auto b = Model::load(**base);
+  auto f = Model::load(**ft);
+  BITSPLIT_CHECK(b.is_ok() && f.is_ok());
+  auto parts = compute_delta(*b, *f, quant::DeltaAlpha::kRow);
+  BITSPLIT_CHECK(parts.is_ok(), parts.status().message());
+  auto v = Variant::make(split, "devil", parts->signs, parts->full);
+  BITSPLIT_CHECK(v.is_ok(), v.status().message());
+  return *v;
+}
+
+// A variant on the device draft: its signs fused into the kernels, its norms in place, its
+// embedding delta added at the gather — the same logits as the CPU draft of the variant, and
+// speculative decoding of the variant through it equals plain decoding of the variant.
+TEST(EmulatedDraftPass, VariantDraftMatchesTheCpuAndDecodesLosslessly) {
+  BITSPLIT_REQUIRE_FILE(fixture("bible-devil.gguf"));
+  auto f = load_fixture();
+  f->tier->g64 = false;
+  const Model& m = *f->model;
+  auto v = devil_variant(m);
+  auto d = describe_device_draft(m, v.get());
+  ASSERT_TRUE(d.is_ok()) << d.status().message();
+  EXPECT_TRUE(d->embd_signs.signs != nullptr && d->layers[0].wq.signs.signs != nullptr && d->head.signs.signs != nullptr);
+  EXPECT_NE(d->layers[0].attn_norm, m.layer(0).attn_norm.data()) << "the variant's norm";
+
+  const int64_t slots = 64;
+  auto dev = testing::device_draft_of(m, slots, v.get());
+  ASSERT_TRUE(dev.is_ok()) << dev.status().message();
+  KvCache cache(m.config(), slots);
+  const Batch prompt = Batch::causal(f->prompt, 0, true);
+  auto want = forward_pass(m, cache, prompt, nullptr, Pass::kDraft, v.get());
+  auto base = forward_pass(m, cache, prompt, nullptr, Pass::kDraft);
+  ASSERT_TRUE(want.is_ok() && base.is_ok());
+  DraftTopK top;
+  std::vector<float> got;
+  ASSERT_TRUE((*dev)->forward(draft_rows(prompt), 1, top, &got).is_ok());
+  float scale = 0, diff = 0, from_base = 0;
+  for (size_t i = 0; i < want->size(); ++i) {
+    scale = std::max(scale, std::fabs((*want)[i]));
+    diff = std::max(diff, std::fabs((*want)[i] - got[i]));
+    from_base = std::max(from_base, std::fabs((*base)[i] - got[i]));
+  }
+  // The emulation's arithmetic is the CPU's but for two double sums' order: measured bitwise equal.
+  EXPECT_EQ(diff, 0.0f) << "of " << scale;
+  EXPECT_GT(from_base, 1.0f) << "the variant's draft must differ from the base's (measured 8.6)";
+
+  SamplingParams sp;
+  sp.temperature = 0;
+  std::vector<int32_t> plain, spec_out;
+  Sampler a(sp), b(sp);
+  GenerateOptions g;
+  g.n_predict = 24;
+  g.variant = v.get();
+  ASSERT_TRUE(generate(m, f->prompt, g, a, [&](int32_t t) { plain.push_back(t); return true; }).is_ok());
+  SpeculativeOptions o;
+  o.n_predict = 24;
+  o.policy.shape = speculation::DraftShape::kChain;
+  o.policy.budget = 4;
+  o.policy.max_depth = 4;
+  o.variant = v.get();
+  auto r = generate_speculative(m, m, f->prompt, o, b, [&](int32_t t) { spec_out.push_back(t); return true; });
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->draft_pass, "device (emulated)");
+  EXPECT_EQ(spec_out, plain);
+  EXPECT_GT(r->acceptance.accepted, 0);
+}
+
+TEST(EmulatedDraftPass, ModelsTheDeviceCannotRunAreNamed) {
+  BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
+  auto base = open_weights(fixture("bible-base.gguf"));
+  ASSERT_TRUE(base.is_ok());
+  auto m = Model::load(**base);  // f32 weights: nothing for a 2-bit kernel
+  ASSERT_TRUE(m.is_ok());
+  auto d = describe_device_draft(*m);
+  ASSERT_FALSE(d.is_ok());
+  EXPECT_NE(d.status().message().find("blk.0.attn_q.weight is not a bit-split projection"), std::string::npos)
+      << d.status().message();
+}
+
+}  // namespace
+}  // namespace bitsplit
