@@ -19,13 +19,13 @@ Status check_generation(const ModelConfig& c, size_t prompt_tokens, int32_t n_pr
 }
 
 Result<std::vector<float>> prefill(const Model& model, KvCache& cache, std::span<const int32_t> tokens, int32_t chunk,
-                                   Pass pass, const Variant* variant, bool last_logits) {
+                                   Pass pass, const Variant* variant, bool last_logits, int32_t start) {
   if (chunk <= 0) return Status::error("prefill chunk must be positive");
   std::vector<float> logits;
-  for (size_t start = 0; start < tokens.size(); start += size_t(chunk)) {
-    const size_t n = std::min(tokens.size() - start, size_t(chunk));
-    Batch batch = Batch::causal(tokens.subspan(start, n), int32_t(start));
-    if (!last_logits || start + n < tokens.size()) batch.want_logits.assign(n, 0);
+  for (size_t i = 0; i < tokens.size(); i += size_t(chunk)) {
+    const size_t n = std::min(tokens.size() - i, size_t(chunk));
+    Batch batch = Batch::causal(tokens.subspan(i, n), start + int32_t(i));
+    if (!last_logits || i + n < tokens.size()) batch.want_logits.assign(n, 0);
     BITSPLIT_ASSIGN_OR_RETURN(logits, forward_pass(model, cache, batch, nullptr, pass, variant));
   }
   return logits;

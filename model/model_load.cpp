@@ -110,6 +110,9 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
     BITSPLIT_RETURN_IF_ERROR(t.load(b + "ffn_gate.weight", {c.n_embd, c.n_ff}, &l.w_gate));
     BITSPLIT_RETURN_IF_ERROR(t.load(b + "ffn_up.weight", {c.n_embd, c.n_ff}, &l.w_up));
     BITSPLIT_RETURN_IF_ERROR(t.load(b + "ffn_down.weight", {c.n_ff, c.n_embd}, &l.w_down));
+    if (options.progress && !options.progress(i + 1, c.n_layers)) {
+      return Status::error(source.path() + ": loading cancelled");
+    }
   }
   // The backend takes its planes now (a GPU backend uploads them once, never while decoding),
   // in placement order: layer by layer, the output head last (vram_plan.h). Planes live in a

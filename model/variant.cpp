@@ -223,6 +223,15 @@ Result<std::shared_ptr<const Variant>> VariantRegistry::get(const std::string& n
   return cache_.get(name);
 }
 
+Status VariantRegistry::remove(const std::string& name) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (files_.erase(name) == 0) return Status::error("no variant named '" + name + "' is registered");
+  }
+  cache_.drop(name);
+  return Status::ok();
+}
+
 std::vector<std::string> VariantRegistry::names() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::string> n;

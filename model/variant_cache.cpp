@@ -138,6 +138,14 @@ VariantCacheStats VariantCacheCore::stats() const {
   return s;
 }
 
+void VariantCacheCore::drop(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end() || !it->second.value) return;  // absent, or a load in flight keeps its entry
+  stats_.bytes_used -= it->second.bytes;
+  entries_.erase(it);
+}
+
 bool VariantCacheCore::resident(const std::string& key) const {
   std::lock_guard lock(mu_);
   auto it = entries_.find(key);

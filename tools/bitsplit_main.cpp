@@ -13,26 +13,9 @@ int report_error(const std::string& message) {
   return 1;
 }
 
-Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& requested,
+Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& options,
                                std::optional<uint64_t> vram_budget) {
-  BITSPLIT_ASSIGN_OR_RETURN(auto source, open_weights(path));
-  ModelLoadOptions options = requested;
-  if (source->find_tensor("output.draft_codes") || source->metadata().contains("bitsplit.format_version")) {
-    // A bit-split model: D·X runs on the GPU when one is there (BITSPLIT_DEVICE=cpu forces the CPU).
-    if (!options.cpu) options.cpu = std::make_shared<cpu::CpuContext>();
-    if (!options.backend) {
-      std::string why;
-      options.backend = choose_backend(options.cpu, &why, vram_budget);
-      std::fprintf(stderr, "%s\n", why.c_str());
-    }
-  }
-  auto tokenizer = Tokenizer::from_metadata(source->metadata());
-  if (!tokenizer) return tokenizer.status().with_context(path);
-  BITSPLIT_ASSIGN_OR_RETURN(Model model, Model::load(*source, options));
-  if (model.has_planes() && !model.backend().placement().empty()) {
-    std::fprintf(stderr, "%s\n", model.backend().placement().c_str());
-  }
-  return LoadedModel{std::move(source), std::move(*tokenizer), std::move(model)};
+  return open_model(path, options, vram_budget, [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
 }
 
 Result<std::string> read_text_file(const std::string& path) {

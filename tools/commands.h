@@ -8,8 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "bitsplit/model.h"
-#include "bitsplit/tokenizer.h"
+#include "bitsplit/loaded_model.h"
 
 namespace bitsplit::cli {
 
@@ -25,14 +24,9 @@ void add_delta_command(CLI::App& app, int* exit_code);
 // "error: <message>" on stderr; returns the exit code for user errors.
 int report_error(const std::string& message);
 
-// A model file opened with its tokenizer and its weights loaded.
-struct LoadedModel {
-  std::unique_ptr<WeightSource> source;
-  std::unique_ptr<Tokenizer> tokenizer;
-  Model model;
-};
-// A bit-split model gets the CUDA backend when there is a device (planes in VRAM under
-// `vram_budget`, default: free memory minus a margin), else the CPU backend; both logged.
+// open_model (decode/loaded_model.h) with its log lines on stderr: a bit-split model gets the
+// CUDA backend when there is a device (planes in VRAM under `vram_budget`, default: free memory
+// minus a margin), else the CPU backend.
 Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& options = {},
                                std::optional<uint64_t> vram_budget = std::nullopt);
 

@@ -38,10 +38,11 @@ using TokenCallback = std::function<bool(int32_t token)>;
 // prompt + n_predict within the model's context length. Errors say which, with the numbers.
 Status check_generation(const ModelConfig& config, size_t prompt_tokens, int32_t n_predict, int32_t prefill_chunk);
 
-// Runs `tokens` through the model at positions and cache slots 0.. in batches of `chunk`
-// tokens. With last_logits, returns the logits of the last token; otherwise computes none.
+// Runs `tokens` through the model at positions and cache slots start.. in batches of `chunk`
+// tokens (each sees every slot before it). With last_logits, returns the logits of the last
+// token; otherwise computes none.
 Result<std::vector<float>> prefill(const Model& model, KvCache& cache, std::span<const int32_t> tokens, int32_t chunk,
-                                   Pass pass, const Variant* variant, bool last_logits);
+                                   Pass pass, const Variant* variant, bool last_logits, int32_t start = 0);
 
 // Hands generated tokens to the callback and counts them; says when generation stops.
 class TokenSink {

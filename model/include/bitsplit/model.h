@@ -81,6 +81,9 @@ struct ModelLoadOptions {
   // (activations int8 per 32, as llama.cpp's CPU backend does) instead of dequantising.
   // Such a model cannot be transformed() (its projections are not f32): decoding only.
   bool q8_0_kernels = false;
+  // Called after each layer's weights are loaded with (layers done, layers); returning false
+  // cancels the load (Model::load then fails with "loading cancelled").
+  std::function<bool(int64_t done, int64_t total)> progress;
 };
 
 // Applied to one weight matrix [rows x cols] (row-major), returning its replacement.

@@ -87,6 +87,9 @@ class VariantRegistry {
   // "NAME=FILE", as `--delta` takes it.
   Status add_spec(const std::string& spec);
   Result<std::shared_ptr<const Variant>> get(const std::string& name);
+  // Forgets `name`: later get() calls fail; a variant already handed out stays valid (and its
+  // signs resident) until its last holder lets it go. An error for a name not registered.
+  Status remove(const std::string& name);
   std::vector<std::string> names() const;
   bool contains(const std::string& name) const;
   VariantCacheStats stats() const { return cache_.stats(); }

@@ -50,6 +50,8 @@ class VariantCacheCore {
   Result<std::shared_ptr<const void>> get(const std::string& key);
   VariantCacheStats stats() const;
   bool resident(const std::string& key) const;
+  // Drops a resident entry (its holders keep their copies); a load in flight is left alone.
+  void drop(const std::string& key);
   std::vector<std::string> pinned_keys() const;
 
  private:
@@ -103,6 +105,7 @@ class VariantCache {
   }
   VariantCacheStats stats() const { return core_.stats(); }
   bool resident(const std::string& key) const { return core_.resident(key); }
+  void drop(const std::string& key) { core_.drop(key); }
   std::vector<std::string> pinned_keys() const { return core_.pinned_keys(); }
 
  private:

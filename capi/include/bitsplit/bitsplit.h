@@ -1,0 +1,211 @@
+/* bitsplit C API: load a model (plain or bit-split GGUF), register fine-tuned variants, and
+ * generate text through sessions, from C or any language with a C FFI.
+ *
+ * Conventions
+ * - Every function that can fail returns a bitsplit_status; BITSPLIT_OK (0) is success. The
+ *   message of the last failure on the calling thread is bitsplit_last_error() (valid until the
+ *   next failing call on that thread). No C++ exception ever crosses this interface.
+ * - Objects are opaque handles made by *_create / *_load and released by the matching *_free
+ *   (NULL is accepted and ignored). Output pointers are written only on success.
+ * - Parameter structs start with `size` (set it with the *_init function): a library built for
+ *   a later minor version reads only the fields the caller's struct has.
+ * - Strings are UTF-8 and NUL-terminated unless a length is given.
+ *
+ * Threads
+ * - A model may be used by many sessions at once, from many threads: the calls on one model
+ *   are safe to make concurrently. Today they take turns (a model's compute is driven by one
+ *   thread at a time), so two generations on one model interleave rather than overlap.
+ * - A session is used by one thread at a time, except bitsplit_session_abort, which any
+ *   thread may call at any time.
+ * - Callbacks run on the thread that made the call they belong to.
+ *
+ * Memory
+ * - Memory the library returns (const char* from *_name, chat templates, error messages) is
+ *   owned by the library and lives as long as the object it came from (the model), or until
+ *   the next failing call on the thread (bitsplit_last_error). Callers own every buffer they
+ *   pass in; the library never keeps a caller's pointer beyond the call, except the callbacks'
+ *   user data during that call.
+ *
+ * Versions
+ * - BITSPLIT_API_VERSION is (major << 16) | minor. Within a major version the ABI only grows:
+ *   functions are added, parameter structs gain fields at their end, enums gain values;
+ *   nothing is removed or changes meaning. bitsplit_api_version() returns the library's own.
+ */
+#ifndef BITSPLIT_BITSPLIT_H
+#define BITSPLIT_BITSPLIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define BITSPLIT_API __declspec(dllexport)
+#else
+#define BITSPLIT_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BITSPLIT_API_VERSION_MAJOR 0
+#define BITSPLIT_API_VERSION_MINOR 1
+#define BITSPLIT_API_VERSION ((BITSPLIT_API_VERSION_MAJOR << 16) | BITSPLIT_API_VERSION_MINOR)
+
+typedef enum bitsplit_status {
+  BITSPLIT_OK = 0,
+  BITSPLIT_ERR_INVALID_ARGUMENT = 1, /* a NULL handle or pointer, an out-of-range option */
+  BITSPLIT_ERR_LOAD = 2,             /* a model or delta file that cannot be read or is not valid */
+  BITSPLIT_ERR_NOT_FOUND = 3,        /* an unknown variant name or metadata key */
+  BITSPLIT_ERR_CONTEXT_OVERFLOW = 4, /* prompt + tokens to generate exceed the context */
+  BITSPLIT_ERR_BUFFER_TOO_SMALL = 5, /* the caller's buffer is too small; the size needed is returned */
+  BITSPLIT_ERR_CANCELLED = 6,        /* a progress callback asked to stop */
+  BITSPLIT_ERR_ABORTED = 7,          /* bitsplit_session_abort stopped a generation */
+  BITSPLIT_ERR_OUT_OF_MEMORY = 8,
+  BITSPLIT_ERR_INTERNAL = 9 /* anything else; the message says what */
+} bitsplit_status;
+
+typedef int32_t bitsplit_token;
+typedef struct bitsplit_model bitsplit_model;
+typedef struct bitsplit_session bitsplit_session;
+
+BITSPLIT_API uint32_t bitsplit_api_version(void);
+/* "0.1.0" */
+BITSPLIT_API const char* bitsplit_version_string(void);
+/* The message of the calling thread's last failure ("" when there was none). */
+BITSPLIT_API const char* bitsplit_last_error(void);
+/* "ok", "invalid argument", ... */
+BITSPLIT_API const char* bitsplit_status_name(bitsplit_status status);
+
+/* ---- Models ------------------------------------------------------------------------------ */
+
+/* Loading progress: `done` of `total` steps; return nonzero to cancel (the load then fails with
+ * BITSPLIT_ERR_CANCELLED). */
+typedef int (*bitsplit_progress_callback)(void* user_data, int64_t done, int64_t total);
+
+typedef struct bitsplit_model_params {
+  size_t size;           /* sizeof(bitsplit_model_params) */
+  int32_t n_threads;     /* worker threads; 0: one per physical core */
+  uint64_t vram_budget;  /* bytes of VRAM for the draft planes; 0: free memory minus a margin */
+  int32_t use_gpu;       /* 1 (default): a CUDA device when there is one; 0: the CPU only */
+  bitsplit_progress_callback progress;
+  void* progress_user_data;
+} bitsplit_model_params;
+
+BITSPLIT_API void bitsplit_model_params_init(bitsplit_model_params* params);
+/* Loads a GGUF model (original or converted by `bitsplit convert`). params may be NULL. */
+BITSPLIT_API bitsplit_status bitsplit_model_load(const char* path, const bitsplit_model_params* params,
+                                                 bitsplit_model** out_model);
+/* The model must outlive its sessions. */
+BITSPLIT_API void bitsplit_model_free(bitsplit_model* model);
+
+/* Registers a fine-tuned variant of this base: a BitDelta file from `bitsplit delta`, made
+ * against the file this model was loaded from (or its original, for a converted model). */
+BITSPLIT_API bitsplit_status bitsplit_model_add_variant(bitsplit_model* model, const char* name, const char* delta_path);
+/* Forgets a variant; sessions already using it keep it until they are freed. */
+BITSPLIT_API bitsplit_status bitsplit_model_remove_variant(bitsplit_model* model, const char* name);
+BITSPLIT_API int32_t bitsplit_model_variant_count(const bitsplit_model* model);
+
+BITSPLIT_API int32_t bitsplit_model_n_vocab(const bitsplit_model* model);
+BITSPLIT_API int32_t bitsplit_model_n_ctx_train(const bitsplit_model* model);
+BITSPLIT_API int32_t bitsplit_model_n_layers(const bitsplit_model* model);
+/* 1 for a converted bit-split model (decoded speculatively), 0 otherwise. */
+BITSPLIT_API int32_t bitsplit_model_is_bitsplit(const bitsplit_model* model);
+/* Beginning- and end-of-sequence tokens (-1 when the vocabulary has none). */
+BITSPLIT_API bitsplit_token bitsplit_model_bos(const bitsplit_model* model);
+BITSPLIT_API bitsplit_token bitsplit_model_eos(const bitsplit_model* model);
+/* A string metadata value ("general.name", "general.architecture", ...), or NULL. */
+BITSPLIT_API const char* bitsplit_model_meta_string(const bitsplit_model* model, const char* key);
+/* The GGUF chat template (tokenizer.chat_template), or NULL when the file has none. */
+BITSPLIT_API const char* bitsplit_model_chat_template(const bitsplit_model* model);
+
+/* ---- Tokens -------------------------------------------------------------------------------- */
+
+/* Tokenizes text[0..length) into tokens[0..capacity). add_special adds the BOS token when the
+ * vocabulary asks for it; parse_special turns text such as "<s>" into special tokens.
+ * *n_tokens gets the count; with too small a buffer the call fails with
+ * BITSPLIT_ERR_BUFFER_TOO_SMALL and *n_tokens is the capacity needed. */
+BITSPLIT_API bitsplit_status bitsplit_tokenize(const bitsplit_model* model, const char* text, size_t length,
+                                               int32_t add_special, int32_t parse_special, bitsplit_token* tokens,
+                                               size_t capacity, size_t* n_tokens);
+/* The text of tokens[0..n) into buf[0..capacity) (not NUL-terminated; *length bytes). With too
+ * small a buffer: BITSPLIT_ERR_BUFFER_TOO_SMALL and *length is the size needed. */
+BITSPLIT_API bitsplit_status bitsplit_detokenize(const bitsplit_model* model, const bitsplit_token* tokens, size_t n,
+                                                 char* buf, size_t capacity, size_t* length);
+
+/* ---- Sessions ------------------------------------------------------------------------------ */
+
+typedef struct bitsplit_session_params {
+  size_t size;            /* sizeof(bitsplit_session_params) */
+  const char* variant;    /* a registered variant's name, or NULL for the base */
+  float temperature;      /* 0.8; 0 = greedy */
+  int32_t top_k;          /* 40; 0 = off */
+  float top_p;            /* 0.95; 1 = off */
+  float min_p;            /* 0.05; 0 = off */
+  float repeat_penalty;   /* 1 = off */
+  int32_t repeat_last_n;  /* 64 */
+  uint64_t seed;          /* random seed (sampling is reproducible for a fixed seed and budget) */
+  int32_t speculative;    /* 1 (default): speculative decoding on a bit-split model; 0: plain */
+  int32_t budget;         /* drafted nodes per check, 1..64; 0 (default): chosen online */
+  int32_t draft_chain;    /* 1: draft a chain of `budget` tokens; 0 (default): a dynamic tree */
+  int32_t n_ctx;          /* context of the step-by-step API (bitsplit_session_feed); 0: the model's */
+} bitsplit_session_params;
+
+BITSPLIT_API void bitsplit_session_params_init(bitsplit_session_params* params);
+/* params may be NULL (the defaults above). */
+BITSPLIT_API bitsplit_status bitsplit_session_create(bitsplit_model* model, const bitsplit_session_params* params,
+                                                     bitsplit_session** out_session);
+BITSPLIT_API void bitsplit_session_free(bitsplit_session* session);
+
+/* Called with each generated token and its text (bytes of complete UTF-8 characters; may be
+ * empty while a character is incomplete). Return nonzero to stop the generation there. */
+typedef int (*bitsplit_token_callback)(void* user_data, bitsplit_token token, const char* text, size_t length);
+
+typedef struct bitsplit_generation_stats {
+  size_t size;                   /* sizeof(bitsplit_generation_stats) */
+  int64_t prompt_tokens;
+  double prompt_seconds;
+  int64_t generated_tokens;
+  double generate_seconds;
+  int32_t stopped_at_eos;
+  int32_t speculative;           /* 1 when the generation decoded speculatively */
+  int64_t checks;                /* target verification passes */
+  int64_t drafted_tokens;        /* drafted tree nodes */
+  int64_t accepted_tokens;       /* drafted tokens accepted */
+  double tokens_per_check;       /* accepted + the target's own token, per check */
+} bitsplit_generation_stats;
+
+/* Generates up to n_predict tokens after prompt[0..n_prompt) (a new sequence each call),
+ * handing each to `callback` (may be NULL); stops at the end-of-sequence token, when the
+ * callback returns nonzero, or when bitsplit_session_abort is called (BITSPLIT_ERR_ABORTED,
+ * after at most one more verification pass). stats (may be NULL; set its size) receives the
+ * counts, also on abort. */
+BITSPLIT_API bitsplit_status bitsplit_session_generate(bitsplit_session* session, const bitsplit_token* prompt,
+                                                       size_t n_prompt, int32_t n_predict,
+                                                       bitsplit_token_callback callback, void* user_data,
+                                                       bitsplit_generation_stats* stats);
+/* Statistics of the session's last generation. */
+BITSPLIT_API bitsplit_status bitsplit_session_stats(const bitsplit_session* session, bitsplit_generation_stats* stats);
+/* Asks a running bitsplit_session_generate to stop; safe from any thread, also when nothing
+ * runs (the flag is cleared when the next generation starts). */
+BITSPLIT_API void bitsplit_session_abort(bitsplit_session* session);
+
+/* Step by step (plain decoding of the target model, on the session's own KV cache of n_ctx
+ * slots): feed tokens, read the logits after the last one, sample, feed the sample, ... */
+/* Appends tokens[0..n) to the session's sequence and runs them through the model. */
+BITSPLIT_API bitsplit_status bitsplit_session_feed(bitsplit_session* session, const bitsplit_token* tokens, size_t n);
+/* The logits after the last fed token: *logits points at n_vocab floats owned by the session,
+ * valid until the next feed or reset. */
+BITSPLIT_API bitsplit_status bitsplit_session_logits(bitsplit_session* session, const float** logits, int32_t* n_vocab);
+/* Samples the next token from the current logits with the session's sampling options and
+ * history (it is not fed: feed it to continue). */
+BITSPLIT_API bitsplit_status bitsplit_session_sample(bitsplit_session* session, bitsplit_token* token);
+/* Empties the step-by-step sequence. */
+BITSPLIT_API void bitsplit_session_reset(bitsplit_session* session);
+/* Tokens in the step-by-step sequence. */
+BITSPLIT_API int32_t bitsplit_session_n_past(const bitsplit_session* session);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BITSPLIT_BITSPLIT_H */

@@ -1,0 +1,282 @@
+// The C API as an application meets it: bad arguments give a status and a message, never a
+// crash; sessions on one model from two threads give the same text as one after the other;
+// abort stops a generation; the step-by-step API decodes what generate decodes.
+#include "bitsplit/bitsplit.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bitsplit/convert.h"
+#include "bitsplit/delta_format.h"
+#include "test_paths.h"
+
+namespace bitsplit {
+namespace {
+
+std::string fixture(const std::string& name) { return testing::source_dir() + "/tests/models/" + name; }
+
+// bible-base converted once per process (the engine's main path: a bit-split model).
+const std::string& converted_base() {
+  static const std::string path = [] {
+    static testing::TempDir dir("capi");
+    auto src = open_weights(fixture("bible-base.gguf"));
+    BITSPLIT_CHECK(src.is_ok(), src.status().message());
+    const std::string out = dir.file("base.bitsplit.gguf");
+    BITSPLIT_CHECK(convert_model(**src, out, {}, nullptr, nullptr).is_ok());
+    return out;
+  }();
+  return path;
+}
+
+struct Loaded {
+  bitsplit_model* model = nullptr;
+  ~Loaded() { bitsplit_model_free(model); }
+};
+
+std::vector<bitsplit_token> tokenize(bitsplit_model* m, const std::string& text) {
+  std::vector<bitsplit_token> t(512);
+  size_t n = 0;
+  EXPECT_EQ(bitsplit_tokenize(m, text.data(), text.size(), 1, 0, t.data(), t.size(), &n), BITSPLIT_OK);
+  t.resize(n);
+  return t;
+}
+
+struct Collected {
+  std::vector<bitsplit_token> tokens;
+  std::string text;
+  int stop_after = -1;
+};
+
+int collect(void* user, bitsplit_token token, const char* text, size_t length) {
+  auto* c = static_cast<Collected*>(user);
+  if (token >= 0) c->tokens.push_back(token);
+  c->text.append(text, length);
+  return c->stop_after >= 0 && int(c->tokens.size()) >= c->stop_after;
+}
+
+Collected generate(bitsplit_model* m, const bitsplit_session_params* params, const std::string& prompt, int n,
+                   bitsplit_status* status = nullptr) {
+  bitsplit_session* s = nullptr;
+  EXPECT_EQ(bitsplit_session_create(m, params, &s), BITSPLIT_OK) << bitsplit_last_error();
+  Collected c;
+  const auto ids = tokenize(m, prompt);
+  const bitsplit_status st = bitsplit_session_generate(s, ids.data(), ids.size(), n, collect, &c, nullptr);
+  if (status) *status = st;
+  else EXPECT_EQ(st, BITSPLIT_OK) << bitsplit_last_error();
+  bitsplit_session_free(s);
+  return c;
+}
+
+TEST(CApi, VersionAndStatusNames) {
+  EXPECT_EQ(bitsplit_api_version(), uint32_t(BITSPLIT_API_VERSION));
+  EXPECT_STREQ(bitsplit_status_name(BITSPLIT_ERR_CONTEXT_OVERFLOW), "context overflow");
+  EXPECT_STREQ(bitsplit_version_string(), "0.1.0");
+}
+
+TEST(CApi, BadArgumentsAreStatusesWithMessages) {
+  BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
+  bitsplit_model* m = nullptr;
+  EXPECT_EQ(bitsplit_model_load(nullptr, nullptr, &m), BITSPLIT_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(bitsplit_last_error()).find("NULL"), std::string::npos);
+  EXPECT_EQ(bitsplit_model_load(converted_base().c_str(), nullptr, nullptr), BITSPLIT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(bitsplit_model_load("/nonexistent/model.gguf", nullptr, &m), BITSPLIT_ERR_LOAD);
+  EXPECT_NE(std::string(bitsplit_last_error()).find("/nonexistent/model.gguf"), std::string::npos);
+  EXPECT_EQ(m, nullptr) << "outputs are written only on success";
+  // A file that is not a model.
+  EXPECT_EQ(bitsplit_model_load(fixture("bible-2k.model").c_str(), nullptr, &m), BITSPLIT_ERR_LOAD);
+
+  Loaded l;
+  ASSERT_EQ(bitsplit_model_load(converted_base().c_str(), nullptr, &l.model), BITSPLIT_OK) << bitsplit_last_error();
+  EXPECT_EQ(bitsplit_model_is_bitsplit(l.model), 1);
+  EXPECT_EQ(bitsplit_model_n_vocab(l.model), 2048);
+  EXPECT_STREQ(bitsplit_model_meta_string(l.model, "general.architecture"), "llama");
+  EXPECT_EQ(bitsplit_model_meta_string(l.model, "no.such.key"), nullptr);
+  EXPECT_EQ(bitsplit_model_add_variant(l.model, "x", "/nonexistent.delta.gguf"), BITSPLIT_ERR_LOAD);
+  EXPECT_EQ(bitsplit_model_add_variant(l.model, nullptr, "x"), BITSPLIT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(bitsplit_model_remove_variant(l.model, "never-added"), BITSPLIT_ERR_NOT_FOUND);
+
+  bitsplit_session_params p;
+  bitsplit_session_params_init(&p);
+  bitsplit_session* s = nullptr;
+  p.variant = "unknown";
+  EXPECT_EQ(bitsplit_session_create(l.model, &p, &s), BITSPLIT_ERR_NOT_FOUND);
+  EXPECT_NE(std::string(bitsplit_last_error()).find("unknown"), std::string::npos);
+  bitsplit_session_params_init(&p);
+  p.top_p = 2.0f;
+  EXPECT_EQ(bitsplit_session_create(l.model, &p, &s), BITSPLIT_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(bitsplit_last_error()).find("top-p"), std::string::npos);
+  bitsplit_session_params_init(&p);
+  p.budget = 65;
+  EXPECT_EQ(bitsplit_session_create(l.model, &p, &s), BITSPLIT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(s, nullptr);
+
+  ASSERT_EQ(bitsplit_session_create(l.model, nullptr, &s), BITSPLIT_OK);
+  const auto ids = tokenize(l.model, "In the beginning");
+  EXPECT_EQ(bitsplit_session_generate(s, nullptr, 3, 4, nullptr, nullptr, nullptr), BITSPLIT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(bitsplit_session_generate(s, ids.data(), 0, 4, nullptr, nullptr, nullptr), BITSPLIT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(bitsplit_session_generate(s, ids.data(), ids.size(), 100000, nullptr, nullptr, nullptr),
+            BITSPLIT_ERR_CONTEXT_OVERFLOW);
+  EXPECT_NE(std::string(bitsplit_last_error()).find("context length"), std::string::npos);
+  const bitsplit_token bad = 99999;
+  EXPECT_EQ(bitsplit_session_generate(s, &bad, 1, 4, nullptr, nullptr, nullptr), BITSPLIT_ERR_INVALID_ARGUMENT);
+  const float* logits = nullptr;
+  EXPECT_EQ(bitsplit_session_logits(s, &logits, nullptr), BITSPLIT_ERR_INVALID_ARGUMENT) << "nothing fed yet";
+  bitsplit_token t = 0;
+  EXPECT_EQ(bitsplit_session_sample(s, &t), BITSPLIT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(bitsplit_session_feed(s, &bad, 1), BITSPLIT_ERR_INVALID_ARGUMENT);
+  size_t n = 0;
+  EXPECT_EQ(bitsplit_tokenize(l.model, "In the beginning God", 20, 1, 0, &t, 1, &n), BITSPLIT_ERR_BUFFER_TOO_SMALL);
+  EXPECT_GT(n, 1u) << "the size needed";
+  char small[2];
+  size_t len = 0;
+  EXPECT_EQ(bitsplit_detokenize(l.model, ids.data(), ids.size(), small, sizeof small, &len), BITSPLIT_ERR_BUFFER_TOO_SMALL);
+  EXPECT_GT(len, sizeof small);
+  bitsplit_session_free(s);
+  bitsplit_session_free(nullptr);
+  bitsplit_model_free(nullptr);
+}
+
+TEST(CApi, LoadProgressCanCancel) {
+  BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
+  bitsplit_model_params p;
+  bitsplit_model_params_init(&p);
+  int calls = 0;
+  p.progress = [](void* user, int64_t done, int64_t total) {
+    ++*static_cast<int*>(user);
+    return done * 2 >= total ? 1 : 0;  // stop half-way
+  };
+  p.progress_user_data = &calls;
+  bitsplit_model* m = nullptr;
+  EXPECT_EQ(bitsplit_model_load(converted_base().c_str(), &p, &m), BITSPLIT_ERR_CANCELLED);
+  EXPECT_EQ(m, nullptr);
+  EXPECT_EQ(calls, 3) << "6 layers, stopped after the third";
+  EXPECT_NE(std::string(bitsplit_last_error()).find("cancelled"), std::string::npos);
+}
+
+TEST(CApi, SpeculativeAndPlainAndStepByStepAgree) {
+  BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
+  Loaded l;
+  ASSERT_EQ(bitsplit_model_load(converted_base().c_str(), nullptr, &l.model), BITSPLIT_OK) << bitsplit_last_error();
+  bitsplit_session_params p;
+  bitsplit_session_params_init(&p);
+  p.temperature = 0;
+  const std::string prompt = "And it came to pass";
+  const Collected spec = generate(l.model, &p, prompt, 40);
+  ASSERT_EQ(spec.tokens.size(), 40u);
+  p.speculative = 0;
+  const Collected plain = generate(l.model, &p, prompt, 40);
+  EXPECT_EQ(spec.tokens, plain.tokens);
+  EXPECT_EQ(spec.text, plain.text);
+
+  bitsplit_session* s = nullptr;
+  ASSERT_EQ(bitsplit_session_create(l.model, &p, &s), BITSPLIT_OK);
+  auto ids = tokenize(l.model, prompt);
+  ASSERT_EQ(bitsplit_session_feed(s, ids.data(), ids.size()), BITSPLIT_OK) << bitsplit_last_error();
+  std::vector<bitsplit_token> stepped;
+  for (int i = 0; i < 40; ++i) {
+    bitsplit_token t = -1;
+    ASSERT_EQ(bitsplit_session_sample(s, &t), BITSPLIT_OK);
+    stepped.push_back(t);
+    ASSERT_EQ(bitsplit_session_feed(s, &t, 1), BITSPLIT_OK);
+  }
+  EXPECT_EQ(stepped, spec.tokens);
+  EXPECT_EQ(bitsplit_session_n_past(s), int32_t(ids.size() + 40));
+  std::string text(spec.text.size() + 64, '\0');
+  size_t len = 0;
+  ASSERT_EQ(bitsplit_detokenize(l.model, stepped.data(), stepped.size(), text.data(), text.size(), &len), BITSPLIT_OK);
+  text.resize(len);
+  EXPECT_EQ(text, spec.text);
+  bitsplit_session_reset(s);
+  EXPECT_EQ(bitsplit_session_n_past(s), 0);
+  bitsplit_session_free(s);
+}
+
+TEST(CApi, CallbackStopsAndAbortStopsWithinACheck) {
+  BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
+  Loaded l;
+  ASSERT_EQ(bitsplit_model_load(converted_base().c_str(), nullptr, &l.model), BITSPLIT_OK);
+  bitsplit_session_params p;
+  bitsplit_session_params_init(&p);
+  p.temperature = 0;
+  p.budget = 8;
+  bitsplit_session* s = nullptr;
+  ASSERT_EQ(bitsplit_session_create(l.model, &p, &s), BITSPLIT_OK);
+  const auto ids = tokenize(l.model, "The LORD");
+  Collected c;
+  c.stop_after = 5;
+  bitsplit_generation_stats st{sizeof st};
+  ASSERT_EQ(bitsplit_session_generate(s, ids.data(), ids.size(), 100, collect, &c, &st), BITSPLIT_OK);
+  EXPECT_EQ(c.tokens.size(), 5u);
+  EXPECT_EQ(st.generated_tokens, 5);
+  EXPECT_EQ(st.speculative, 1);
+
+  // Abort from another thread while the generation runs: it stops within one check (at most
+  // the budget + 1 tokens after the abort was seen) and says so.
+  struct Abort {
+    bitsplit_session* s;
+    std::atomic<int> seen{0};
+  } a{s};
+  auto on_token = [](void* user, bitsplit_token, const char*, size_t) {
+    auto* a = static_cast<Abort*>(user);
+    if (++a->seen == 3) {
+      std::thread([s = a->s] { bitsplit_session_abort(s); }).join();
+    }
+    return 0;
+  };
+  const bitsplit_status r = bitsplit_session_generate(s, ids.data(), ids.size(), 200, on_token, &a, &st);
+  EXPECT_EQ(r, BITSPLIT_ERR_ABORTED) << bitsplit_last_error();
+  EXPECT_GE(a.seen.load(), 3);
+  EXPECT_LE(a.seen.load(), 3 + p.budget + 1);
+  EXPECT_EQ(st.generated_tokens, a.seen.load());
+  // The next generation runs normally.
+  Collected again;
+  EXPECT_EQ(bitsplit_session_generate(s, ids.data(), ids.size(), 4, collect, &again, nullptr), BITSPLIT_OK);
+  EXPECT_EQ(again.tokens.size(), 4u);
+  bitsplit_session_free(s);
+}
+
+// Two sessions on one model, each in its own thread (one greedy on the base, one sampled on a
+// variant), give the texts they give one after the other.
+TEST(CApi, SessionsOnOneModelFromTwoThreads) {
+  BITSPLIT_REQUIRE_FILE(fixture("bible-devil.gguf"));
+  static testing::TempDir dir("capi-threads");
+  auto base = open_weights(fixture("bible-base.gguf"));
+  auto devil = open_weights(fixture("bible-devil.gguf"));
+  ASSERT_TRUE(base.is_ok() && devil.is_ok());
+  const std::string delta = dir.file("devil.delta.gguf");
+  ASSERT_TRUE(make_delta(**base, **devil, delta, {}, nullptr).is_ok());
+  Loaded l;
+  ASSERT_EQ(bitsplit_model_load(converted_base().c_str(), nullptr, &l.model), BITSPLIT_OK);
+  ASSERT_EQ(bitsplit_model_add_variant(l.model, "devil", delta.c_str()), BITSPLIT_OK) << bitsplit_last_error();
+  EXPECT_EQ(bitsplit_model_variant_count(l.model), 1);
+  bitsplit_session_params greedy, sampled;
+  bitsplit_session_params_init(&greedy);
+  greedy.temperature = 0;
+  bitsplit_session_params_init(&sampled);
+  sampled.variant = "devil";
+  sampled.seed = 7;
+  sampled.budget = 4;  // a fixed budget: sampled output is reproducible
+  const Collected want_a = generate(l.model, &greedy, "And God said", 48);
+  const Collected want_b = generate(l.model, &sampled, "The devil", 48);
+  EXPECT_NE(want_a.text, want_b.text);
+  for (int round = 0; round < 2; ++round) {
+    Collected got_a, got_b;
+    std::thread ta([&] { got_a = generate(l.model, &greedy, "And God said", 48); });
+    std::thread tb([&] { got_b = generate(l.model, &sampled, "The devil", 48); });
+    ta.join();
+    tb.join();
+    EXPECT_EQ(got_a.tokens, want_a.tokens) << "round " << round;
+    EXPECT_EQ(got_b.tokens, want_b.tokens) << "round " << round;
+  }
+  // A removed variant cannot be chosen any more.
+  ASSERT_EQ(bitsplit_model_remove_variant(l.model, "devil"), BITSPLIT_OK);
+  bitsplit_session* s = nullptr;
+  EXPECT_EQ(bitsplit_session_create(l.model, &sampled, &s), BITSPLIT_ERR_NOT_FOUND);
+}
+
+}  // namespace
+}  // namespace bitsplit
