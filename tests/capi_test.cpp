@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tbb/global_control.h>
+
 #include <atomic>
 #include <string>
 #include <thread>
@@ -18,6 +20,13 @@ namespace bitsplit {
 namespace {
 
 std::string fixture(const std::string& name) { return testing::source_dir() + "/tests/models/" + name; }
+
+#if defined(__SANITIZE_THREAD__)
+// ThreadSanitizer cannot see oneTBB's own synchronisation (libtbb is not instrumented), so under
+// TSan oneTBB runs on the calling thread only: what is checked is the engine's threading (two
+// sessions, one model, its registry and locks), not the kernels' work split.
+const tbb::global_control serial_tbb(tbb::global_control::max_allowed_parallelism, 1);
+#endif
 
 // bible-base converted once per process (the engine's main path: a bit-split model).
 const std::string& converted_base() {

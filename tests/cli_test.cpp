@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -176,6 +177,35 @@ TEST(Cli, SynthWritesABitSplitModelThatRunsSpeculatively) {
   o = run_cli("synth --shape tiny --residual 6 -o " + dir.file("x.gguf"));
   EXPECT_NE(o.code, 0);
   EXPECT_NE(o.out.find("--format bitsplit"), std::string::npos) << o.out;
+}
+
+// Writers refuse, before any work, an output that is one of their inputs (also through a
+// symlink) or that is not a regular file, and a missing output directory; the input survives.
+TEST(Cli, WritersRefuseToOverwriteTheirInputOrADevice) {
+  const std::string base = BITSPLIT_SOURCE_DIR "/tests/models/bible-base.gguf";
+  BITSPLIT_REQUIRE_FILE(base);
+  bitsplit::testing::TempDir dir("cli-output");
+  const std::string copy = dir.file("m.gguf"), link = dir.file("link.gguf");
+  std::filesystem::copy_file(base, copy);
+  std::filesystem::create_symlink(copy, link);
+  const auto size = std::filesystem::file_size(copy);
+  for (const std::string& cmd : {"convert " + copy + " " + copy, "convert " + copy + " " + link, "quantize " + copy + " " + link,
+                                 "delta --base " + copy + " --finetuned " + base + " -o " + link}) {
+    const auto o = run_cli(cmd);
+    EXPECT_EQ(o.code, 1) << cmd;
+    EXPECT_NE(o.out.find("would destroy the input"), std::string::npos) << cmd << ": " << o.out;
+    EXPECT_EQ(std::filesystem::file_size(copy), size) << cmd;
+  }
+  auto o = run_cli("convert " + copy + " /dev/null");
+  EXPECT_EQ(o.code, 1);
+  EXPECT_NE(o.out.find("not a regular file (a device)"), std::string::npos) << o.out;
+  EXPECT_TRUE(std::filesystem::is_character_file("/dev/null")) << "the device node must survive";
+  o = run_cli("convert " + copy + " " + dir.path().string() + "/no/such/dir/out.gguf");
+  EXPECT_EQ(o.code, 1);
+  EXPECT_NE(o.out.find("does not exist"), std::string::npos) << o.out;
+  EXPECT_EQ(o.out.find("wrote"), std::string::npos) << "refused before converting: " << o.out;
+  o = run_cli("convert " + copy + " " + dir.path().string());
+  EXPECT_NE(o.out.find("a directory"), std::string::npos) << o.out;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "bitsplit/quality.h"
 #include "bitsplit/tokenizer.h"
 #include "commands.h"
+#include "output_path.h"
 #include "progress.h"
 
 namespace bitsplit::cli {
@@ -20,6 +21,7 @@ struct ConvertArgs {
 };
 
 int convert(const ConvertArgs& a) {
+  if (Status st = check_output_path(a.out, {a.in, a.imatrix}, "output"); !st) return report_error(st.message());
   const auto threads = limit_threads(a.threads);
   auto source = open_weights(a.in);
   if (!source) return report_error(source.status().message());
@@ -67,6 +69,7 @@ struct ImatrixArgs {
 };
 
 int imatrix(const ImatrixArgs& a) {
+  if (Status st = check_output_path(a.out, {a.model, a.text}, "-o"); !st) return report_error(st.message());
   const auto threads = limit_threads(a.threads);
   auto loaded = load_model(a.model);
   if (!loaded) return report_error(loaded.status().message());
@@ -88,6 +91,7 @@ struct QuantizeArgs {
 };
 
 int quantize(const QuantizeArgs& a) {
+  if (Status st = check_output_path(a.out, {a.in}, "output"); !st) return report_error(st.message());
   auto source = open_weights(a.in);
   if (!source) return report_error(source.status().message());
   ProgressBar bar("quantize");

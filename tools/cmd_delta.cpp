@@ -6,6 +6,7 @@
 #include "bitsplit/quality.h"
 #include "bitsplit/variant.h"
 #include "commands.h"
+#include "output_path.h"
 #include "progress.h"
 
 namespace bitsplit::cli {
@@ -52,6 +53,7 @@ Result<std::map<std::string, std::vector<float>>> distilled_scales(const DeltaAr
 }
 
 int delta(const DeltaArgs& a) {
+  if (Status st = check_output_path(a.out, {a.base, a.finetuned, a.distill}, "-o"); !st) return report_error(st.message());
   auto base = open_weights(a.base);
   if (!base) return report_error(base.status().message());
   auto ft = open_weights(a.finetuned);

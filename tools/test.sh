@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds bitsplit (CUDA kernels compiled when nvcc exists) and runs the
-# whole test suite; then rebuilds the input-parsing tests under AddressSanitizer + UBSan and
-# runs them again. This is the README's test command and what CI runs (.ci/run).
+# whole test suite; then rebuilds the input-parsing tests under AddressSanitizer + UBSan and the
+# concurrency tests under ThreadSanitizer, and runs them again. This is the README's test command and what CI runs (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
@@ -18,3 +18,10 @@ cmake -S . -B build-asan -G Ninja -DBITSPLIT_SANITIZE=ON -DBITSPLIT_CUDA=OFF -DB
 cmake --build build-asan -j "$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --output-on-failure -j "$jobs" --no-tests=error)
+
+echo "== ThreadSanitizer build (the concurrency tests: sessions on one model, the variant cache) =="
+cmake -S . -B build-tsan -G Ninja -DBITSPLIT_SANITIZE_THREAD=ON -DBITSPLIT_CUDA=OFF -DBITSPLIT_BUILD_BENCH=OFF \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build build-tsan -j "$jobs" --target capi_tests delta_tests
+(cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  ctest --output-on-failure -j "$jobs" --no-tests=error -R 'CApi|VariantCache')
