@@ -3,7 +3,8 @@
 # 1. examples/stream (C) and examples/stream.py (ctypes) print what `bitsplit run` prints for the
 #    same prompt, greedy and sampled with a seed and a fixed budget;
 # 2. the library installed to a temporary prefix is found by a fresh CMake project through
-#    find_package(bitsplit) and through pkg-config, and those programs print the same.
+#    find_package(bitsplit) and through pkg-config, and a program linked statically against
+#    libbitsplit.a (pkg-config --static) needs no libbitsplit.so; all print the same.
 # Usage: capi_examples_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$(cd "$1" && pwd); src=$(cd "$2" && pwd)
@@ -42,4 +43,10 @@ for consumer in consumer_cmake consumer_pkgconfig; do
   LD_LIBRARY_PATH="$libdir" "$tmp/consumer/$consumer" "$model" "$prompt" 24 2>/dev/null > "$tmp/$consumer.txt"
   check "installed library through ${consumer#consumer_}" "$tmp/run.txt" "$tmp/$consumer.txt"
 done
+static_libs=$(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --static --libs bitsplit | sed 's/-lbitsplit//')
+# shellcheck disable=SC2086
+"${CC:-cc}" -O1 "$src/examples/stream.c" -I"$tmp/prefix/include" "$libdir/libbitsplit.a" $static_libs -o "$tmp/stream_static"
+if ldd "$tmp/stream_static" | grep -q libbitsplit; then echo "FAIL: the static program loads libbitsplit.so"; fail=1; fi
+"$tmp/stream_static" "$model" "$prompt" 24 2>/dev/null > "$tmp/static.txt"
+check "static libbitsplit.a" "$tmp/run.txt" "$tmp/static.txt"
 exit $fail
