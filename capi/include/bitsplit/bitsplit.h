@@ -157,7 +157,8 @@ BITSPLIT_API bitsplit_status bitsplit_session_create(bitsplit_model* model, cons
 BITSPLIT_API void bitsplit_session_free(bitsplit_session* session);
 
 /* Called with each generated token and its text (bytes of complete UTF-8 characters; may be
- * empty while a character is incomplete). Return nonzero to stop the generation there. */
+ * empty while a character is incomplete). Return nonzero to stop the generation there. When a
+ * generation ends inside a character, one last call with token -1 carries its leftover bytes. */
 typedef int (*bitsplit_token_callback)(void* user_data, bitsplit_token token, const char* text, size_t length);
 
 typedef struct bitsplit_generation_stats {
