@@ -12,6 +12,7 @@ Status Session::validate() const {
   if (!speculative()) return Status::ok();
   speculation::DraftPolicy policy = options_.policy;
   policy.set_budget(options_.budget.value_or(policy.budget));
+  BITSPLIT_RETURN_IF_ERROR(options_.lookup.validate());
   return policy.validate();
 }
 
@@ -35,6 +36,8 @@ Result<SessionResult> Session::generate(std::span<const int32_t> prompt, int32_t
   SpeculativeOptions s;
   s.policy = options_.policy;
   s.auto_budget = !options_.budget.has_value();
+  s.auto_shape = options_.auto_shape;
+  s.lookup = options_.lookup;
   s.policy.set_budget(options_.budget.value_or(s.policy.budget));
   s.n_predict = n_predict;
   s.eos_token = eos_token;

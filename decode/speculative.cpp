@@ -1,8 +1,10 @@
 // Speculative decoding as three steps per check over a draft source (draft_source.h): draft a
-// token tree level by level (speculation::grow_tree), verify every node in one target pass,
-// commit the accepted path's K/V; validation, prefill and stopping are plain generation's.
+// token tree level by level (speculation::grow_tree) plus, for greedy decoding, a context-lookup
+// chain, verify every node in one target pass, commit the accepted path's K/V; the budget
+// controller picks each check's setting. Validation, prefill and stopping are plain generation's.
 #include "bitsplit/speculative.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <optional>
@@ -34,10 +36,31 @@ Batch tree_batch(const speculation::TokenTree& tree, const std::vector<int32_t>&
   return b;
 }
 
-std::vector<float> softmax(std::span<const float> logits) {
-  std::vector<float> p(logits.begin(), logits.end());
-  cpu::softmax_f32(p.data(), int64_t(p.size()));
-  return p;
+// Greedy drafting's children of a row: its k largest logits, best first (ties: the lower token),
+// as propose_children ranks softmax(logits), with log-probabilities from one log-sum-exp over
+// the row (no softmax copy, no logarithm per token: with a vocabulary of 150 k that was a large
+// part of a host draft level). For k = 1 nothing is ranked (a chain keeps its one child), so the
+// log-probabilities are left 0.
+std::vector<std::pair<int32_t, double>> greedy_top_k(std::span<const float> logits, int32_t k) {
+  std::vector<std::pair<float, int32_t>> top;  // descending by logit
+  top.reserve(size_t(k) + 1);
+  for (size_t t = 0; t < logits.size(); ++t) {
+    const float x = logits[t];
+    if (!(x > -INFINITY) || (int32_t(top.size()) == k && !(x > top.back().first))) continue;
+    auto at = std::find_if(top.begin(), top.end(), [&](const auto& e) { return x > e.first; });
+    top.insert(at, {x, int32_t(t)});
+    if (int32_t(top.size()) > k) top.pop_back();
+  }
+  std::vector<std::pair<int32_t, double>> out;
+  double log_sum = 0;
+  if (k > 1 && !top.empty()) {
+    const float max = top.front().first;
+    double sum = 0;
+    for (float x : logits) sum += double(std::exp(x - max));
+    log_sum = double(max) + std::log(sum);
+  }
+  for (const auto& [x, t] : top) out.push_back({t, k > 1 ? double(x) - log_sum : 0.0});
+  return out;
 }
 
 // Tokens of the committed history plus the path to `node` (for penalties in the sampler).
@@ -101,12 +124,23 @@ struct Decoder {
           }
           std::vector<float> logits;
           BITSPLIT_RETURN_IF_ERROR(draft.level(level, k, nullptr, &logits));
+          if (greedy) {
+            for (size_t r = 0; r < frontier.size(); ++r) {
+              const int32_t node = frontier[r];
+              std::vector<int32_t> tokens;
+              for (const auto& [token, lp] : greedy_top_k(row(logits, r), k)) {
+                tokens.push_back(token);
+                candidates.push_back({node, token, t.node(node).log_prob + lp});
+              }
+              t.set_proposals(node, std::move(tokens));
+            }
+            return candidates;
+          }
           for (size_t r = 0; r < frontier.size(); ++r) {
             const int32_t node = frontier[r];
-            // The proposal distribution: the sampler's own (so acceptance ratios are exact) or,
-            // for greedy decoding, the plain softmax (only the ranking matters there).
-            auto q = greedy ? softmax(row(logits, r)) : sampler.distribution(row(logits, r), history_at(history, t, node, sampler));
-            auto proposed = speculation::propose_children(t, node, q, k, !greedy, rng);
+            // The proposal distribution: the sampler's own, so acceptance ratios are exact.
+            auto q = sampler.distribution(row(logits, r), history_at(history, t, node, sampler));
+            auto proposed = speculation::propose_children(t, node, q, k, true, rng);
             std::vector<int32_t> tokens;
             for (const auto& cand : proposed) tokens.push_back(cand.token);
             t.set_proposals(node, std::move(tokens));
@@ -120,9 +154,11 @@ struct Decoder {
   }
 
   // Step 2: every node in one target pass (its K/V overwrite the draft's in the scratch slots),
-  // then the verdict: greedy, or lossless sampling against the proposal distributions.
+  // then the verdict: greedy, or lossless sampling against the proposal distributions. For greedy
+  // decoding `target_argmax` gets the target's choice at every node.
   Result<speculation::Verdict> verify(const speculation::TokenTree& tree,
-                                      const std::vector<std::vector<float>>& draft_q) {
+                                      const std::vector<std::vector<float>>& draft_q,
+                                      std::vector<int32_t>& target_argmax) {
     std::vector<int32_t> all(size_t(tree.size()));
     for (int32_t i = 0; i < tree.size(); ++i) all[size_t(i)] = i;
     BITSPLIT_ASSIGN_OR_RETURN(auto logits, forward_pass(target, cache, tree_batch(tree, all, committed, true), nullptr,
@@ -135,7 +171,8 @@ struct Decoder {
         best[size_t(i)] = penalised ? argmax(sampler.distribution(row(logits, size_t(i)), history_at(history, tree, i, sampler)))
                                     : argmax(row(logits, size_t(i)));
       }
-      return speculation::verify_greedy(tree, best);
+      target_argmax = std::move(best);
+      return speculation::verify_greedy(tree, target_argmax);
     }
     std::vector<std::vector<float>> p(all.size());
     for (int32_t i = 0; i < tree.size(); ++i) {
@@ -170,10 +207,21 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
   }
   BITSPLIT_RETURN_IF_ERROR(check_generation(c, prompt.size(), options.n_predict, options.prefill_chunk));
   const int64_t needed = int64_t(prompt.size()) + options.n_predict;
+  BITSPLIT_RETURN_IF_ERROR(options.lookup.validate());
+  const bool greedy = sampler.params().greedy();
+  const bool lookup = options.lookup.max_tokens > 0 && greedy;  // sampling: see SpeculativeOptions
   speculation::DraftPolicy policy = options.policy;
-  speculation::BudgetController controller;
+  std::optional<speculation::BudgetController> controller;
+  if (options.auto_budget) {
+    speculation::ControllerOptions co;
+    co.chain = options.auto_shape || policy.shape == speculation::DraftShape::kChain;
+    co.tree = options.auto_shape || policy.shape == speculation::DraftShape::kTree;
+    co.lookup = lookup;
+    co.lookup_tokens = options.lookup.max_tokens;
+    controller.emplace(policy, co);
+  }
   std::mt19937_64 rng(sampler.params().seed ^ 0x9e3779b97f4a7c15ull);
-  const int64_t slots = needed + (options.auto_budget ? speculation::kMaxBudget : policy.budget) + 1;
+  const int64_t slots = needed + (options.auto_budget || lookup ? speculation::kMaxBudget : policy.budget) + 1;
   std::optional<KvCache> own_cache;
   if (external_cache) {
     if (external_cache->n_slots() < slots || external_cache->kv_dim() != c.kv_dim()) {
@@ -208,34 +256,100 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
   BITSPLIT_RETURN_IF_ERROR(source->committed(cache, 0, int64_t(prefix)));
   stats.prompt_seconds = seconds_since(t0);
 
-  Decoder dec{target, options, sampler, cache, *source, rng, c.n_vocab, sampler.params().greedy(),
+  Decoder dec{target, options, sampler, cache, *source, rng, c.n_vocab, greedy,
               std::vector<int32_t>(prompt.begin(), prompt.end()), int32_t(prefix)};
   TokenSink sink(on_token, options.eos_token, options.n_predict, stats);
   int32_t root = prompt.back();
   const auto t1 = Clock::now();
   result.checks_per_budget.assign(size_t(speculation::kMaxBudget) + 1, 0);
   for (bool more = options.n_predict > 0; more;) {
-    if (options.auto_budget) policy.set_budget(controller.next());
+    const speculation::DraftSetting setting =
+        controller ? controller->next() : speculation::DraftSetting{policy.shape, policy.budget, lookup};
+    speculation::DraftPolicy check = policy;
+    check.shape = setting.shape;
+    if (setting.budget > 0) check.set_budget(setting.budget);
+    else check.budget = 0;
+    BITSPLIT_CHECK(check.validate(/*allow_no_draft=*/true).is_ok(), "the controller chose an invalid setting");
     const auto td = Clock::now();
     speculation::TokenTree tree(root);
     std::vector<std::vector<float>> draft_q;
-    const int32_t budget = std::min<int32_t>(policy.budget, int32_t(needed - int64_t(dec.history.size())));
-    BITSPLIT_ASSIGN_OR_RETURN(const int32_t drafted, dec.draft_tree(tree, policy, budget, draft_q));
-    acc.draft_seconds += seconds_since(td);
+    const int32_t remaining = int32_t(needed - int64_t(dec.history.size()));
+    const int32_t budget = std::min(check.budget, remaining);
+    int32_t drafted = 0;
+    if (budget > 0) {
+      BITSPLIT_ASSIGN_OR_RETURN(drafted, dec.draft_tree(tree, check, budget, draft_q));
+    }
+    draft_q.resize(size_t(tree.size()));
+    const int32_t model_nodes = tree.size();  // the root and the model draft's nodes
+    // A budget cut short by n_predict may leave the last level partial: only full levels count
+    // for what smaller budgets would have accepted.
+    const int32_t model_depth = tree.max_depth() - (budget < check.budget && tree.max_depth() > 0 ? 1 : 0);
+    // The lookup chain is found on every check (it costs no model pass), so the controller learns
+    // how well it would do even on checks that leave it out of the tree.
+    std::vector<int32_t> proposal;
+    if (lookup) {
+      proposal = speculation::lookup_continuation(dec.history, options.lookup,
+                                                  std::min(speculation::kMaxBudget - drafted, remaining));
+    }
+    if (setting.lookup && lookup) {
+      int32_t parent = 0;
+      for (int32_t token : proposal) parent = tree.add(parent, token, 0.0);
+      draft_q.resize(size_t(tree.size()));
+    }
+    const int32_t lookup_nodes = tree.size() - model_nodes;
+    const double draft_seconds = seconds_since(td);
+    acc.draft_seconds += draft_seconds;
 
     const auto tv = Clock::now();
-    BITSPLIT_ASSIGN_OR_RETURN(const speculation::Verdict verdict, dec.verify(tree, draft_q));
-    acc.verify_seconds += seconds_since(tv);
-    if (options.auto_budget) controller.record(policy.budget, int32_t(verdict.accepted.size()) + 1, seconds_since(td));
-    ++result.checks_per_budget[size_t(policy.budget)];
-    result.final_budget = policy.budget;
-
-    BITSPLIT_RETURN_IF_ERROR(dec.commit(verdict));
-    acc.record(int32_t(verdict.accepted.size()), drafted);
-
+    std::vector<int32_t> target_argmax;
+    BITSPLIT_ASSIGN_OR_RETURN(const speculation::Verdict verdict, dec.verify(tree, draft_q, target_argmax));
+    const double verify_seconds = seconds_since(tv);
+    acc.verify_seconds += verify_seconds;
+    int32_t lookup_accepted = 0;
+    for (int32_t n : verdict.accepted) lookup_accepted += n >= model_nodes ? 1 : 0;
     std::vector<int32_t> emitted;
     for (int32_t n : verdict.accepted) emitted.push_back(tree.node(n).token);
     emitted.push_back(verdict.next_token);
+    if (controller) {
+      speculation::CheckRecord r;
+      r.setting = setting;
+      r.model_depth = model_depth;
+      r.model_accepted = int32_t(verdict.accepted.size());
+      r.lookup_nodes = lookup_nodes;
+      r.verify_rows = tree.size();
+      r.draft_seconds = draft_seconds;
+      r.verify_seconds = verify_seconds;
+      r.lookup_proposed = lookup ? int32_t(proposal.size()) : -1;
+      if (greedy) {  // what each part alone would have had accepted (verify_greedy took the longer)
+        auto model = [&](int32_t n) { return n < model_nodes; };
+        r.model_accepted = speculation::accepted_depth(tree, target_argmax, model);
+        if (lookup_nodes > 0) {
+          r.lookup_accepted = speculation::accepted_depth(tree, target_argmax, [&](int32_t n) { return n >= model_nodes; });
+        } else if (lookup) {  // not in the tree: as far as it matches what the target emitted
+          const auto end = std::min(proposal.size(), emitted.size());
+          r.lookup_accepted = int32_t(std::mismatch(proposal.begin(), proposal.begin() + end, emitted.begin()).first -
+                                      proposal.begin());
+          r.lookup_censored = size_t(r.lookup_accepted) == emitted.size() && emitted.size() < proposal.size();
+        }
+        if (check.shape == speculation::DraftShape::kTree && budget > 0) {
+          r.chain_depth = std::min(model_depth, speculation::greedy_chain_depth(tree, target_argmax, model, &r.chain_accepted));
+        }
+      }
+      r.model_accepted = std::min(r.model_accepted, model_depth);
+      controller->record(r);
+    }
+    ++result.checks_per_budget[size_t(setting.budget)];
+    const std::string name = setting.name();
+    auto used = std::find_if(result.checks_per_setting.begin(), result.checks_per_setting.end(),
+                             [&](const auto& e) { return e.first == name; });
+    if (used == result.checks_per_setting.end()) result.checks_per_setting.push_back({name, 1});
+    else ++used->second;
+    result.final_budget = setting.budget;
+    result.final_setting = name;
+
+    BITSPLIT_RETURN_IF_ERROR(dec.commit(verdict));
+    acc.record(int32_t(verdict.accepted.size()), tree.size() - 1, tree.max_depth(), lookup_nodes, lookup_accepted);
+
     for (int32_t token : emitted) {
       dec.history.push_back(token);
       if (!(more = sink.emit(token))) break;

@@ -1,4 +1,5 @@
-// Token trees and the drafting policy's building blocks (proposing and ranking children).
+// Token trees, the drafting policy's building blocks (proposing and ranking children), context
+// lookup, and the acceptance statistics.
 #include <algorithm>
 #include <cmath>
 
@@ -15,7 +16,7 @@ TokenTree::TokenTree(int32_t root_token) {
 int32_t TokenTree::add(int32_t parent, int32_t token, double log_prob) {
   BITSPLIT_CHECK(parent >= 0 && parent < size(), "bad parent");
   const int32_t depth = nodes_[size_t(parent)].depth + 1;
-  BITSPLIT_CHECK(depth >= nodes_.back().depth, "nodes must be added level by level");
+  max_depth_ = std::max(max_depth_, depth);
   nodes_.push_back({token, parent, depth, log_prob});
   children_.emplace_back();
   proposals_.emplace_back();
@@ -55,13 +56,53 @@ Result<std::optional<int32_t>> parse_budget(const std::string& text) {
   return std::optional<int32_t>(n);
 }
 
-Status DraftPolicy::validate() const {
-  if (budget < 1 || budget > kMaxBudget) {
+std::vector<int32_t> DraftPolicy::level_sizes(int32_t b) const {
+  std::vector<int32_t> sizes;
+  int32_t frontier = 1, drafted = 0;
+  for (int32_t depth = 0; depth < max_depth && drafted < b; ++depth) {
+    const int32_t n = std::min({nodes_per_level(), frontier * children_per_node(), b - drafted});
+    sizes.push_back(n);
+    drafted += n;
+    frontier = n;
+  }
+  return sizes;
+}
+
+Status DraftPolicy::validate(bool allow_no_draft) const {
+  if (budget < (allow_no_draft ? 0 : 1) || budget > kMaxBudget) {
     return Status::error("tree budget must be 1.." + std::to_string(kMaxBudget) + " (got " + std::to_string(budget) + ")");
   }
-  if (max_depth < 1) return Status::error("maximum draft depth must be at least 1");
+  if (budget > 0 && max_depth < 1) return Status::error("maximum draft depth must be at least 1");
   if (top_k < 1 || width < 1) return Status::error("top-k and width of the draft tree must be at least 1");
   return Status::ok();
+}
+
+Status LookupOptions::validate() const {
+  if (max_tokens < 0 || max_tokens > kMaxBudget) {
+    return Status::error("the lookup length must be 0.." + std::to_string(kMaxBudget) + " (got " +
+                         std::to_string(max_tokens) + ")");
+  }
+  if (min_ngram < 1 || max_ngram < min_ngram) {
+    return Status::error("lookup n-gram lengths must satisfy 1 <= min <= max (got " + std::to_string(min_ngram) +
+                         ".." + std::to_string(max_ngram) + ")");
+  }
+  return Status::ok();
+}
+
+std::vector<int32_t> lookup_continuation(std::span<const int32_t> history, const LookupOptions& options, int32_t limit) {
+  limit = std::min(limit, options.max_tokens);
+  const int64_t size = int64_t(history.size());
+  if (limit <= 0) return {};
+  for (int64_t n = std::min<int64_t>(options.max_ngram, size - 1); n >= options.min_ngram; --n) {
+    const int32_t* suffix = history.data() + (size - n);
+    // The most recent earlier occurrence (start < size - n): recent text predicts best.
+    for (int64_t start = size - n - 1; start >= 0; --start) {
+      if (!std::equal(suffix, suffix + n, history.data() + start)) continue;
+      const int64_t from = start + n, to = std::min(size, from + limit);
+      return std::vector<int32_t>(history.begin() + from, history.begin() + to);
+    }
+  }
+  return {};
 }
 
 std::vector<Candidate> propose_children(const TokenTree& tree, int32_t parent, std::span<const float> q, int32_t k,
@@ -110,28 +151,42 @@ Result<int32_t> grow_tree(TokenTree& tree, const DraftPolicy& policy, int32_t bu
   return drafted;
 }
 
-void AcceptanceStats::record(int32_t accepted_in_check, int32_t drafted_in_check) {
+void AcceptanceStats::record(int32_t accepted_in_check, int32_t drafted_in_check, int32_t tree_depth,
+                             int32_t lookup_in_check, int32_t lookup_accepted_in_check) {
   ++checks;
   accepted += accepted_in_check;
   emitted += accepted_in_check + 1;
   drafted += drafted_in_check;
+  lookup_drafted += lookup_in_check;
+  lookup_accepted += lookup_accepted_in_check;
   if (histogram.size() <= size_t(accepted_in_check)) histogram.resize(size_t(accepted_in_check) + 1, 0);
   ++histogram[size_t(accepted_in_check)];
+  if (tree_depth < 0) return;
+  BITSPLIT_CHECK(accepted_in_check <= tree_depth, "accepted deeper than the tree");
+  if (drafted_at_depth.size() < size_t(tree_depth)) {
+    drafted_at_depth.resize(size_t(tree_depth), 0);
+    accepted_at_depth.resize(size_t(tree_depth), 0);
+  }
+  for (int32_t d = 0; d < tree_depth; ++d) ++drafted_at_depth[size_t(d)];
+  for (int32_t d = 0; d < accepted_in_check; ++d) ++accepted_at_depth[size_t(d)];
 }
-
-}  // namespace bitsplit::speculation
-
-namespace bitsplit::speculation {
 
 void AcceptanceStats::add(const AcceptanceStats& o) {
   checks += o.checks;
   accepted += o.accepted;
   emitted += o.emitted;
   drafted += o.drafted;
+  lookup_drafted += o.lookup_drafted;
+  lookup_accepted += o.lookup_accepted;
   draft_seconds += o.draft_seconds;
   verify_seconds += o.verify_seconds;
-  if (histogram.size() < o.histogram.size()) histogram.resize(o.histogram.size(), 0);
-  for (size_t k = 0; k < o.histogram.size(); ++k) histogram[k] += o.histogram[k];
+  auto merge = [](std::vector<int64_t>& into, const std::vector<int64_t>& from) {
+    if (into.size() < from.size()) into.resize(from.size(), 0);
+    for (size_t k = 0; k < from.size(); ++k) into[k] += from[k];
+  };
+  merge(histogram, o.histogram);
+  merge(accepted_at_depth, o.accepted_at_depth);
+  merge(drafted_at_depth, o.drafted_at_depth);
 }
 
 }  // namespace bitsplit::speculation

@@ -31,15 +31,63 @@ int32_t draw(const std::vector<double>& w, std::mt19937_64& rng) {
 
 Verdict verify_greedy(const TokenTree& tree, const std::vector<int32_t>& target_argmax) {
   BITSPLIT_CHECK(int32_t(target_argmax.size()) == tree.size());
-  Verdict v;
-  for (int32_t node = 0;;) {
-    const int32_t want = target_argmax[size_t(node)];
-    const int32_t child = tree.child_with_token(node, want);
-    if (child < 0) {
-      v.next_token = want;
-      return v;
+  // run[n]: how many nodes the target accepts below n (the longest accepted continuation).
+  // Children come after their parents, so one pass from the last node up fills it.
+  std::vector<int32_t> run(size_t(tree.size()), 0), next(size_t(tree.size()), -1);
+  for (int32_t n = tree.size() - 1; n >= 0; --n) {
+    const int32_t want = target_argmax[size_t(n)];
+    for (int32_t c : tree.children(n)) {
+      if (tree.node(c).token == want && (next[size_t(n)] < 0 || run[size_t(c)] + 1 > run[size_t(n)])) {
+        next[size_t(n)] = c;
+        run[size_t(n)] = run[size_t(c)] + 1;
+      }
     }
-    v.accepted.push_back(child);
+  }
+  Verdict v;
+  int32_t node = 0;
+  for (; next[size_t(node)] >= 0; node = next[size_t(node)]) v.accepted.push_back(next[size_t(node)]);
+  v.next_token = target_argmax[size_t(node)];
+  return v;
+}
+
+int32_t accepted_depth(const TokenTree& tree, const std::vector<int32_t>& target_argmax,
+                       const std::function<bool(int32_t node)>& in) {
+  BITSPLIT_CHECK(int32_t(target_argmax.size()) == tree.size());
+  int32_t depth = 0;
+  for (int32_t node = 0;;) {
+    int32_t found = -1;
+    for (int32_t c : tree.children(node)) {
+      if (in(c) && tree.node(c).token == target_argmax[size_t(node)]) {
+        found = c;
+        break;
+      }
+    }
+    if (found < 0) return depth;
+    node = found;
+    ++depth;
+  }
+}
+
+int32_t greedy_chain_depth(const TokenTree& tree, const std::vector<int32_t>& target_argmax,
+                           const std::function<bool(int32_t node)>& in, int32_t* accepted) {
+  BITSPLIT_CHECK(int32_t(target_argmax.size()) == tree.size());
+  int32_t depth = 0;
+  *accepted = 0;
+  bool following = true;
+  for (int32_t node = 0;;) {
+    if (tree.proposals(node).empty()) return depth;
+    const int32_t token = tree.proposals(node).front();
+    int32_t child = -1;
+    for (int32_t c : tree.children(node)) {
+      if (in(c) && tree.node(c).token == token) {
+        child = c;
+        break;
+      }
+    }
+    if (child < 0) return depth;
+    ++depth;
+    if (following && target_argmax[size_t(node)] == token) ++*accepted;
+    else following = false;
     node = child;
   }
 }

@@ -65,6 +65,28 @@ TEST(Session, SpeculativeAndPlainGiveTheSameGreedyText) {
   }
 }
 
+TEST(Session, AutoShapeAndLookupGiveTheSameGreedyText) {
+  Converted c = tiny_converted();
+  const std::vector<int32_t> prompt = {1, 5, 9, 5, 9, 5};
+  Session plain(c.model, nullptr, {.speculative = false});
+  const auto want = greedy(plain, prompt, 30);
+  for (bool auto_shape : {false, true}) {
+    for (int lookup : {0, 8}) {
+      SessionOptions o{.auto_shape = auto_shape};
+      o.policy.shape = speculation::DraftShape::kChain;
+      o.lookup.max_tokens = lookup;
+      Session spec(c.model, nullptr, o);
+      SessionResult sr;
+      EXPECT_EQ(greedy(spec, prompt, 30, &sr), want) << "auto shape " << auto_shape << " lookup " << lookup;
+      ASSERT_TRUE(sr.speculative.has_value());
+      if (!auto_shape) {
+        for (const auto& [name, checks] : sr.speculative->checks_per_setting)
+          EXPECT_EQ(name.find("tree"), std::string::npos) << name << ": --draft chain keeps to chains";
+      }
+    }
+  }
+}
+
 TEST(Session, StopsWhenTheCallbackSaysSo) {
   Converted c = tiny_converted();
   for (bool speculative : {false, true}) {
@@ -88,6 +110,11 @@ TEST(Session, BadOptionsAreErrors) {
   EXPECT_FALSE(Session(c.model, nullptr, {.base_draft = true}).validate().is_ok()) << "a base draft without a variant";
   EXPECT_FALSE(Session(c.model, nullptr, {.budget = 0}).validate().is_ok());
   EXPECT_FALSE(Session(c.model, nullptr, {.budget = speculation::kMaxBudget + 1}).validate().is_ok());
+  SessionOptions bad_lookup;
+  bad_lookup.lookup.max_tokens = speculation::kMaxBudget + 1;
+  EXPECT_FALSE(Session(c.model, nullptr, bad_lookup).validate().is_ok());
+  bad_lookup.lookup = {4, 3, 0};
+  EXPECT_FALSE(Session(c.model, nullptr, bad_lookup).validate().is_ok()) << "n-grams of 0 tokens";
   for (bool speculative : {false, true}) {
     Session zero(c.model, nullptr, {.speculative = speculative, .prefill_chunk = 0});
     auto r = zero.generate(std::vector<int32_t>{1, 5, 9}, 4, -1, sampler, none);

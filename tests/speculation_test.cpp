@@ -1,6 +1,7 @@
-// spec/: token trees, proposals, greedy verification, and the statistical proof that
-// sampling verification leaves the target distribution unchanged (and that the test can
-// tell when it does not).
+// speculation/: token trees, proposals, greedy verification (duplicate children included),
+// context lookup, the budget controller on synthetic checks, and the statistical proof that
+// sampling verification leaves the target distribution unchanged (and that the test can tell
+// when it does not).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -63,6 +64,95 @@ TEST(VerifyGreedy, FollowsArgmaxAndEmitsTheTargetsToken) {
   const Verdict none = verify_greedy(t, argmax);
   EXPECT_TRUE(none.accepted.empty());
   EXPECT_EQ(none.next_token, 4);
+}
+
+// A lookup chain and the model draft can both put the target's token under the root; the walk
+// must take the branch the target accepts furthest, whichever was added first.
+TEST(VerifyGreedy, DuplicateChildrenFollowTheLongestAcceptedContinuation) {
+  for (bool lookup_first : {false, true}) {
+    TokenTree t(5);
+    int model = -1, lookup = -1, lookup2 = -1, lookup3 = -1, model2 = -1;
+    auto add_model = [&] { model = t.add(0, 2, 0); };
+    auto add_lookup = [&] { lookup = t.add(0, 2, 0); };
+    if (lookup_first) {
+      add_lookup();
+      add_model();
+    } else {
+      add_model();
+      add_lookup();
+    }
+    model2 = t.add(model, 3, 0);
+    lookup2 = t.add(lookup, 3, 0);
+    lookup3 = t.add(lookup2, 4, 0);
+    // Target: 2, then 3, then 4, then 9 — the lookup branch is one node longer.
+    std::vector<int32_t> argmax(size_t(t.size()), 0);
+    argmax[0] = 2;
+    argmax[size_t(model)] = 3;
+    argmax[size_t(lookup)] = 3;
+    argmax[size_t(model2)] = 4;  // the model branch ends here: its target token has no node
+    argmax[size_t(lookup2)] = 4;
+    argmax[size_t(lookup3)] = 9;
+    const Verdict v = verify_greedy(t, argmax);
+    EXPECT_EQ(v.accepted, (std::vector<int32_t>{lookup, lookup2, lookup3})) << "lookup added first: " << lookup_first;
+    EXPECT_EQ(v.next_token, 9);
+    // Each part alone: the model's nodes reach depth 2, the lookup chain's depth 3.
+    EXPECT_EQ(accepted_depth(t, argmax, [&](int32_t n) { return n == model || n == model2; }), 2);
+    EXPECT_EQ(accepted_depth(t, argmax, [&](int32_t n) { return n == lookup || n == lookup2 || n == lookup3; }), 3);
+    // When the model branch is the longer one it wins instead.
+    argmax[size_t(lookup2)] = 7;
+    argmax[size_t(model2)] = 8;
+    const Verdict w = verify_greedy(t, argmax);
+    EXPECT_EQ(w.accepted, (std::vector<int32_t>{lookup_first ? lookup : model, lookup_first ? lookup2 : model2}))
+        << "equal lengths: the child added first";
+  }
+  // Where the deeper branch fails early, the shorter but accepted one is taken.
+  TokenTree t(0);
+  const int a = t.add(0, 1, 0), b = t.add(0, 1, 0);
+  const int a2 = t.add(a, 6, 0), b2 = t.add(b, 2, 0);
+  (void)a2;
+  std::vector<int32_t> argmax = {1, 2, 2, 0, 5};
+  const Verdict v = verify_greedy(t, argmax);
+  EXPECT_EQ(v.accepted, (std::vector<int32_t>{b, b2}));
+  EXPECT_EQ(v.next_token, 5);
+}
+
+TEST(TokenTree, LookupChainAfterDeeperModelNodes) {
+  TokenTree t(0);
+  const int a = t.add(0, 1, 0), b = t.add(a, 2, 0), c = t.add(b, 3, 0);
+  const int l = t.add(0, 9, 0);  // depth 1 after a depth-3 node
+  EXPECT_EQ(t.node(l).depth, 1);
+  EXPECT_EQ(t.max_depth(), 3);
+  EXPECT_EQ(t.path_to(c), (std::vector<int32_t>{0, a, b, c}));
+  EXPECT_EQ(t.children(0), (std::vector<int32_t>{a, l}));
+}
+
+TEST(Lookup, LongestRecurringSuffixMostRecentOccurrence) {
+  LookupOptions o;
+  o.max_tokens = 4;
+  // Suffix "7 8 9" occurred at 1..3 (followed by 4 5 6 7) and "8 9" also at 10..11 (followed
+  // by 1): the 3-gram wins over the more recent 2-gram.
+  const std::vector<int32_t> h = {0, 7, 8, 9, 4, 5, 6, 7, 3, 1, 8, 9, 1, 2, 7, 8, 9};
+  EXPECT_EQ(lookup_continuation(h, o, 64), (std::vector<int32_t>{4, 5, 6, 7}));
+  EXPECT_EQ(lookup_continuation(h, o, 2), (std::vector<int32_t>{4, 5})) << "the caller's limit";
+  o.max_tokens = 3;
+  EXPECT_EQ(lookup_continuation(h, o, 64), (std::vector<int32_t>{4, 5, 6})) << "the option's limit";
+  // The most recent of several occurrences, and a continuation cut at the end of the history.
+  const std::vector<int32_t> r = {1, 2, 3, 1, 2, 4, 1, 2};
+  o.max_tokens = 8;
+  EXPECT_EQ(lookup_continuation(r, o, 64), (std::vector<int32_t>{4, 1, 2}));
+  // No recurring suffix; a 1-gram match only when min_ngram allows it.
+  EXPECT_TRUE(lookup_continuation(std::vector<int32_t>{1, 2, 3, 4}, o, 64).empty());
+  const std::vector<int32_t> one = {5, 6, 7, 5};
+  EXPECT_EQ(lookup_continuation(one, o, 64), (std::vector<int32_t>{6, 7, 5}));
+  o.min_ngram = 2;
+  EXPECT_TRUE(lookup_continuation(one, o, 64).empty());
+  o.max_tokens = 0;
+  EXPECT_TRUE(lookup_continuation(h, o, 64).empty()) << "off";
+  EXPECT_TRUE(lookup_continuation(std::vector<int32_t>{3}, LookupOptions{4}, 64).empty());
+  EXPECT_FALSE((LookupOptions{65}).validate().is_ok());
+  EXPECT_FALSE((LookupOptions{4, 3, 0}).validate().is_ok());
+  EXPECT_FALSE((LookupOptions{4, 1, 2}).validate().is_ok());
+  EXPECT_TRUE((LookupOptions{4, 3, 1}).validate().is_ok());
 }
 
 // A two-step synthetic model over V tokens: target p(t1), p(t2 | t1); draft q(t1), q(t2 | t1),
@@ -170,8 +260,23 @@ TEST(DraftPolicy, Validation) {
   EXPECT_TRUE(p.validate().is_ok());
   p.budget = 65;
   EXPECT_FALSE(p.validate().is_ok());
+  EXPECT_FALSE(p.validate(true).is_ok());
   p.budget = 0;
-  EXPECT_NE(p.validate().message().find("1..64"), std::string::npos);
+  EXPECT_NE(p.validate().message().find("1..64"), std::string::npos) << "a user's budget is never 0";
+  EXPECT_TRUE(p.validate(/*allow_no_draft=*/true).is_ok()) << "the controller's plain checks";
+}
+
+TEST(DraftPolicy, LevelSizes) {
+  DraftPolicy tree;  // top-k 4, width 4, depth 8
+  EXPECT_EQ(tree.level_sizes(10), (std::vector<int32_t>{4, 4, 2}));
+  EXPECT_EQ(tree.level_sizes(64), std::vector<int32_t>(8, 4)) << "depth caps the levels";
+  tree.top_k = 2;
+  EXPECT_EQ(tree.level_sizes(12), (std::vector<int32_t>{2, 4, 4, 2}));
+  DraftPolicy chain;
+  chain.shape = DraftShape::kChain;
+  chain.set_budget(3);
+  EXPECT_EQ(chain.level_sizes(3), (std::vector<int32_t>{1, 1, 1}));
+  EXPECT_TRUE(chain.level_sizes(0).empty());
 }
 
 TEST(DraftPolicy, BudgetTextAndChains) {
@@ -237,6 +342,300 @@ TEST(GrowTree, ChainTreeBudgetAndDepth) {
     return Status::error("draft pass failed");
   });
   EXPECT_FALSE(err.is_ok());
+}
+
+// ---- The budget controller on synthetic checks ----
+
+// A made-up machine and draft: verify costs base + per-row seconds, each draft level a fixed cost
+// per shape, and each level of the draft's greedy chain is accepted with a fixed probability; a
+// tree also holds that chain and accepts each level with its own probability on another path,
+// whichever goes deeper (a lookup chain likewise). Deterministic (a fixed seed).
+struct World {
+  double verify_base = 10e-3, verify_per_row = 0.2e-3;
+  double level_seconds[2] = {2e-3, 4e-3};  // chain, tree
+  double accept[2] = {0.0, 0.0};           // per level, chain and tree
+  int32_t lookup_nodes = 0;
+  double lookup_accept = 0.0;
+  double slowdown = 1.0;
+  std::mt19937_64 rng{7};
+
+  int32_t run_length(int32_t max, double p) {
+    int32_t n = 0;
+    while (n < max && double(rng() >> 11) * 0x1.0p-53 < p) ++n;
+    return n;
+  }
+  CheckRecord check(const BudgetController& c, const DraftSetting& s) {
+    CheckRecord r;
+    r.setting = s;
+    const bool tree = s.budget > 0 && s.shape == DraftShape::kTree;
+    r.model_depth = c.depth(s);
+    const int32_t chain = run_length(r.model_depth, accept[0]);
+    r.model_accepted = tree ? std::max(chain, run_length(r.model_depth, accept[1])) : chain;
+    if (tree) {
+      r.chain_depth = r.model_depth;
+      r.chain_accepted = chain;
+    }
+    r.lookup_proposed = lookup_nodes > 0 ? lookup_nodes : -1;
+    if (lookup_nodes > 0) {
+      const int32_t chain_run = run_length(lookup_nodes, lookup_accept);
+      if (s.lookup) {
+        r.lookup_nodes = lookup_nodes;
+        r.lookup_accepted = chain_run;
+      } else {  // seen only through the emitted tokens
+        const int32_t emitted = 1 + r.model_accepted;
+        r.lookup_accepted = std::min(chain_run, emitted);
+        r.lookup_censored = chain_run >= emitted && emitted < lookup_nodes;
+      }
+    }
+    r.verify_rows = 1 + s.budget + r.lookup_nodes;
+    r.draft_seconds = slowdown * level_seconds[tree ? 1 : 0] * r.model_depth;
+    r.verify_seconds = slowdown * (verify_base + verify_per_row * (r.verify_rows - 1));
+    return r;
+  }
+  // Tokens/s of a setting in this world (estimated from many simulated checks).
+  double rate(const BudgetController& c, const DraftSetting& s) const {
+    World copy = *this;
+    copy.rng.seed(12345);
+    double tokens = 0, seconds = 0;
+    for (int i = 0; i < 4000; ++i) {
+      const CheckRecord r = copy.check(c, s);
+      tokens += 1 + std::max(r.model_accepted, r.lookup_accepted);
+      seconds += r.draft_seconds + r.verify_seconds;
+    }
+    return tokens / seconds;
+  }
+};
+
+// Runs n checks; returns how many chose each setting (by name) and, in *rate, the tokens/s the
+// world delivered over them.
+std::map<std::string, int> drive(BudgetController& c, World& w, int n, double* rate = nullptr) {
+  std::map<std::string, int> chosen;
+  double tokens = 0, seconds = 0;
+  for (int i = 0; i < n; ++i) {
+    const DraftSetting s = c.next();
+    ++chosen[s.name()];
+    const CheckRecord r = w.check(c, s);
+    tokens += 1 + std::max(r.model_accepted, r.lookup_accepted);
+    seconds += r.draft_seconds + r.verify_seconds;
+    c.record(r);
+  }
+  if (rate) *rate = tokens / seconds;
+  return chosen;
+}
+
+int count_other_than(const std::map<std::string, int>& chosen, const std::string& name) {
+  int n = 0;
+  for (const auto& [k, v] : chosen) n += k == name ? 0 : v;
+  return n;
+}
+
+TEST(BudgetController, CandidatesAreLaddersOfBothShapesAndPlain) {
+  BudgetController c(DraftPolicy{}, {});
+  std::set<std::string> names;
+  for (const auto& s : c.candidates()) names.insert(s.name());
+  for (const char* n : {"plain", "chain-1", "chain-4", "chain-16", "tree-4", "tree-16", "tree-32"})
+    EXPECT_TRUE(names.count(n)) << n;
+  EXPECT_FALSE(names.count("lookup")) << "lookup off";
+  EXPECT_EQ(c.depth({DraftShape::kTree, 16, false}), 4);
+  EXPECT_EQ(c.depth({DraftShape::kChain, 6, false}), 6);
+  EXPECT_EQ(c.next().name(), "plain") << "warm-up: plain first";
+  BudgetController chain_only(DraftPolicy{}, {.tree = false, .lookup = true});
+  for (const auto& s : chain_only.candidates()) EXPECT_TRUE(s.budget == 0 || s.shape == DraftShape::kChain) << s.name();
+  EXPECT_EQ(chain_only.candidates()[1].name(), "lookup");
+}
+
+TEST(BudgetController, ConvergesToPlainWhenDraftingNeverPays) {
+  World w;  // nothing is ever accepted
+  BudgetController c(DraftPolicy{}, {});
+  const auto early = drive(c, w, 100);
+  EXPECT_LE(count_other_than(early, "plain"), 8) << "a few cheap tries, not a tour of every budget";
+  const auto late = drive(c, w, 400);
+  EXPECT_EQ(c.best().name(), "plain");
+  EXPECT_GE(late.at("plain"), 390);
+  // Still probing now and then (probes grow rarer while the best holds, to 4 x 16 checks).
+  EXPECT_GE(count_other_than(late, "plain"), 400 / 64 - 1);
+}
+
+TEST(BudgetController, ConvergesToASpeculativeSettingWhenDraftingPays) {
+  World w;
+  w.accept[0] = 0.9;
+  w.accept[1] = 0.93;
+  w.level_seconds[0] = 1e-3;
+  BudgetController c(DraftPolicy{}, {});
+  double early_rate = 0, late_rate = 0;
+  drive(c, w, 100, &early_rate);
+  const auto late = drive(c, w, 400, &late_rate);
+  const DraftSetting best = c.best();
+  double true_best = 0;
+  for (const auto& s : c.candidates()) true_best = std::max(true_best, w.rate(c, s));
+  EXPECT_FALSE(best.plain());
+  EXPECT_GE(w.rate(c, best), 0.9 * true_best) << best.name();
+  // What the checks delivered, exploration and probes included (acceptance is random: 10 %).
+  EXPECT_GE(early_rate, 0.8 * true_best);
+  EXPECT_GE(late_rate, 0.9 * true_best);
+  EXPECT_LE(late.count("plain") ? late.at("plain") : 0, 20);
+  // Re-probing: other settings are still tried now and then.
+  EXPECT_GE(count_other_than(late, best.name()), 400 / 64 - 1);
+  // Its rate estimate is the measured one, near the truth.
+  EXPECT_NEAR(c.rate(best), w.rate(c, best), 0.2 * w.rate(c, best));
+}
+
+TEST(BudgetController, ChoosesTheShapeThatPays) {
+  World w;
+  w.accept[0] = 0.3;   // the draft's first choice is rarely right
+  w.accept[1] = 0.85;  // one of four children per level usually is
+  w.level_seconds[1] = 2e-3;
+  BudgetController c(DraftPolicy{}, {});
+  drive(c, w, 400);
+  EXPECT_EQ(c.best().shape, DraftShape::kTree) << c.best().name();
+  EXPECT_GT(c.best().budget, 0);
+  BudgetController chain_only(DraftPolicy{}, {.tree = false});
+  const auto chosen = drive(chain_only, w, 200);
+  for (const auto& [name, n] : chosen) EXPECT_EQ(name.find("tree"), std::string::npos) << name;
+}
+
+TEST(BudgetController, FollowsTheTextWhenAcceptanceChanges) {
+  World w;
+  w.accept[0] = w.accept[1] = 0.9;
+  w.level_seconds[0] = 1e-3;
+  BudgetController c(DraftPolicy{}, {});
+  drive(c, w, 300);
+  EXPECT_FALSE(c.best().plain());
+  w.accept[0] = w.accept[1] = 0.0;  // the draft stops agreeing
+  drive(c, w, 300);
+  EXPECT_EQ(c.best().name(), "plain");
+  w.accept[0] = w.accept[1] = 0.9;  // and agrees again: found by the probes
+  drive(c, w, 400);
+  EXPECT_FALSE(c.best().plain()) << c.best().name();
+}
+
+// A setting measured while the machine was busier must not look worse for it: plain decoding is
+// measured during a slow spell at the start, drafting (which never pays) afterwards.
+TEST(BudgetController, ASlowSpellDoesNotBiasTheChoice) {
+  World w;
+  w.accept[0] = w.accept[1] = 0.2;
+  w.slowdown = 3;
+  BudgetController c(DraftPolicy{}, {});
+  drive(c, w, 2);  // the plain warm-up
+  w.slowdown = 1;
+  const auto chosen = drive(c, w, 300);
+  EXPECT_EQ(c.best().name(), "plain");
+  EXPECT_GE(chosen.at("plain"), 260);
+}
+
+TEST(BudgetController, LookupAloneWhenOnlyTheTextRepeats) {
+  World w;  // the model draft is useless, the lookup chain usually right
+  w.lookup_nodes = 8;
+  w.lookup_accept = 0.9;
+  BudgetController c(DraftPolicy{}, {.lookup = true, .lookup_tokens = 8});
+  drive(c, w, 300);
+  EXPECT_EQ(c.best().name(), "lookup");
+  w.lookup_accept = 0.0;  // the text stops repeating
+  drive(c, w, 300);
+  EXPECT_EQ(c.best().name(), "plain");
+}
+
+TEST(BudgetController, ACheckTeachesEveryBudgetOfItsShapeAndATreeTeachesChains) {
+  BudgetController c(DraftPolicy{}, {});
+  CheckRecord plain;
+  plain.verify_seconds = 10e-3;
+  c.record(plain);
+  c.record(plain);
+  const DraftSetting chain2{DraftShape::kChain, 2, false}, chain8{DraftShape::kChain, 8, false};
+  EXPECT_EQ(c.rate(chain2), 0.0) << "unmeasured";
+  const double prior = c.tokens_per_check(chain2);
+  CheckRecord deep;
+  deep.setting = chain8;
+  deep.model_depth = 8;
+  deep.model_accepted = 8;
+  deep.verify_rows = 9;
+  deep.draft_seconds = 8e-3;
+  deep.verify_seconds = 12e-3;
+  for (int i = 0; i < 20; ++i) c.record(deep);
+  // Every depth accepted: chain-2 would have emitted 3 tokens, chain-8 9.
+  EXPECT_GT(c.rate(chain2), 0.0) << "learnt from chain-8's checks";
+  // (Each depth keeps one pseudo-observation at the rate above it: the estimates stay a little
+  // below a perfect record.)
+  EXPECT_NEAR(c.tokens_per_check(chain2), 3.0, 0.2);
+  EXPECT_GT(c.tokens_per_check(chain8), 7.0);
+  EXPECT_NEAR(c.rate(chain8), c.tokens_per_check(chain8) / 20e-3, 1e-6) << "its own measured seconds";
+  EXPECT_GT(c.rate({DraftShape::kChain, 12, false}), 0.0) << "the next rung: an estimate";
+  EXPECT_EQ(c.rate({DraftShape::kChain, 16, false}), 0.0) << "two rungs deeper: not yet";
+  EXPECT_EQ(c.rate({DraftShape::kTree, 4, false}), 0.0) << "a tree learns nothing from a chain";
+  EXPECT_GT(prior, 1.0);
+
+  // A tree whose greedy chain the target rejected at depth 1 teaches the chains that too.
+  BudgetController t(DraftPolicy{}, {});
+  t.record(plain);
+  t.record(plain);
+  const double before = t.tokens_per_check(chain2);
+  CheckRecord tree;
+  tree.setting = {DraftShape::kTree, 16, false};
+  tree.model_depth = 4;
+  tree.model_accepted = 3;  // along another path
+  tree.chain_depth = 4;
+  tree.chain_accepted = 0;
+  tree.verify_rows = 17;
+  tree.verify_seconds = 14e-3;
+  for (int i = 0; i < 10; ++i) t.record(tree);
+  EXPECT_LT(t.tokens_per_check(chain2), before - 0.3);
+  EXPECT_GT(t.tokens_per_check({DraftShape::kTree, 16, false}), 3.5);
+}
+
+// What the choices deliver against the best fixed setting, over 20 seeds, in four made-up
+// worlds: a draft that never agrees, a weak one (as SmolLM2-135M's 2-bit draft), a fair one and a
+// strong one. Exploration, probes and misjudged acceptance all cost here; short runs cost most.
+TEST(BudgetController, DeliversNearlyTheBestFixedSetting) {
+  struct Case {
+    const char* name;
+    double chain_accept, tree_accept, chain_level, tree_level, verify_per_row;
+    double min_mean_32, min_mean_128;
+  };
+  for (const Case& k : {Case{"never", 0.0, 0.0, 3e-3, 5e-3, 0.5e-3, 0.94, 0.97},
+                        Case{"weak", 0.2, 0.45, 3.3e-3, 5e-3, 0.8e-3, 0.94, 0.97},
+                        Case{"fair", 0.75, 0.85, 2e-3, 5e-3, 0.3e-3, 0.90, 0.94},
+                        Case{"strong", 0.9, 0.93, 1e-3, 3e-3, 0.2e-3, 0.88, 0.94}}) {
+    for (int checks : {32, 128}) {
+      double sum = 0;
+      for (uint64_t seed = 1; seed <= 20; ++seed) {
+        World w;
+        w.rng.seed(seed);
+        w.accept[0] = k.chain_accept;
+        w.accept[1] = k.tree_accept;
+        w.level_seconds[0] = k.chain_level;
+        w.level_seconds[1] = k.tree_level;
+        w.verify_per_row = k.verify_per_row;
+        BudgetController c(DraftPolicy{}, {});
+        double best_fixed = 0;
+        for (const auto& s : c.candidates()) best_fixed = std::max(best_fixed, w.rate(c, s));
+        double delivered = 0;
+        drive(c, w, checks, &delivered);
+        sum += delivered / best_fixed;
+      }
+      const double mean = sum / 20;
+      EXPECT_GE(mean, checks == 32 ? k.min_mean_32 : k.min_mean_128) << k.name << ", " << checks << " checks";
+      RecordProperty(std::string(k.name) + "_" + std::to_string(checks), std::to_string(mean));
+    }
+  }
+}
+
+TEST(AcceptanceStats, PerPositionAndLookup) {
+  AcceptanceStats s;
+  s.record(2, 8, 4);        // depths 1..4 drafted, 1..2 accepted
+  s.record(0, 8, 4);
+  s.record(3, 12, 6, 6, 3);  // a lookup chain of 6 nodes gave all 3 accepted tokens
+  EXPECT_EQ(s.drafted_at_depth, (std::vector<int64_t>{3, 3, 3, 3, 1, 1}));
+  EXPECT_EQ(s.accepted_at_depth, (std::vector<int64_t>{2, 2, 1, 0, 0, 0}));
+  EXPECT_EQ(s.lookup_drafted, 6);
+  EXPECT_EQ(s.lookup_accepted, 3);
+  AcceptanceStats t;
+  t.record(1, 1, 1);
+  t.record(0, 0, 0);  // a plain check: no node at any depth
+  t.add(s);
+  EXPECT_EQ(t.drafted_at_depth, (std::vector<int64_t>{4, 3, 3, 3, 1, 1}));
+  EXPECT_EQ(t.accepted_at_depth, (std::vector<int64_t>{3, 2, 1, 0, 0, 0}));
+  EXPECT_EQ(t.checks, 5);
+  EXPECT_EQ(t.lookup_accepted, 3);
 }
 
 TEST(AcceptanceStats, Histogram) {

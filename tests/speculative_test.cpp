@@ -1,6 +1,6 @@
 // Speculative decoding end to end: greedy output equals plain greedy decoding of the target
-// D + R token for token (chain and tree, several budgets), and sampled output follows the
-// target's distribution.
+// D + R token for token (chain and tree, several budgets, the online controller, the context
+// lookup), and sampled output follows the target's distribution.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -68,6 +68,62 @@ std::vector<int32_t> spec_greedy(const Pair& p, const std::vector<int32_t>& prom
   return out;
 }
 
+std::vector<int32_t> spec_greedy_with(const Pair& p, const std::vector<int32_t>& prompt, int n, SpeculativeOptions o,
+                                      speculation::AcceptanceStats* stats = nullptr, SpeculativeResult* result = nullptr) {
+  SamplingParams sp;
+  sp.temperature = 0;
+  Sampler s(sp);
+  o.n_predict = n;
+  std::vector<int32_t> out;
+  auto r = generate_speculative(p.target, p.draft, prompt, o, s, [&](int32_t t) { out.push_back(t); return true; });
+  BITSPLIT_CHECK(r.is_ok(), r.status().message());
+  if (stats) *stats = r->acceptance;
+  if (result) *result = *r;
+  return out;
+}
+
+// The online controller (both shapes, or one) and the context lookup, alone and together, and
+// fixed budgets with lookup: every mode gives plain decoding's tokens.
+void expect_lossless_auto_and_lookup(const Pair& p, const std::vector<std::vector<int32_t>>& prompts, int n) {
+  struct Mode {
+    const char* name;
+    bool auto_budget, auto_shape;
+    speculation::DraftShape shape;
+    int budget, lookup;
+  };
+  const Mode modes[] = {
+      {"auto", true, true, speculation::DraftShape::kTree, 16, 0},
+      {"auto+lookup", true, true, speculation::DraftShape::kTree, 16, 8},
+      {"auto chain+lookup 3", true, false, speculation::DraftShape::kChain, 4, 3},
+      {"tree-16+lookup", false, false, speculation::DraftShape::kTree, 16, 8},
+      {"chain-2+lookup", false, false, speculation::DraftShape::kChain, 2, 8},
+  };
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto plain = plain_greedy(p.target, prompts[i], n);
+    for (const Mode& m : modes) {
+      SpeculativeOptions o;
+      o.auto_budget = m.auto_budget;
+      o.auto_shape = m.auto_shape;
+      o.policy.shape = m.shape;
+      o.policy.set_budget(m.budget);
+      o.lookup.max_tokens = m.lookup;
+      SpeculativeResult r;
+      ASSERT_EQ(spec_greedy_with(p, prompts[i], n, o, nullptr, &r), plain) << "prompt " << i << " " << m.name;
+      ASSERT_GT(r.acceptance.checks, 0);
+      if (m.auto_budget) {
+        EXPECT_GT(r.checks_per_budget[0], 0) << "the plain warm-up ran through the check loop";
+        if (!m.auto_shape) {
+          for (const auto& [name, checks] : r.checks_per_setting)
+            EXPECT_EQ(name.find("tree"), std::string::npos) << m.name << ": " << name;
+        }
+      }
+      if (m.lookup == 0) {
+        EXPECT_EQ(r.acceptance.lookup_drafted, 0);
+      }
+    }
+  }
+}
+
 void expect_lossless(const Pair& p, const std::vector<std::vector<int32_t>>& prompts, int n,
                      const std::vector<int>& budgets = {1, 4, 16, 32}) {
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -89,6 +145,7 @@ TEST(Speculative, GreedyEqualsPlainTargetOnTinyModel) {
   for (bool planes : {true, false}) {
     const Pair p = converted(*source, 8, planes);
     expect_lossless(p, {{1, 5, 9}, {1, 20, 3, 3, 7}, {1}}, 40);  // the tiny model's context is 64
+    expect_lossless_auto_and_lookup(p, {{1, 5, 9}, {1, 20, 3, 20, 3, 20, 3}, {1}}, 40);
   }
 }
 
@@ -145,7 +202,65 @@ TEST(Speculative, GreedyEqualsPlainTargetOnFixtureModels) {
     ASSERT_TRUE(tok.is_ok());
     const Pair p = converted(**source);
     expect_lossless(p, {(*tok)->encode("And it came to pass"), (*tok)->encode("WAR, n.")}, 230);
+    expect_lossless_auto_and_lookup(p, {(*tok)->encode("And it came to pass"), (*tok)->encode("WAR, n.")}, 200);
   }
+}
+
+// Text that repeats itself: the lookup chain must be accepted (and the output still be plain
+// decoding's). Fixed settings, so the lookup surely joins the tree.
+TEST(Speculative, LookupIsAcceptedOnRepetitiveText) {
+  const std::string path = testing::source_dir() + "/tests/models/bible-base.gguf";
+  BITSPLIT_REQUIRE_FILE(path);
+  auto source = open_weights(path);
+  ASSERT_TRUE(source.is_ok());
+  auto tok = Tokenizer::from_metadata((*source)->metadata());
+  ASSERT_TRUE(tok.is_ok());
+  const Pair p = converted(**source);
+  std::string text;
+  for (int i = 0; i < 4; ++i) text += "And God said, Let there be light: and there was light. ";
+  text += "And God said,";
+  const auto prompt = (*tok)->encode(text);
+  const auto plain = plain_greedy(p.target, prompt, 120);
+  for (auto shape : {speculation::DraftShape::kChain, speculation::DraftShape::kTree}) {
+    SpeculativeOptions o;
+    o.policy.shape = shape;
+    o.policy.set_budget(shape == speculation::DraftShape::kChain ? 1 : 4);
+    o.lookup.max_tokens = 8;
+    speculation::AcceptanceStats stats;
+    EXPECT_EQ(spec_greedy_with(p, prompt, 120, o, &stats), plain);
+    EXPECT_GT(stats.lookup_drafted, 0);
+    EXPECT_GT(stats.lookup_accepted, 0) << "the lookup chain was never accepted";
+    EXPECT_LE(stats.lookup_accepted, stats.accepted);
+    // Per position: never more accepted than drafted at a depth, and depth 1 drafted every check.
+    ASSERT_FALSE(stats.drafted_at_depth.empty());
+    EXPECT_EQ(stats.drafted_at_depth[0], stats.checks);
+    for (size_t d = 0; d < stats.drafted_at_depth.size(); ++d)
+      EXPECT_LE(stats.accepted_at_depth[d], stats.drafted_at_depth[d]) << "depth " << d + 1;
+  }
+  // Lookup alone under the controller: still plain decoding's output.
+  SpeculativeOptions o;
+  o.auto_budget = o.auto_shape = true;
+  o.lookup.max_tokens = 8;
+  EXPECT_EQ(spec_greedy_with(p, prompt, 120, o), plain);
+}
+
+// Sampled decoding leaves the lookup out (its verifier needs proposals drawn from the draft).
+TEST(Speculative, SamplingIgnoresLookup) {
+  auto source = testing::tiny_weights({});
+  const Pair p = converted(*source);
+  SamplingParams sp;
+  sp.temperature = 1.0f;
+  sp.seed = 3;
+  Sampler s(sp);
+  SpeculativeOptions o;
+  o.n_predict = 30;
+  o.policy.budget = 4;
+  o.lookup.max_tokens = 8;
+  auto r = generate_speculative(p.target, p.draft, std::vector<int32_t>{1, 20, 3, 20, 3, 20, 3}, o, s,
+                                [](int32_t) { return true; });
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->acceptance.lookup_drafted, 0);
+  EXPECT_EQ(r->generation.generated_tokens, 30);
 }
 
 TEST(Speculative, AcceptsMoreThanOneTokenPerCheckWhenDraftIsTheTarget) {
@@ -225,7 +340,8 @@ TEST(Speculative, CommittedKvEqualsPlainPass) {
   auto source = testing::tiny_weights({});
   const Pair p = converted(*source);
   const std::vector<int32_t> prompt = {1, 5, 9, 2};
-  for (auto shape : {speculation::DraftShape::kChain, speculation::DraftShape::kTree}) {
+  for (int mode = 0; mode < 4; ++mode) {
+    const auto shape = mode % 2 ? speculation::DraftShape::kTree : speculation::DraftShape::kChain;
     SamplingParams sp;
     sp.temperature = 0;
     Sampler s(sp);
@@ -233,6 +349,10 @@ TEST(Speculative, CommittedKvEqualsPlainPass) {
     o.n_predict = 30;
     o.policy.shape = shape;
     o.policy.budget = 8;
+    if (mode >= 2) {  // with the lookup chain, and under the controller
+      o.lookup.max_tokens = 6;
+      o.auto_budget = mode == 3;
+    }
     KvCache cache(p.target.config(), int64_t(prompt.size()) + o.n_predict + 65);
     std::vector<int32_t> tokens = prompt;
     auto r = generate_speculative(p.target, p.draft, prompt, o, s, [&](int32_t t) { tokens.push_back(t); return true; },
@@ -311,6 +431,11 @@ TEST(Speculative, RejectsBadOptions) {
   EXPECT_NE(r.status().message().find("context length"), std::string::npos);
   // A zero prefill chunk with a multi-token prompt was an endless prefill loop; now an error.
   o.n_predict = 4;
+  o.lookup.max_tokens = speculation::kMaxBudget + 1;
+  r = generate_speculative(p.target, p.draft, std::vector<int32_t>{1}, o, s, [](int32_t) { return true; });
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("lookup"), std::string::npos) << r.status().message();
+  o.lookup.max_tokens = 0;
   o.prefill_chunk = 0;
   r = generate_speculative(p.target, p.draft, std::vector<int32_t>{1, 5, 9}, o, s, [](int32_t) { return true; });
   ASSERT_FALSE(r.is_ok());

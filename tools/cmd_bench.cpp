@@ -23,6 +23,8 @@ struct BenchAcceptArgs {
   std::vector<int> budgets = {4, 8, 16, 32};
   std::vector<std::string> deltas;  // NAME=FILE
   bool json = false;
+  bool auto_row = false;  // also a row for the online controller (--budget auto)
+  int lookup = 0;         // context lookup in every row (greedy decoding)
 };
 
 // What one row decodes: the base, or a variant with its own draft or the plain base draft.
@@ -35,6 +37,7 @@ struct Decoded {
 struct Setting {
   std::string name;
   speculation::DraftPolicy policy;
+  bool auto_budget = false;
 };
 
 int bench_accept(const BenchAcceptArgs& a) {
@@ -78,6 +81,10 @@ int bench_accept(const BenchAcceptArgs& a) {
     s.policy.budget = b;
     settings.push_back(s);
   }
+  if (a.auto_row) settings.push_back({"auto", {}, true});
+  if (a.lookup > 0) {
+    for (auto& s : settings) s.name += "+lookup";
+  }
   SamplingParams sp;
   sp.temperature = a.temperature;
   sp.seed = a.seed;
@@ -102,6 +109,8 @@ int bench_accept(const BenchAcceptArgs& a) {
         Sampler sampler(sp);
         SpeculativeOptions o;
         o.policy = s.policy;
+        o.auto_budget = o.auto_shape = s.auto_budget;
+        o.lookup.max_tokens = a.lookup;
         o.n_predict = a.n_predict;
         o.variant = decoded[m].variant;
         o.base_draft = decoded[m].base_draft;
@@ -122,20 +131,26 @@ int bench_accept(const BenchAcceptArgs& a) {
                        {"tokens_per_check", r.acc.tokens_per_check()},
                        {"draft_ms_per_check", 1e3 * r.acc.draft_seconds / double(std::max<int64_t>(1, r.acc.checks))},
                        {"verify_ms_per_check", 1e3 * r.acc.verify_seconds / double(std::max<int64_t>(1, r.acc.checks))},
-                       {"tokens_per_second", r.seconds > 0 ? double(r.tokens) / r.seconds : 0.0}});
+                       {"tokens_per_second", r.seconds > 0 ? double(r.tokens) / r.seconds : 0.0},
+                       // Per position (vLLM's num_accepted_tokens_per_pos): index d - 1 for depth d.
+                       {"accepted_at_depth", r.acc.accepted_at_depth},
+                       {"drafted_at_depth", r.acc.drafted_at_depth},
+                       {"lookup_drafted", r.acc.lookup_drafted},
+                       {"lookup_accepted", r.acc.lookup_accepted}});
   }
   if (a.json) {
     nlohmann::json j = {{"model", a.model}, {"prompts", a.prompts}, {"n_prompts", prompts.size()},
-                        {"n_predict", a.n_predict}, {"temperature", a.temperature}, {"results", results}};
+                        {"n_predict", a.n_predict}, {"temperature", a.temperature}, {"lookup", a.lookup},
+                        {"results", results}};
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
   std::printf("model %s, %zu prompts x %d tokens, temperature %g\n\n", a.model.c_str(), prompts.size(), a.n_predict,
               a.temperature);
-  std::printf("| setting  | model              | accepted/check | tokens/check | draft ms/check | verify ms/check | tokens/s |\n");
-  std::printf("|----------|--------------------|----------------|--------------|----------------|-----------------|----------|\n");
+  std::printf("| setting         | model              | accepted/check | tokens/check | draft ms/check | verify ms/check | tokens/s |\n");
+  std::printf("|-----------------|--------------------|----------------|--------------|----------------|-----------------|----------|\n");
   for (const auto& r : results) {
-    std::printf("| %-8s | %-18s | %14.2f | %12.2f | %14.3f | %15.3f | %8.1f |\n", r["setting"].get<std::string>().c_str(),
+    std::printf("| %-15s | %-18s | %14.2f | %12.2f | %14.3f | %15.3f | %8.1f |\n", r["setting"].get<std::string>().c_str(),
                 r["model"].get<std::string>().c_str(),
                 r["accepted_per_check"].get<double>(), r["tokens_per_check"].get<double>(),
                 r["draft_ms_per_check"].get<double>(), r["verify_ms_per_check"].get<double>(),
@@ -163,7 +178,13 @@ void add_bench_command(CLI::App& app, int* exit_code) {
                   "Also decode this BitDelta variant, NAME=FILE (repeatable): rows for its own draft and for the "
                   "plain base draft, interleaved with the base in the same run")
       ->type_name("NAME=FILE");
-  cmd->add_flag("--json", a->json, "Print JSON instead of a table");
+  cmd->add_flag("--auto", a->auto_row, "Also a row for the online choice of setting (as `run --budget auto`)");
+  cmd->add_option("--lookup", a->lookup,
+                  "Context lookup in every row: up to N tokens that followed an earlier occurrence of the text's "
+                  "last tokens (greedy only; 0 = off)")
+      ->capture_default_str()->check(CLI::Range(0, speculation::kMaxBudget));
+  cmd->add_flag("--json", a->json,
+                "Print JSON instead of a table (with acceptance per depth: accepted_at_depth / drafted_at_depth)");
   cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(CLI::Range(1, 4096));
   cmd->callback([a, exit_code] { *exit_code = bench_accept(*a); });
 }

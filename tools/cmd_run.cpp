@@ -13,6 +13,9 @@
 namespace bitsplit::cli {
 namespace {
 
+// The longest context-lookup chain by default (docs/PERFORMANCE.md, "Choosing among settings").
+constexpr int kDefaultLookup = 8;
+
 struct RunOptions {
   std::string model;
   std::string prompt;
@@ -30,6 +33,8 @@ struct RunOptions {
   int depth = 8;
   int top_k = 4;
   std::string draft_shape = "tree";
+  bool draft_shape_given = false;  // --draft on the command line: auto budgets keep to that shape
+  std::optional<int> lookup;  // default: kDefaultLookup with --budget auto, off with a fixed budget
   std::string vram_budget;
   std::vector<std::string> deltas;  // NAME=FILE
   std::string variant;
@@ -47,6 +52,17 @@ void print_acceptance(const speculation::AcceptanceStats& a) {
   std::fprintf(stderr, "  accepted per check:");
   for (size_t k = 0; k < a.histogram.size(); ++k) std::fprintf(stderr, " %zu:%lld", k, (long long)a.histogram[k]);
   std::fprintf(stderr, "\n");
+  if (!a.drafted_at_depth.empty() && a.drafted_at_depth[0] > 0) {
+    std::fprintf(stderr, "  accepted per depth (accepted/checks with a node there):");
+    for (size_t d = 0; d < a.drafted_at_depth.size(); ++d) {
+      std::fprintf(stderr, " %zu:%lld/%lld", d + 1, (long long)a.accepted_at_depth[d], (long long)a.drafted_at_depth[d]);
+    }
+    std::fprintf(stderr, "\n");
+  }
+  if (a.lookup_drafted > 0) {
+    std::fprintf(stderr, "  context lookup: %lld accepted tokens of %lld drafted nodes\n", (long long)a.lookup_accepted,
+                 (long long)a.lookup_drafted);
+  }
 }
 
 int run(const RunOptions& o) {
@@ -99,6 +115,9 @@ int run(const RunOptions& o) {
   auto budget = speculation::parse_budget(o.budget);
   if (!budget) return report_error("--budget: " + budget.status().message());
   so.budget = *budget;
+  so.auto_shape = !o.draft_shape_given;
+  // A fixed budget is exactly what was asked for: lookup joins it only when asked to.
+  so.lookup.max_tokens = o.lookup.value_or(so.budget ? 0 : kDefaultLookup);
   so.base_draft = o.base_draft;
   so.device_draft = !o.host_draft;
   if (o.base_draft && !variant) return report_error("--base-draft needs --variant NAME (the base drafts itself)");
@@ -140,9 +159,8 @@ int run(const RunOptions& o) {
       }
       if (!so.budget) {
         std::string used;
-        for (size_t b = 0; b < r->checks_per_budget.size(); ++b)
-          if (r->checks_per_budget[b]) used += " " + std::to_string(b) + ":" + std::to_string(r->checks_per_budget[b]);
-        budget_note = "budget: auto, ended at " + std::to_string(r->final_budget) + " (checks per budget:" + used + ")";
+        for (const auto& [name, n] : r->checks_per_setting) used += " " + name + ":" + std::to_string(n);
+        budget_note = "budget: auto, ended at " + r->final_setting + " (checks per setting:" + used + ")";
       }
     }
   }
@@ -197,14 +215,22 @@ void add_run_command(CLI::App& app, int* exit_code) {
   cmd->add_flag("--draft-only", o->draft_only, "Run the 2-bit draft model D alone")->excludes(no_spec);
   cmd->add_option("--budget", o->budget,
                   "Drafted nodes per check, 1.." + std::to_string(speculation::kMaxBudget) +
-                      ", or auto: chosen online for the most tokens/s (fix it for reproducible sampled output)")
+                      ", or auto: plain decoding or a chain or tree budget, chosen online for the most tokens/s "
+                      "(fix it for reproducible sampled output)")
       ->capture_default_str()
       ->check([](const std::string& v) -> std::string {
         auto b = speculation::parse_budget(v);
         return b ? "" : "--budget: " + b.status().message();
       });
-  cmd->add_option("--draft", o->draft_shape, "Draft shape: a dynamic tree or a chain of --budget tokens")
-      ->capture_default_str()->check(CLI::IsMember({"tree", "chain"}));
+  auto* draft = cmd->add_option("--draft", o->draft_shape,
+                                 "Draft shape: a dynamic tree or a chain of --budget tokens (with --budget auto, "
+                                 "default: either, chosen online; given: that shape only)")
+                    ->capture_default_str()->check(CLI::IsMember({"tree", "chain"}));
+  cmd->add_option("--lookup", o->lookup,
+                  "Context lookup, greedy decoding: also propose up to N tokens that followed an earlier occurrence "
+                  "of the text's last 3, 2 or 1 tokens, verified in the same pass (0 = off; default " +
+                      std::to_string(kDefaultLookup) + " with --budget auto, off with a fixed --budget)")
+      ->check(CLI::Range(0, speculation::kMaxBudget));
   cmd->add_option("--depth", o->depth, "Maximum tree depth")->capture_default_str()->check(CLI::Range(1, speculation::kMaxBudget));
   cmd->add_option("--tree-top-k", o->top_k, "Children considered per node and nodes kept per level")
       ->capture_default_str()->check(CLI::Range(1, speculation::kMaxBudget));
@@ -222,7 +248,10 @@ void add_run_command(CLI::App& app, int* exit_code) {
                 "default runs the whole draft on the GPU when every draft plane is in VRAM)");
   cmd->add_flag("--base-draft", o->base_draft,
                 "With --variant: draft with the plain base D instead of the variant's D + signs (to compare acceptance)");
-  cmd->callback([o, exit_code] { *exit_code = run(*o); });
+  cmd->callback([o, exit_code, draft] {
+    o->draft_shape_given = draft->count() > 0;
+    *exit_code = run(*o);
+  });
 }
 
 }  // namespace bitsplit::cli

@@ -23,9 +23,13 @@ struct SessionOptions {
   // Speculative decoding on a bit-split model (a model without planes always decodes plainly).
   bool speculative = true;
   // Drafted nodes per check (1..speculation::kMaxBudget); nullopt: chosen online for the most
-  // tokens/s (speculation::BudgetController).
+  // tokens/s (speculation::BudgetController), plain decoding included.
   std::optional<int32_t> budget;
+  // With an online budget: choose between a chain and a tree too (false: policy.shape only).
+  bool auto_shape = true;
   speculation::DraftPolicy policy;  // shape, depth, top-k and width (its budget is set from `budget`)
+  // Context lookup for greedy decoding (SpeculativeOptions::lookup); max_tokens 0 turns it off.
+  speculation::LookupOptions lookup;
   bool device_draft = true;         // the whole draft on the backend's device when it offers it
   bool base_draft = false;          // with a variant: draft with the plain base D
   int32_t prefill_chunk = 256;

@@ -5,6 +5,9 @@
 #pragma once
 
 #include <span>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "bitsplit/device_draft.h"
 #include "bitsplit/generate.h"
@@ -14,10 +17,20 @@ namespace bitsplit {
 
 struct SpeculativeOptions {
   speculation::DraftPolicy policy;
-  // Choose policy.budget per check with speculation::BudgetController (the budget that maximises
-  // measured tokens/s). Greedy output is the same whatever the budget; sampled output then
-  // depends on timing, so fix the budget for reproducible sampling.
+  // Choose each check's setting with speculation::BudgetController: plain decoding (no draft) or
+  // a budget of policy.shape (with auto_shape: of a chain or a tree), and, with lookup on, whether
+  // the lookup chain joins; the one that maximises measured tokens/s. Greedy output is the same
+  // whatever it picks and sampled output keeps its distribution, but sampled output then depends
+  // on timing, so fix the budget for reproducible sampling.
   bool auto_budget = false;
+  bool auto_shape = false;
+  // Context lookup (prompt lookup decoding), greedy decoding only: the tokens that followed the
+  // latest earlier occurrence of the history's longest recurring suffix (lookup.max_ngram down to
+  // min_ngram tokens), at most lookup.max_tokens of them, as a chain under the root beside the
+  // model draft's nodes (which it does not displace: the tree holds up to budget + max_tokens
+  // nodes, at most kMaxBudget). The model draft never expands lookup nodes (it has no K/V for
+  // them). Sampled decoding ignores lookup: its verifier needs proposals drawn from the draft's q.
+  speculation::LookupOptions lookup;
   int32_t n_predict = 64;
   int32_t eos_token = -1;
   int32_t prefill_chunk = 256;
@@ -35,9 +48,12 @@ struct SpeculativeOptions {
 struct SpeculativeResult {
   GenerationStats generation;
   speculation::AcceptanceStats acceptance;
-  int32_t final_budget = 0;                  // the budget in use at the end
+  int32_t final_budget = 0;                  // the model draft's budget in use at the end (0: plain)
+  std::string final_setting;                 // the setting in use at the end ("chain-4", "plain", ...)
   int64_t committed = 0;                     // cache slots holding committed target K/V at the end
-  std::vector<int64_t> checks_per_budget;    // index = budget
+  std::vector<int64_t> checks_per_budget;    // index = the model draft's budget (0: none)
+  // Checks per setting (DraftSetting::name), in the order the settings were first used.
+  std::vector<std::pair<std::string, int64_t>> checks_per_setting;
   // Where the draft's forward pass ran: "device (cuda:0)", or "host" and why not on a device.
   std::string draft_pass;
   // Bytes the whole-draft device path moved during this generation (zero without it): batches,
@@ -46,8 +62,9 @@ struct SpeculativeResult {
 };
 
 // `cache` (optional, for inspection) must have at least prompt + n_predict + kMaxBudget + 1
-// slots; it is left holding the committed K/V. `draft` runs its draft pass (D) and `target` its
-// target pass (D + R): for a bit-split model pass the same model as both. Models without planes run their f32 weights.
+// slots (prompt + n_predict + budget + 1 for a fixed budget without lookup); it is left holding
+// the committed K/V. `draft` runs its draft pass (D) and `target` its target pass (D + R): for a
+// bit-split model pass the same model as both. Models without planes run their f32 weights.
 // KV cache discipline: slots [0, committed) always hold the target's K/V of committed
 // tokens. Each check writes the tree's nodes to scratch slots [committed, committed +
 // nodes) — the draft's K/V during drafting (reusing the target's prefix), the target's
