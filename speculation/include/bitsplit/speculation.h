@@ -232,7 +232,8 @@ struct ControllerOptions {
 //    deep. A tree of budget b is the first levels of any larger budget's tree, so every check
 //    teaches every budget of its shape, and a tree holding the draft's greedy chain teaches the
 //    chain budgets too. Each depth's rate is shrunk toward a prior (depth 1: a coin flip; deeper:
-//    the rate pooled over the deeper depths), so one unlucky check cannot condemn a budget;
+//    the rate pooled over the deeper depths, itself shrunk toward depth 1's), so one unlucky
+//    check cannot condemn a budget;
 //  - the lookup chain's acceptance per position (from every check: when it is not in the tree,
 //    from the tokens the check emitted), its length, and what it added on top of each budget
 //    (before that is measured: where it would go deeper than the model draft, the two taken as
