@@ -261,7 +261,6 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
   TokenSink sink(on_token, options.eos_token, options.n_predict, stats);
   int32_t root = prompt.back();
   const auto t1 = Clock::now();
-  result.checks_per_budget.assign(size_t(speculation::kMaxBudget) + 1, 0);
   for (bool more = options.n_predict > 0; more;) {
     const speculation::DraftSetting setting =
         controller ? controller->next() : speculation::DraftSetting{policy.shape, policy.budget, lookup};
@@ -338,13 +337,11 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
       r.model_accepted = std::min(r.model_accepted, model_depth);
       controller->record(r);
     }
-    ++result.checks_per_budget[size_t(setting.budget)];
     const std::string name = setting.name();
     auto used = std::find_if(result.checks_per_setting.begin(), result.checks_per_setting.end(),
                              [&](const auto& e) { return e.first == name; });
     if (used == result.checks_per_setting.end()) result.checks_per_setting.push_back({name, 1});
     else ++used->second;
-    result.final_budget = setting.budget;
     result.final_setting = name;
 
     BITSPLIT_RETURN_IF_ERROR(dec.commit(verdict));

@@ -48,10 +48,8 @@ struct SpeculativeOptions {
 struct SpeculativeResult {
   GenerationStats generation;
   speculation::AcceptanceStats acceptance;
-  int32_t final_budget = 0;                  // the model draft's budget in use at the end (0: plain)
   std::string final_setting;                 // the setting in use at the end ("chain-4", "plain", ...)
   int64_t committed = 0;                     // cache slots holding committed target K/V at the end
-  std::vector<int64_t> checks_per_budget;    // index = the model draft's budget (0: none)
   // Checks per setting (DraftSetting::name), in the order the settings were first used.
   std::vector<std::pair<std::string, int64_t>> checks_per_setting;
   // Where the draft's forward pass ran: "device (cuda:0)", or "host" and why not on a device.
