@@ -67,9 +67,11 @@ struct bitsplit_model {
 };
 
 struct bitsplit_session {
-  bitsplit_model* model = nullptr;
-  std::shared_ptr<const Variant> variant;
-  SessionOptions options;
+  bitsplit_session(bitsplit_model* m, std::shared_ptr<const Variant> variant, const SessionOptions& options,
+                   const SamplingParams& sampling)
+      : model(m), session(m->loaded.model, std::move(variant), options), sampling(sampling) {}
+  bitsplit_model* model;
+  Session session;  // the variant and decoding options
   SamplingParams sampling;
   std::atomic<bool> abort{false};
   bitsplit_generation_stats last{};
@@ -181,7 +183,7 @@ const char* bitsplit_model_meta_string(const bitsplit_model* cm, const char* key
     auto value = m->loaded.source->metadata().get_string(key);
     if (!value) return nullptr;
     std::lock_guard<std::mutex> lock(m->strings_mu);
-    return m->strings.insert_or_assign(key, std::move(*value)).first->second.c_str();
+    return m->strings.try_emplace(key, std::move(*value)).first->second.c_str();  // handed out once, kept
   } catch (...) {
     return nullptr;
   }
@@ -254,29 +256,29 @@ bitsplit_status bitsplit_session_create(bitsplit_model* model, const bitsplit_se
     bitsplit_session_params defaults;
     bitsplit_session_params_init(&defaults);
     const bitsplit_session_params p = read_params(given, defaults);
-    auto s = std::make_unique<bitsplit_session>();
-    s->model = model;
-    s->sampling = {p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.repeat_last_n, p.seed};
-    if (Status st = s->sampling.validate(); !st) return invalid(st.message());
+    const SamplingParams sampling{p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.repeat_last_n, p.seed};
+    if (Status st = sampling.validate(); !st) return invalid(st.message());
+    std::shared_ptr<const Variant> variant;
     if (p.variant) {
       auto v = model->variants->get(p.variant);
       if (!v) return fail(model->variants->contains(p.variant) ? BITSPLIT_ERR_LOAD : BITSPLIT_ERR_NOT_FOUND, v.status().message());
-      s->variant = *v;
+      variant = *v;
     }
     if (p.budget < 0 || p.budget > speculation::kMaxBudget) {
       return invalid("budget must be 0 (chosen online) or 1.." + std::to_string(speculation::kMaxBudget) + ", not " +
                      std::to_string(p.budget));
     }
-    s->options.speculative = p.speculative != 0;
-    if (p.budget > 0) s->options.budget = p.budget;
-    s->options.policy.shape = p.draft_chain ? speculation::DraftShape::kChain : speculation::DraftShape::kTree;
+    SessionOptions options;
+    options.speculative = p.speculative != 0;
+    if (p.budget > 0) options.budget = p.budget;
+    options.policy.shape = p.draft_chain ? speculation::DraftShape::kChain : speculation::DraftShape::kTree;
     const int64_t ctx_train = model->loaded.model.config().n_ctx_train;
     if (p.n_ctx < 0 || p.n_ctx > ctx_train) {
       return invalid("n_ctx must be 0 (the model's) or 1.." + std::to_string(ctx_train) + ", not " + std::to_string(p.n_ctx));
     }
+    auto s = std::make_unique<bitsplit_session>(model, std::move(variant), options, sampling);
     s->n_ctx = p.n_ctx > 0 ? p.n_ctx : ctx_train;
-    Session check(model->loaded.model, s->variant, s->options);
-    if (Status st = check.validate(); !st) return invalid(st.message());
+    if (Status st = s->session.validate(); !st) return invalid(st.message());
     *out = s.release();
     return BITSPLIT_OK;
   });
@@ -301,19 +303,16 @@ bitsplit_status bitsplit_session_generate(bitsplit_session* s, const bitsplit_to
                                           bitsplit_generation_stats* stats) {
   return guarded([&] {
     if (!s || (!prompt && n_prompt > 0)) return invalid("bitsplit_session_generate: session and prompt must not be NULL");
-    if (n_prompt == 0) return invalid("the prompt is empty (no tokens to start from)");
-    if (n_predict < 0) return invalid("n_predict must be >= 0");
     bitsplit_model& m = *s->model;
     const ModelConfig& c = m.loaded.model.config();
+    if (Status st = check_generation(c, n_prompt, n_predict, s->session.options().prefill_chunk); !st) {
+      const bool overflow = n_prompt > 0 && n_predict >= 0 && int64_t(n_prompt) + n_predict > c.n_ctx_train;
+      return fail(overflow ? BITSPLIT_ERR_CONTEXT_OVERFLOW : BITSPLIT_ERR_INVALID_ARGUMENT, st.message());
+    }
     for (size_t i = 0; i < n_prompt; ++i) {
       if (prompt[i] < 0 || prompt[i] >= c.n_vocab) {
         return invalid("prompt token " + std::to_string(prompt[i]) + " is outside the vocabulary");
       }
-    }
-    if (int64_t(n_prompt) + n_predict > c.n_ctx_train) {
-      return fail(BITSPLIT_ERR_CONTEXT_OVERFLOW, "prompt (" + std::to_string(n_prompt) + " tokens) + " +
-                                                     std::to_string(n_predict) + " new tokens exceed the model's context length of " +
-                                                     std::to_string(c.n_ctx_train) + " tokens");
     }
     s->abort.store(false);
     const int32_t eos = m.loaded.tokenizer->vocab().eos;
@@ -328,12 +327,11 @@ bitsplit_status bitsplit_session_generate(bitsplit_session* s, const bitsplit_to
       const std::string text = token == eos ? std::string() : stream.push(m.loaded.tokenizer->token_to_piece(token));
       return callback(user_data, token, text.data(), text.size()) == 0;
     };
-    Session session(m.loaded.model, s->variant, s->options);
     Sampler sampler(s->sampling);
     Result<SessionResult> r = Status::error("not run");
     {
       std::lock_guard<std::mutex> lock(m.compute);
-      r = session.generate(std::span<const int32_t>(prompt, n_prompt), n_predict, eos, sampler, on_token);
+      r = s->session.generate(std::span<const int32_t>(prompt, n_prompt), n_predict, eos, sampler, on_token);
     }
     if (!r) return fail(BITSPLIT_ERR_INTERNAL, r.status().message());
     const std::string tail = stream.flush();
@@ -380,8 +378,8 @@ bitsplit_status bitsplit_session_feed(bitsplit_session* s, const bitsplit_token*
     std::vector<float> logits;
     {
       std::lock_guard<std::mutex> lock(m.compute);
-      auto r = prefill(m.loaded.model, *s->cache, std::span<const int32_t>(tokens, n), s->options.prefill_chunk,
-                       Pass::kDefault, s->variant.get(), true, int32_t(past));
+      auto r = prefill(m.loaded.model, *s->cache, std::span<const int32_t>(tokens, n), s->session.options().prefill_chunk,
+                       Pass::kDefault, s->session.variant(), true, int32_t(past));
       if (!r) return fail(BITSPLIT_ERR_INTERNAL, r.status().message());
       logits = std::move(*r);
     }
