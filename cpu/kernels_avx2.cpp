@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "plane_kernels.h"
-#include "simd_avx2.h"
+#include "simd_blocks.h"
 
 namespace bitsplit::cpu::detail {
 namespace {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "plane_kernels.h"
-#include "simd_avx512.h"
+#include "simd_blocks.h"
 
 namespace bitsplit::cpu::detail {
 namespace {

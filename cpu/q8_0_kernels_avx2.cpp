@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "q8_0_kernels.h"
-#include "simd_avx2.h"
+#include "simd_blocks.h"
 
 namespace bitsplit::cpu::detail {
 namespace {

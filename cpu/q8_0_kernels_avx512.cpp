@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "q8_0_kernels.h"
-#include "simd_avx512.h"
+#include "simd_blocks.h"
 
 namespace bitsplit::cpu::detail {
 namespace {
