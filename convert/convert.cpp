@@ -222,6 +222,8 @@ Status quantize_model_q8_0(const WeightSource& source, const std::string& out_pa
   auto split = read_split_format(source.metadata());
   if (!split) return split.status().with_context(source.path());
   if (split->has_value()) return Status::error(source.path() + ": is a converted bit-split model; quantize the original");
+  // The output must be a model `run` accepts: a side file or an unsupported architecture stops here.
+  BITSPLIT_RETURN_IF_ERROR(read_model_config(source).status());
   gguf::Writer writer;
   std::vector<bool> to_q8;
   for (const auto& t : source.tensors()) {

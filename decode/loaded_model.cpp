@@ -1,6 +1,7 @@
 // Opening a model file for generation.
 #include "bitsplit/loaded_model.h"
 
+#include "bitsplit/file_kind.h"
 #include "bitsplit/split_format.h"
 
 namespace bitsplit {
@@ -8,6 +9,7 @@ namespace bitsplit {
 Result<LoadedModel> open_model(const std::string& path, const ModelLoadOptions& requested,
                                std::optional<uint64_t> vram_budget, const std::function<void(const std::string&)>& log) {
   BITSPLIT_ASSIGN_OR_RETURN(auto source, open_weights(path));
+  BITSPLIT_RETURN_IF_ERROR(require_model(*source, ModelUse::kAny));
   ModelLoadOptions options = requested;
   auto split = read_split_format(source->metadata());
   if (!split) return split.status().with_context(path);

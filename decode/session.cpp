@@ -1,6 +1,8 @@
 // The session: plain or speculative decoding of one sequence behind one call.
 #include "bitsplit/session.h"
 
+#include "bitsplit/generate.h"
+
 namespace bitsplit {
 
 Session::Session(const Model& model, std::shared_ptr<const Variant> variant, SessionOptions options)
@@ -14,6 +16,10 @@ Status Session::validate() const {
   policy.set_budget(options_.budget.value_or(policy.budget));
   BITSPLIT_RETURN_IF_ERROR(options_.lookup.validate());
   return policy.validate();
+}
+
+Status Session::check_request(size_t prompt_tokens, int32_t n_predict) const {
+  return check_generation(model_.config(), prompt_tokens, n_predict, options_.prefill_chunk);
 }
 
 bool Session::speculative() const {

@@ -45,7 +45,7 @@ std::vector<NamedTensor> named_tensors(const Model& m) {
 }  // namespace
 
 Result<DeltaParts> compute_delta(const Model& base, const Model& finetuned, quant::DeltaAlpha alpha) {
-  if (base.has_planes() || finetuned.has_planes()) return Status::error("compute_delta needs models held in f32");
+  if (base.has_planes() || finetuned.has_planes()) return Status::error("a delta is computed from the original base and fine-tuned models, not from converted bit-split ones");
   const ModelConfig &cb = base.config(), &cf = finetuned.config();
   if (cb.n_layers != cf.n_layers || cb.n_embd != cf.n_embd || cb.n_ff != cf.n_ff || cb.n_vocab != cf.n_vocab ||
       cb.q_dim() != cf.q_dim() || cb.kv_dim() != cf.kv_dim() || cb.tied_output != cf.tied_output) {

@@ -4,6 +4,8 @@
 #include <cstring>
 
 #include "bitsplit/delta_format.h"
+
+#include "bitsplit/file_kind.h"
 #include "bitsplit/split_format.h"
 
 namespace bitsplit {
@@ -45,9 +47,7 @@ Status reject_derived(const WeightSource& s, const char* role) {
     return Status::error(s.path() + ": the " + std::string(role) +
                          " model is a converted bit-split file; make deltas from the original GGUFs");
   }
-  auto type = s.metadata().get_string_or("general.type", "");
-  if (type && *type == kDeltaFileType) return Status::error(s.path() + ": the " + role + " model is itself a delta file");
-  return Status::ok();
+  return require_model(s, ModelUse::kAny).with_context(std::string("the ") + role + " model");
 }
 
 }  // namespace

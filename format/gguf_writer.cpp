@@ -5,8 +5,10 @@
 #include <cstring>
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "bitsplit/gguf.h"
+#include "bitsplit/interrupt.h"
 
 namespace bitsplit::gguf {
 namespace {
@@ -148,6 +150,7 @@ class TempFile {
   TempFile(const TempFile&) = delete;
   TempFile& operator=(const TempFile&) = delete;
   Status open() {
+    registration_.emplace(tmp_);  // before the file exists: a signal from here on removes it
     f_ = std::fopen(tmp_.c_str(), "wb");
     if (!f_) return Status::error(path_ + ": cannot create " + tmp_ + ": " + std::strerror(errno));
     return Status::ok();
@@ -182,6 +185,7 @@ class TempFile {
                          std::strerror(e) + (e == ENOSPC ? " (the disk is full)" : ""));
   }
   std::string path_, tmp_;
+  std::optional<TempFileRegistration> registration_;
   std::FILE* f_ = nullptr;
   uint64_t written_ = 0;
   bool committed_ = false;

@@ -1,5 +1,6 @@
 // Llama-family configuration from GGUF metadata: every key checked, errors naming the key and
 // the supported values.
+#include "bitsplit/file_kind.h"
 #include "bitsplit/model.h"
 
 namespace bitsplit {
@@ -25,6 +26,7 @@ Status positive(const char* what, int64_t v) {
 }  // namespace
 
 Result<ModelConfig> read_model_config(const WeightSource& source) {
+  BITSPLIT_RETURN_IF_ERROR(require_model(source, ModelUse::kAny));
   const gguf::Metadata& m = source.metadata();
   auto ctx = [&](const Status& s) { return s.with_context(source.path()); };
   auto arch_name = m.get_string("general.architecture");

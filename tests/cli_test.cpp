@@ -8,27 +8,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "cli_testing.h"
 #include "test_paths.h"
 
 namespace {
 
-struct Output {
-  int code;
-  std::string out;  // stdout and stderr together
-};
-
-Output run_cli(const std::string& args) {
-  const std::string cmd = std::string(BITSPLIT_CLI) + " " + args + " 2>&1";
-  Output o{-1, {}};
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return o;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) o.out.append(buf.data(), n);
-  const int status = pclose(p);
-  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return o;
-}
+using bitsplit::testing::run_cli;
 
 TEST(Cli, HelpListsCommands) {
   const auto o = run_cli("--help");

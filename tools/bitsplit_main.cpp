@@ -4,6 +4,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "bitsplit/interrupt.h"
 #include "commands.h"
 
 namespace bitsplit::cli {
@@ -34,6 +35,36 @@ std::optional<tbb::global_control> limit_threads(int n) {
 
 }  // namespace bitsplit::cli
 
+namespace {
+
+// CLI11's messages can span lines ("...\nRun with --help for more information."); errors are
+// one line.
+std::string one_line(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  for (char& c : text)
+    if (c == '\n') c = ' ';
+  return text;
+}
+
+// The innermost subcommand the arguments name, if any ("bitsplit bench accept ..." -> accept).
+CLI::App* chosen_subcommand(CLI::App& app) {
+  for (CLI::App* sub : app.get_subcommands({})) {
+    if (!sub->parsed()) continue;
+    CLI::App* inner = chosen_subcommand(*sub);
+    return inner ? inner : sub;
+  }
+  return nullptr;
+}
+
+// "bench accept" for the innermost subcommand.
+std::string command_path(const CLI::App* sub) {
+  std::string path;
+  for (; sub && sub->get_parent(); sub = sub->get_parent()) path = sub->get_name() + (path.empty() ? "" : " ") + path;
+  return path;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"bitsplit: runs LLMs larger than GPU memory with bit-split weights and speculative decoding"};
   app.require_subcommand(1);
@@ -46,10 +77,31 @@ int main(int argc, char** argv) {
   bitsplit::cli::add_bench_command(app, &exit_code);
   bitsplit::cli::add_synth_command(app, &exit_code);
   bitsplit::cli::add_delta_command(app, &exit_code);
+  bitsplit::install_interrupt_handlers();
+  std::string commands;
+  bool known = argc < 2 || argv[1][0] == '-';
+  for (const CLI::App* sub : app.get_subcommands({})) {
+    commands += (commands.empty() ? "" : ", ") + sub->get_name();
+    known = known || sub->check_name(argv[1]);
+  }
+  // An unknown first word is named, with the commands there are.
+  if (argc > 1 && argv[1][0] == '-' && app.get_option_no_throw(argv[1]) == nullptr) {
+    return bitsplit::cli::report_error(std::string("unknown option '") + argv[1] + "' before the command (commands: " +
+                                       commands + "; see bitsplit --help)");
+  }
+  if (!known) {
+    return bitsplit::cli::report_error(std::string("unknown command '") + argv[1] + "' (commands: " + commands + ")");
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    if (dynamic_cast<const CLI::RequiredError*>(&e) && chosen_subcommand(app) == nullptr) {
+      return bitsplit::cli::report_error("a command is required (commands: " + commands + "; see bitsplit --help)");
+    }
+    const CLI::App* sub = chosen_subcommand(app);
+    std::string message = one_line(e.what());
+    return bitsplit::cli::report_error(message + " (see bitsplit " + (sub ? command_path(sub) + " " : std::string()) + "--help)");
   }
   return exit_code;
 }

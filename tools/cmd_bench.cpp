@@ -9,6 +9,7 @@
 #include "bitsplit/speculative.h"
 #include "bitsplit/variant.h"
 #include "commands.h"
+#include "option_checks.h"
 #include "progress.h"
 
 namespace bitsplit::cli {
@@ -169,11 +170,11 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   cmd->add_option("-m,--model", a->model, "Bit-split model (from `bitsplit convert`)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--prompts", a->prompts, "Prompt file, one prompt per line (bench/prompts/ has ours)")
       ->required()->check(CLI::ExistingFile);
-  cmd->add_option("-n,--n-predict", a->n_predict, "Tokens per prompt")->capture_default_str()->check(CLI::Range(1, 1 << 16));
-  cmd->add_option("--temp", a->temperature, "Temperature (0 = greedy)")->capture_default_str()->check(CLI::Range(0.0f, 100.0f));
-  cmd->add_option("--seed", a->seed, "Seed for sampling")->capture_default_str();
-  cmd->add_option("--chains", a->chains, "Chain lengths to try")->capture_default_str()->check(CLI::Range(1, 64));
-  cmd->add_option("--budgets", a->budgets, "Tree budgets to try")->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("-n,--n-predict", a->n_predict, "Tokens per prompt")->capture_default_str()->check(whole_in(1, 1 << 16));
+  cmd->add_option("--temp", a->temperature, "Temperature (0 = greedy)")->capture_default_str()->check(real_in(0.0, 100.0));
+  cmd->add_option("--seed", a->seed, "Seed for sampling")->capture_default_str()->check(seed_number());
+  cmd->add_option("--chains", a->chains, "Chain lengths to try")->capture_default_str()->check(whole_in(1, 64));
+  cmd->add_option("--budgets", a->budgets, "Tree budgets to try")->capture_default_str()->check(whole_in(1, 64));
   cmd->add_option("--delta", a->deltas,
                   "Also decode this BitDelta variant, NAME=FILE (repeatable): rows for its own draft and for the "
                   "plain base draft, interleaved with the base in the same run")
@@ -182,10 +183,10 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--lookup", a->lookup,
                   "Context lookup in every row: up to N tokens that followed an earlier occurrence of the text's "
                   "last tokens (greedy only; 0 = off)")
-      ->capture_default_str()->check(CLI::Range(0, speculation::kMaxBudget));
+      ->capture_default_str()->check(whole_in(0, speculation::kMaxBudget));
   cmd->add_flag("--json", a->json,
                 "Print JSON instead of a table (with acceptance per depth: accepted_at_depth / drafted_at_depth)");
-  cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(CLI::Range(1, 4096));
+  cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(whole_in(1, 4096));
   cmd->callback([a, exit_code] { *exit_code = bench_accept(*a); });
 }
 

@@ -8,6 +8,7 @@
 #include "bitsplit/quality.h"
 #include "bitsplit/tokenizer.h"
 #include "commands.h"
+#include "option_checks.h"
 #include "output_path.h"
 #include "progress.h"
 
@@ -118,7 +119,7 @@ void add_convert_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--fit", a->fit, "Draft scale/offset fit")->capture_default_str()
       ->check(CLI::IsMember({"optimized", "minmax"}));
   cmd->add_option("--imatrix", a->imatrix, "Importance matrix from `bitsplit imatrix`")->check(CLI::ExistingFile);
-  cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(CLI::Range(1, 4096));
+  cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(whole_in(1, 4096));
   cmd->callback([a, exit_code] { *exit_code = convert(*a); });
 
   auto b = std::make_shared<ImatrixArgs>();
@@ -126,8 +127,8 @@ void add_convert_command(CLI::App& app, int* exit_code) {
   im->add_option("model", b->model, "Model (.gguf)")->required()->check(CLI::ExistingFile);
   im->add_option("--text", b->text, "Text file")->required()->check(CLI::ExistingFile);
   im->add_option("-o,--output", b->out, "Output file (.gguf)")->required();
-  im->add_option("--ctx", b->ctx, "Tokens per window")->capture_default_str()->check(CLI::Range(2, 1 << 20));
-  im->add_option("-t,--threads", b->threads, "Worker threads (default: all cores)")->check(CLI::Range(1, 4096));
+  im->add_option("--ctx", b->ctx, "Tokens per window")->capture_default_str()->check(whole_in(2, 1 << 20));
+  im->add_option("-t,--threads", b->threads, "Worker threads (default: all cores)")->check(whole_in(1, 4096));
   im->callback([b, exit_code] { *exit_code = imatrix(*b); });
 
   auto q = std::make_shared<QuantizeArgs>();

@@ -6,6 +6,7 @@
 #include "bitsplit/quality.h"
 #include "bitsplit/variant.h"
 #include "commands.h"
+#include "option_checks.h"
 #include "output_path.h"
 #include "progress.h"
 
@@ -100,12 +101,12 @@ void add_delta_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--distill-kl-sweeps", a->kl_sweeps,
                   "With --distill: passes of the end-to-end refinement on the logit KL after the layer-wise fit (0: none)")
       ->capture_default_str()
-      ->check(CLI::Range(0, 8));
+      ->check(whole_in(0, 8));
   cmd->add_option("--distill-kl-tokens", a->kl_tokens, "Tokens of the --distill text used by the KL refinement")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t(2), int64_t(1) << 30));
-  cmd->add_option("--distill-ctx", a->distill_ctx, "Tokens per window for --distill")->capture_default_str()->check(CLI::Range(2, 1 << 20));
-  cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(CLI::Range(1, 4096));
+      ->check(whole_in(2, int64_t(1) << 30));
+  cmd->add_option("--distill-ctx", a->distill_ctx, "Tokens per window for --distill")->capture_default_str()->check(whole_in(2, 1 << 20));
+  cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(whole_in(1, 4096));
   cmd->callback([a, exit_code] { *exit_code = delta(*a); });
 }
 

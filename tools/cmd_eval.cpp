@@ -8,6 +8,7 @@
 #include "bitsplit/quality.h"
 #include "bitsplit/tokenizer.h"
 #include "commands.h"
+#include "option_checks.h"
 #include "progress.h"
 
 namespace bitsplit::cli {
@@ -25,6 +26,10 @@ struct EvalArgs {
 int eval_variant(const EvalArgs& a, LoadedModel& ft, const std::vector<int32_t>& tokens) {
   auto base = load_model(a.base);
   if (!base) return report_error(base.status().message());
+  if (base->model.has_planes()) {
+    return report_error("--base: " + a.base + " is a converted (bit-split) model; give the original base model (eval "
+                        "converts it in every scheme itself)");
+  }
   VariantEvalOptions o;
   o.ctx = a.ctx;
   o.group = a.group;
@@ -166,11 +171,11 @@ void add_eval_command(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand("eval", "Compare quantisation schemes with the f32 model on a text");
   cmd->add_option("model", a->model, "Original model (.gguf)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--text", a->text, "Text file to evaluate on")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--ctx", a->ctx, "Tokens per window (the first is BOS)")->capture_default_str()->check(CLI::Range(2, 1 << 20));
+  cmd->add_option("--ctx", a->ctx, "Tokens per window (the first is BOS)")->capture_default_str()->check(whole_in(2, 1 << 20));
   cmd->add_option("--group", a->group, "Group size of the bit-split and min/max schemes")
       ->capture_default_str()->check(CLI::IsMember({32, 64, 128}));
   cmd->add_option("--max-tokens", a->max_tokens, "Stop after this many predictions (0 = whole text)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(whole_at_least(0));
   cmd->add_option("--imatrix", a->imatrix, "Importance matrix for the bit-split schemes")->check(CLI::ExistingFile);
   cmd->add_option("--scheme", a->schemes, "Only these schemes (repeatable): draft(R8), draft(R6), D+R6, D+R8, D+R6/w, "
                                           "D+R8/w, Q8_0, Q8_0/a8, minmax2, minmax4");
@@ -182,7 +187,7 @@ void add_eval_command(CLI::App& app, int* exit_code) {
                                                 "text other than --text)")
       ->check(CLI::ExistingFile);
   cmd->add_flag("--json", a->json, "Print JSON instead of a table");
-  cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(CLI::Range(1, 4096));
+  cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(whole_in(1, 4096));
   cmd->callback([a, exit_code] { *exit_code = eval(*a); });
 }
 

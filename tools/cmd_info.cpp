@@ -6,6 +6,7 @@
 #include "bitsplit/cpu.h"
 #include "bitsplit/convert.h"
 #include "bitsplit/delta_format.h"
+#include "bitsplit/file_kind.h"
 #include "bitsplit/gpu.h"
 #include "bitsplit/model.h"
 #include "bitsplit/tokenizer.h"
@@ -60,11 +61,28 @@ int info(const InfoOptions& o) {
     if (o.model.empty()) return 0;
   }
   if (o.model.empty()) return report_error("a model file is required (or pass --topology)");
+  // Options are checked before anything is printed.
+  std::optional<uint64_t> asked_budget;
+  if (!o.vram_budget.empty()) {
+    auto b = parse_byte_size(o.vram_budget);
+    if (!b) return report_error("--vram-budget: " + b.status().message());
+    asked_budget = *b;
+  }
   auto source = open_weights(o.model);
   if (!source) return report_error(source.status().message());
   const WeightSource& w = **source;
-  if (auto type = w.metadata().get_string_or("general.type", ""); type && *type == kDeltaFileType) {
+  auto kind = file_kind(w.metadata());
+  if (!kind) return report_error(kind.status().with_context(o.model).message());
+  if (*kind == FileKind::kDelta) {
+    if (asked_budget) return report_error("--vram-budget plans a bit-split model's draft planes; " + o.model + " is a delta file");
     return info_delta(o.model);
+  }
+  if (*kind != FileKind::kModel && *kind != FileKind::kBitSplitModel) {
+    return report_error(require_model(w, ModelUse::kAny).message());
+  }
+  if (asked_budget && *kind != FileKind::kBitSplitModel) {
+    return report_error("--vram-budget plans a bit-split model's draft planes; " + o.model +
+                        " is not one (`bitsplit convert` it first)");
   }
   std::printf("file:          %s\n", w.path().c_str());
   std::printf("container:     %s\n", w.describe().c_str());
@@ -101,10 +119,8 @@ int info(const InfoOptions& o) {
       // Where the draft planes would go: the budget asked for, else the device's default.
       std::optional<uint64_t> budget;
       std::string why;
-      if (!o.vram_budget.empty()) {
-        auto b = parse_byte_size(o.vram_budget);
-        if (!b) return report_error("--vram-budget: " + b.status().message());
-        budget = *b;
+      if (asked_budget) {
+        budget = asked_budget;
       } else if (gpu::device_count() > 0) {
         auto b = default_vram_budget(0);
         if (b) budget = *b;

@@ -1,14 +1,17 @@
 // `bitsplit run`: load a model, tokenize the prompt, stream generated text, report speed.
+#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <optional>
 #include <random>
 
+#include "bitsplit/interrupt.h"
 #include "bitsplit/session.h"
 #include "bitsplit/tokenizer.h"
 #include "bitsplit/variant.h"
 #include "bitsplit/vram_plan.h"
 #include "commands.h"
+#include "option_checks.h"
 
 namespace bitsplit::cli {
 namespace {
@@ -84,6 +87,10 @@ int run(const RunOptions& o) {
   }
   auto loaded = load_model(o.model, {.draft_only = o.draft_only, .q8_0_kernels = true}, vram_budget);
   if (!loaded) return report_error(loaded.status().message());
+  if (vram_budget && !loaded->model.has_planes()) {
+    return report_error("--vram-budget places a bit-split model's draft planes; " + o.model +
+                        " is not a bit-split model (`bitsplit convert` it first)");
+  }
   const Tokenizer& tokenizer = *loaded->tokenizer;
   // Variants ride on the loaded base; the one asked for is loaded (and timed) through the cache.
   VariantRegistry variants(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX},
@@ -104,7 +111,10 @@ int run(const RunOptions& o) {
   enc.add_special = !o.no_bos;
   enc.parse_special = o.parse_special;
   const std::vector<int32_t> prompt_ids = tokenizer.encode(prompt, enc);
-  if (prompt_ids.empty()) return report_error("the prompt is empty and the model adds no BOS token; pass -p TEXT");
+  if (prompt_ids.empty()) {
+    return report_error(o.no_bos ? "the prompt is empty and --no-bos leaves no token to start from; pass -p TEXT"
+                                 : "the prompt is empty and the model adds no BOS token; pass -p TEXT");
+  }
 
   SessionOptions so;
   so.speculative = !o.no_spec;
@@ -123,6 +133,8 @@ int run(const RunOptions& o) {
   if (o.base_draft && !variant) return report_error("--base-draft needs --variant NAME (the base drafts itself)");
   Session session(loaded->model, variant, so);
   if (Status st = session.validate(); !st) return report_error(st.message());
+  // Checked before the prompt is echoed, so an impossible request prints only its error.
+  if (Status st = session.check_request(prompt_ids.size(), o.n_predict); !st) return report_error(st.message());
   // A bit-split model decodes speculatively unless asked not to; any other model plainly.
   const bool speculative = session.speculative();
 
@@ -131,12 +143,14 @@ int run(const RunOptions& o) {
   Utf8StreamDecoder stream;
   std::fputs(prompt.c_str(), stdout);
   std::fflush(stdout);
+  // Ctrl-C (SIGINT) or SIGTERM: stop after the current token, print the text and the summary.
+  CooperativeInterrupt interrupt;
   auto on_token = [&](int32_t token) {
     if (token == eos) return true;
     const std::string text = stream.push(tokenizer.token_to_piece(token));
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
-    return true;
+    return CooperativeInterrupt::signal_received() == 0;
   };
   Result<SessionResult> generated = session.generate(prompt_ids, o.n_predict, eos, sampler, on_token);
   Result<GenerationStats> stats = Status::error("not run");
@@ -188,6 +202,11 @@ int run(const RunOptions& o) {
   if (!draft_note.empty()) std::fprintf(stderr, "  %s\n", draft_note.c_str());
   if (!budget_note.empty()) std::fprintf(stderr, "  %s\n", budget_note.c_str());
   if (!sampling.greedy()) std::fprintf(stderr, "seed: %llu\n", (unsigned long long)sampling.seed);
+  if (const int sig = CooperativeInterrupt::signal_received(); sig != 0) {
+    std::fprintf(stderr, "stopped by %s after %lld tokens\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+                 (long long)stats->generated_tokens);
+    return 128 + sig;
+  }
   return 0;
 }
 
@@ -199,15 +218,15 @@ void add_run_command(CLI::App& app, int* exit_code) {
   cmd->add_option("-m,--model", o->model, "Model file (.gguf)")->required()->check(CLI::ExistingPath);
   auto* prompt = cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
   cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file")->check(CLI::ExistingFile)->excludes(prompt);
-  cmd->add_option("-n,--n-predict", o->n_predict, "Number of tokens to generate")->capture_default_str()->check(CLI::Range(0, 1 << 24));
-  cmd->add_option("--temp", o->sampling.temperature, "Sampling temperature; 0 = greedy")->capture_default_str()->check(CLI::Range(0.0f, 100.0f));
-  cmd->add_option("--top-k", o->sampling.top_k, "Keep the k most likely tokens; 0 = off")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-p", o->sampling.top_p, "Nucleus sampling threshold; 1 = off")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
-  cmd->add_option("--min-p", o->sampling.min_p, "Drop tokens below min-p x the top probability; 0 = off")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
-  cmd->add_option("--repeat-penalty", o->sampling.repeat_penalty, "Penalty for recently seen tokens; 1 = off")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--repeat-last-n", o->sampling.repeat_last_n, "How many recent tokens the penalty looks at")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("-s,--seed", o->seed, "Random seed (default: random, printed at the end)");
-  cmd->add_option("-t,--threads", o->threads, "Worker threads (default: all cores)")->check(CLI::Range(1, 4096));
+  cmd->add_option("-n,--n-predict", o->n_predict, "Number of tokens to generate")->capture_default_str()->check(whole_in(0, 1 << 24));
+  cmd->add_option("--temp", o->sampling.temperature, "Sampling temperature; 0 = greedy")->capture_default_str()->check(real_in(0.0, 100.0));
+  cmd->add_option("--top-k", o->sampling.top_k, "Keep the k most likely tokens; 0 = off")->capture_default_str()->check(whole_at_least(0));
+  cmd->add_option("--top-p", o->sampling.top_p, "Nucleus sampling threshold; 1 = off")->capture_default_str()->check(real_in(0.0, 1.0));
+  cmd->add_option("--min-p", o->sampling.min_p, "Drop tokens below min-p x the top probability; 0 = off")->capture_default_str()->check(real_in(0.0, 1.0));
+  cmd->add_option("--repeat-penalty", o->sampling.repeat_penalty, "Penalty for recently seen tokens; 1 = off")->capture_default_str()->check(real_above(0));
+  cmd->add_option("--repeat-last-n", o->sampling.repeat_last_n, "How many recent tokens the penalty looks at")->capture_default_str()->check(whole_at_least(0));
+  cmd->add_option("-s,--seed", o->seed, "Random seed (default: random, printed at the end)")->check(seed_number());
+  cmd->add_option("-t,--threads", o->threads, "Worker threads (default: all cores)")->check(whole_in(1, 4096));
   cmd->add_flag("--parse-special", o->parse_special, "Turn special-token text such as <s> in the prompt into those tokens");
   cmd->add_flag("--no-bos", o->no_bos, "Do not add the beginning-of-sequence token");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating after the end-of-sequence token");
@@ -220,7 +239,7 @@ void add_run_command(CLI::App& app, int* exit_code) {
       ->capture_default_str()
       ->check([](const std::string& v) -> std::string {
         auto b = speculation::parse_budget(v);
-        return b ? "" : "--budget: " + b.status().message();
+        return b ? "" : b.status().message();
       });
   auto* draft = cmd->add_option("--draft", o->draft_shape,
                                  "Draft shape: a dynamic tree or a chain of --budget tokens (with --budget auto, "
@@ -230,10 +249,10 @@ void add_run_command(CLI::App& app, int* exit_code) {
                   "Context lookup, greedy decoding: also propose up to N tokens that followed an earlier occurrence "
                   "of the text's last 3, 2 or 1 tokens, verified in the same pass (0 = off; default " +
                       std::to_string(kDefaultLookup) + " with --budget auto, off with a fixed --budget)")
-      ->check(CLI::Range(0, speculation::kMaxBudget));
-  cmd->add_option("--depth", o->depth, "Maximum tree depth")->capture_default_str()->check(CLI::Range(1, speculation::kMaxBudget));
+      ->check(whole_in(0, speculation::kMaxBudget));
+  cmd->add_option("--depth", o->depth, "Maximum tree depth")->capture_default_str()->check(whole_in(1, speculation::kMaxBudget));
   cmd->add_option("--tree-top-k", o->top_k, "Children considered per node and nodes kept per level")
-      ->capture_default_str()->check(CLI::Range(1, speculation::kMaxBudget));
+      ->capture_default_str()->check(whole_in(1, speculation::kMaxBudget));
   cmd->add_option("--vram-budget", o->vram_budget,
                   "Bytes of VRAM for the draft planes (e.g. 6G; default: free memory minus max(1 GiB, 10%)). "
                   "Planes go to the GPU layer by layer while they fit; the rest are drafted on the CPU")

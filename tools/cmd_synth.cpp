@@ -22,6 +22,8 @@
 #include "bitsplit/quant.h"
 #include "bitsplit/vram_plan.h"
 #include "commands.h"
+#include "output_path.h"
+#include "option_checks.h"
 #include "progress.h"
 
 namespace bitsplit::cli {
@@ -235,6 +237,7 @@ int synth(const SynthArgs& a) {
     return report_error("--group, --residual and --draft-bits describe bit-split planes; add --format bitsplit "
                         "(or leave them out for an F16 model)");
   }
+  if (Status st = check_output_path(a.out, {}, "-o"); !st) return report_error(st.message());
   const auto threads = limit_threads(a.threads);
   const Shape& s = shapes().at(a.shape);
   const std::vector<Plan> plan = source_plan(s);
@@ -359,7 +362,7 @@ void add_synth_command(CLI::App& app, int* exit_code) {
   for (const auto& [name, shape] : shapes()) names.push_back(name);
   cmd->add_option("--shape", a->shape, "Model shape")->capture_default_str()->check(CLI::IsMember(names));
   cmd->add_option("-o,--output", a->out, "Output .gguf")->required();
-  cmd->add_option("--seed", a->seed, "Seed of the random weights")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed of the random weights")->capture_default_str()->check(seed_number());
   cmd->add_option("--format", a->format,
                   "f16: F16 projections (input for `bitsplit convert`); bitsplit: the bit-split planes `bitsplit "
                   "convert` would write, with random codes, directly (fast at any size)")
@@ -370,7 +373,7 @@ void add_synth_command(CLI::App& app, int* exit_code) {
                        ->capture_default_str()->check(CLI::IsMember({6, 8}));
   auto* draft = cmd->add_option("--draft-bits", a->draft_bits, "With --format bitsplit: draft plane bits")
                     ->capture_default_str()->check(CLI::IsMember({2, 3, 4}));
-  cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(CLI::Range(1, 4096));
+  cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(whole_in(1, 4096));
   cmd->callback([a, exit_code, group, residual, draft] {
     a->split_options_given = group->count() + residual->count() + draft->count() > 0;
     *exit_code = synth(*a);

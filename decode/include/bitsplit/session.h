@@ -49,6 +49,9 @@ class Session {
   Status validate() const;
   // Whether generate() decodes speculatively (a bit-split model and options.speculative).
   bool speculative() const;
+  // An error for a request that cannot run (an empty prompt, a prompt and n_predict over the
+  // context, n_predict out of range): the check generate() makes first, available before it.
+  Status check_request(size_t prompt_tokens, int32_t n_predict) const;
   const Variant* variant() const { return variant_.get(); }
   const SessionOptions& options() const { return options_; }
 

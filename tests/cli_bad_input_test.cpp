@@ -1,0 +1,330 @@
+// Every subcommand and option tried with bad values, as a hostile but ordinary user would: each
+// case must end with exit code 1 and exactly one "error:" line naming the problem, never a
+// crash, a hang, a usage dump or an output file (issue: reliability). Also: interrupts and full
+// disks leave no partial output and never touch an existing file.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "cli_testing.h"
+#include "test_paths.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using bitsplit::testing::count_lines_starting_with;
+using bitsplit::testing::run_cli;
+
+// Files the cases refer to as {NAME}; made once for the suite.
+class CliBadInput : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string models = BITSPLIT_SOURCE_DIR "/tests/models";
+    if (!fs::exists(models + "/bible-base.gguf")) return;
+    dir_ = new bitsplit::testing::TempDir("cli-bad-input");
+    auto& f = files_;
+    f["BASE"] = dir_->file("base.gguf");
+    fs::copy_file(models + "/bible-base.gguf", f["BASE"]);
+    f["FT"] = models + "/bible-devil.gguf";
+    f["TEXT"] = models + "/text/kjv.valid.txt";
+    f["SHORT"] = dir_->file("short.txt");  // a few windows, for the imatrix
+    f["BS"] = dir_->file("base.bitsplit.gguf");
+    f["DELTA"] = dir_->file("devil.delta.gguf");
+    f["IM"] = dir_->file("kjv.imatrix.gguf");
+    f["TINY"] = dir_->file("tiny.gguf");
+    f["EMPTY"] = dir_->file("empty.gguf");
+    f["TRUNC"] = dir_->file("truncated.gguf");
+    f["DIR"] = dir_->file("folder");
+    f["MISSING"] = dir_->file("missing.gguf");
+    f["OUT"] = dir_->file("out.gguf");
+    fs::create_directory(f["DIR"]);
+    {
+      std::ifstream in(f["TEXT"]);
+      std::string head(3000, '\0');
+      in.read(head.data(), std::streamsize(head.size()));
+      std::ofstream(f["SHORT"]) << head;
+    }
+    std::ofstream(f["EMPTY"]).flush();
+    {
+      std::ifstream in(f["BASE"], std::ios::binary);
+      std::string head(8192, '\0');
+      in.read(head.data(), std::streamsize(head.size()));
+      std::ofstream(f["TRUNC"], std::ios::binary).write(head.data(), std::streamsize(head.size()));
+    }
+    const std::vector<std::string> setup = {
+        "convert " + f["BASE"] + " " + f["BS"] + " -t 2",
+        "delta --base " + f["BASE"] + " --finetuned " + f["FT"] + " -o " + f["DELTA"],
+        "imatrix " + f["BASE"] + " --text " + f["SHORT"] + " -o " + f["IM"] + " --ctx 64",
+        "synth --shape tiny --format f16 -o " + f["TINY"],
+    };
+    for (const auto& cmd : setup) {
+      const auto o = run_cli(cmd);
+      if (o.code != 0) setup_error_ += cmd + ": " + o.out + "\n";
+    }
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  void SetUp() override {
+    if (!dir_) GTEST_SKIP() << "tests/models/bible-base.gguf is missing";
+    ASSERT_TRUE(setup_error_.empty()) << setup_error_;
+  }
+  // Replaces every {NAME} with its file.
+  static std::string expand(std::string text) {
+    for (const auto& [name, path] : files_) {
+      const std::string key = "{" + name + "}";
+      for (size_t at; (at = text.find(key)) != std::string::npos;) text.replace(at, key.size(), path);
+    }
+    return text;
+  }
+  static inline bitsplit::testing::TempDir* dir_ = nullptr;
+  static inline std::map<std::string, std::string> files_;
+  static inline std::string setup_error_;
+};
+
+struct Case {
+  const char* args;  // with {NAME} placeholders
+  const char* says;  // a piece of the error line
+};
+
+// clang-format off
+const Case kCases[] = {
+    // The command itself.
+    {"", "a command is required"},
+    {"frobnicate", "unknown command 'frobnicate'"},
+    {"--bogus", "unknown option '--bogus'"},
+    {"run --bogus -m {BASE}", "--bogus"},
+    // run: files.
+    {"run -p hi", "--model is required"},
+    {"run -m {MISSING} -p hi", "missing.gguf"},
+    {"run -m {DIR} -p hi", "folder"},
+    {"run -m {EMPTY} -p hi", "empty.gguf"},
+    {"run -m {TRUNC} -p hi", "truncated.gguf"},
+    {"run -m {TEXT} -p hi", "not a GGUF file"},
+    {"run -m {DELTA} -p hi", "is a BitDelta delta file, not a model"},
+    {"run -m {IM} -p hi", "is an importance matrix, not a model"},
+    {"run -m {BASE} -f {MISSING}", "missing.gguf"},
+    {"run -m {BASE} -f {TEXT} -p hi", "excludes"},
+    // run: numbers.
+    {"run -m {BASE} -p hi -n -1", "-1 is below the minimum 0"},
+    {"run -m {BASE} -p hi -n abc", "'abc' is not a whole number"},
+    {"run -m {BASE} -p hi -n 99999999999", "above the maximum"},
+    {"run -m {BASE} -p hi -n 100000", "exceed the model's context length"},
+    {"run -m {BASE} -p hi --temp -1", "below the minimum 0"},
+    {"run -m {BASE} -p hi --temp nan", "not a finite number"},
+    {"run -m {BASE} -p hi --top-p 2", "above the maximum 1"},
+    {"run -m {BASE} -p hi --min-p -0.5", "below the minimum 0"},
+    {"run -m {BASE} -p hi --top-k -3", "-3 is below the minimum 0"},
+    {"run -m {BASE} -p hi --repeat-penalty 0", "must be greater than 0"},
+    {"run -m {BASE} -p hi --repeat-penalty 1e400", "not a finite number"},
+    {"run -m {BASE} -p hi --seed -1", "'-1' is not a seed"},
+    {"run -m {BASE} -p hi --seed=-1", "'-1' is not a seed"},
+    {"run -m {BASE} -p hi --seed 99999999999999999999999", "is not a seed"},
+    {"run -m {BASE} -p hi --seed abc", "'abc' is not a seed"},
+    {"run -m {BASE} -p hi -t 0", "below the minimum 1"},
+    {"run -m {BS} -p hi --budget 0", "--budget"},
+    {"run -m {BS} -p hi --budget 65", "--budget"},
+    {"run -m {BS} -p hi --budget lots", "--budget"},
+    {"run -m {BS} -p hi --draft star", "star"},
+    {"run -m {BS} -p hi --lookup 99", "above the maximum 64"},
+    {"run -m {BS} -p hi --depth 0", "below the minimum 1"},
+    {"run -m {BS} -p hi --tree-top-k 0", "below the minimum 1"},
+    // run: options that do not go together or do not apply.
+    {"run -m {BS} -p hi --no-spec --draft-only", "excludes"},
+    {"run -m {BASE} -p hi --draft-only", "not a bit-split model"},
+    {"run -m {BS} -p hi --vram-budget -5G", "is not a byte size"},
+    {"run -m {BASE} -p hi --vram-budget 1G", "is not a bit-split model"},
+    {"run -m {BS} -p hi --delta nameless", "NAME=FILE"},
+    {"run -m {BS} -p hi --delta d={MISSING} --variant d", "missing.gguf"},
+    {"run -m {BS} -p hi --delta d={DELTA}", "none was chosen"},
+    {"run -m {BS} -p hi --variant nope", "nope"},
+    {"run -m {BS} -p hi --base-draft", "needs --variant"},
+    {"run -m {BS} -p hi --delta d={BASE} --variant d", "not a delta file"},
+    {"run -m {BASE} --no-bos -p ''", "--no-bos"},
+    // info.
+    {"info", "a model file is required"},
+    {"info {MISSING}", "missing.gguf"},
+    {"info {EMPTY}", "empty.gguf"},
+    {"info {IM}", "is an importance matrix"},
+    {"info {BS} --vram-budget -5G", "is not a byte size"},
+    {"info {BASE} --vram-budget 1G", "is not one"},
+    // convert.
+    {"convert {BASE}", "output is required"},
+    {"convert {MISSING} {OUT}", "missing.gguf"},
+    {"convert {BASE} {BASE}", "would destroy the input"},
+    {"convert {BASE} /dev/null", "not a regular file"},
+    {"convert {BASE} {DIR}", "a directory"},
+    {"convert {BASE} {DIR}/no/such/out.gguf", "does not exist"},
+    {"convert {BS} {OUT}", "already a bit-split model"},
+    {"convert {DELTA} {OUT}", "delta file"},
+    {"convert {TEXT} {OUT}", "not a GGUF file"},
+    {"convert {BASE} {OUT} --group 48", "48"},
+    {"convert {BASE} {OUT} --residual 7", "7"},
+    {"convert {BASE} {OUT} --draft-bits 5", "5"},
+    {"convert {BASE} {OUT} --fit magic", "magic"},
+    {"convert {BASE} {OUT} --imatrix {MISSING}", "missing.gguf"},
+    {"convert {BASE} {OUT} --imatrix {TEXT}", "not a GGUF file"},
+    {"convert {BASE} {OUT} --imatrix {BASE}", "importance matrix"},
+    {"convert {BASE} {OUT} -t 0", "below the minimum 1"},
+    // quantize.
+    {"quantize {DELTA} {OUT}", "delta file"},
+    {"quantize {IM} {OUT}", "importance matrix"},
+    {"quantize {BS} {OUT}", "quantize the original"},
+    {"quantize {BASE} {BASE}", "would destroy the input"},
+    {"quantize {BASE} {OUT} --type q4_k", "q4_k"},
+    // imatrix.
+    {"imatrix {BASE} --text {MISSING} -o {OUT}", "missing.gguf"},
+    {"imatrix {BASE} --text {TEXT} -o {TEXT}", "would destroy the input"},
+    {"imatrix {BASE} --text {TEXT} -o {OUT} --ctx 1", "below the minimum 2"},
+    {"imatrix {DELTA} --text {TEXT} -o {OUT}", "delta file"},
+    {"imatrix {BASE} --text {EMPTY} -o {OUT}", "text"},
+    // eval.
+    {"eval {BS} --text {TEXT}", "converted"},
+    {"eval {BASE} --text {MISSING}", "missing.gguf"},
+    {"eval {BASE} --text {TEXT} --ctx 1", "below the minimum 2"},
+    {"eval {BASE} --text {TEXT} --group 48", "48"},
+    {"eval {BASE} --text {TEXT} --scheme bogus", "bogus"},
+    {"eval {BASE} --text {TEXT} --max-tokens -5", "below the minimum 0"},
+    {"eval {FT} --text {TEXT} --base {BS}", "--base"},
+    {"eval {BASE} --text {TEXT} --distill-text {TEXT}", "needs --base"},
+    {"eval {BASE} --text {TEXT} --imatrix {TEXT}", "not a GGUF file"},
+    {"eval {DELTA} --text {TEXT}", "delta file"},
+    // delta.
+    {"delta --base {BASE} --finetuned {FT}", "--output is required"},
+    {"delta --base {DELTA} --finetuned {FT} -o {OUT}", "delta file"},
+    {"delta --base {BASE} --finetuned {BS} -o {OUT}", "converted bit-split"},
+    {"delta --base {BASE} --finetuned {TINY} -o {OUT}", "tiny.gguf"},
+    {"delta --base {BASE} --finetuned {FT} -o {BASE}", "would destroy the input"},
+    {"delta --base {BASE} --finetuned {FT} -o {OUT} --alpha column", "column"},
+    {"delta --base {BASE} --finetuned {FT} -o {OUT} --distill-kl-sweeps 9", "above the maximum 8"},
+    {"delta --base {BASE} --finetuned {FT} -o {OUT} --distill {MISSING}", "missing.gguf"},
+    // synth.
+    {"synth --shape huge -o {OUT}", "huge"},
+    {"synth --shape tiny -o /dev/null", "not a regular file"},
+    {"synth --shape tiny -o {DIR}", "a directory"},
+    {"synth --shape tiny -o {OUT} --seed -1", "is not a seed"},
+    {"synth --shape tiny -o {OUT} --format q4", "q4"},
+    // bench.
+    {"bench accept -m {BS}", "--prompts is required"},
+    {"bench accept -m {BS} --prompts {MISSING}", "missing.gguf"},
+    {"bench accept -m {BS} --prompts {TEXT} --chains 0", "below the minimum 1"},
+    {"bench accept -m {BS} --prompts {TEXT} --seed -2", "is not a seed"},
+};
+// clang-format on
+
+TEST_F(CliBadInput, EveryBadOptionIsOneErrorLineAndExitCodeOne) {
+  for (const Case& c : kCases) {
+    const std::string args = expand(c.args);
+    fs::remove(files_["OUT"]);
+    const auto o = run_cli(args, 120);
+    SCOPED_TRACE("bitsplit " + args + "\n" + o.out);
+    EXPECT_EQ(o.code, 1) << "exit code (124: hung, -1: crashed)";
+    EXPECT_EQ(count_lines_starting_with(o.out, "error: "), 1) << "one error line";
+    EXPECT_NE(o.out.find(c.says), std::string::npos) << "the error names: " << c.says;
+    EXPECT_EQ(o.out.find("Run with --help"), std::string::npos) << "no usage dump";
+    EXPECT_FALSE(fs::exists(files_["OUT"])) << "no output file";
+    EXPECT_FALSE(fs::exists(files_["OUT"] + ".tmp")) << "no partial output";
+  }
+}
+
+// Files a writer must leave as they were when it fails.
+struct Untouched {
+  explicit Untouched(std::string path) : path(std::move(path)) {
+    std::ofstream(this->path) << "an earlier output that must survive\n";
+  }
+  bool intact() const {
+    std::ifstream in(path);
+    std::string line;
+    std::getline(in, line);
+    return line == "an earlier output that must survive" && !fs::exists(path + ".tmp");
+  }
+  std::string path;
+};
+
+TEST_F(CliBadInput, AFullDiskLeavesNoPartialOutputAndTheOldFileIntact) {
+  // A file-size limit (ulimit -f: 8 KiB) makes the writes fail part-way as a full disk
+  // does; the CLI ignores SIGXFSZ so it sees the error.
+  const Untouched out(files_["OUT"]);
+  const std::vector<std::string> writers = {
+      "convert {BASE} {OUT}",
+      "quantize {BASE} {OUT}",
+      "delta --base {BASE} --finetuned {FT} -o {OUT}",
+      "imatrix {BASE} --text {SHORT} -o {OUT} --ctx 64",
+      "synth --shape tiny -o {OUT}",
+  };
+  for (const std::string& w : writers) {
+    const std::string cmd = "bash -c 'ulimit -f 8; exec " + std::string(BITSPLIT_CLI) + " " + expand(w) + "' 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string text;
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) text.append(buf, n);
+    const int status = pclose(p);
+    SCOPED_TRACE(w + "\n" + text);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+    EXPECT_EQ(count_lines_starting_with(text, "error: "), 1);
+    EXPECT_NE(text.find("writing failed after"), std::string::npos);
+    EXPECT_TRUE(out.intact());
+  }
+}
+
+// Starts a writer, waits for its temporary file, interrupts it: no output, no temporary file,
+// the old file intact, exit 128 + the signal.
+TEST_F(CliBadInput, AnInterruptedWriterRemovesItsTemporaryFile) {
+  for (const int sig : {SIGINT, SIGTERM}) {
+    const Untouched out(files_["OUT"]);
+    const std::string log = files_["OUT"] + ".log";
+    // The 6-bit residual fit of the tiny synthetic model takes seconds on one thread.
+    const pid_t pid = bitsplit::testing::spawn_cli(
+        {"convert", files_["TINY"], files_["OUT"], "--residual", "6", "-t", "1"}, log);
+    ASSERT_GT(pid, 0);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!fs::exists(files_["OUT"] + ".tmp") && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_TRUE(fs::exists(files_["OUT"] + ".tmp")) << "the writer never started";
+    ::kill(pid, sig);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    std::ifstream in(log);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    SCOPED_TRACE(text);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + sig) << "status " << status;
+    EXPECT_NE(text.find("the partial output was removed"), std::string::npos);
+    EXPECT_TRUE(out.intact());
+  }
+}
+
+// run stops after the current token, prints the text so far and the summary, and exits 130.
+TEST_F(CliBadInput, AnInterruptedRunPrintsItsSummary) {
+  const std::string log = files_["OUT"] + ".log";
+  // The tiny synthetic model decodes plainly for a long time (random weights never stop).
+  const pid_t pid = bitsplit::testing::spawn_cli(
+      {"run", "-m", files_["TINY"], "-p", "hello", "-n", "2000", "--ignore-eos", "-t", "1"}, log);
+  ASSERT_GT(pid, 0);
+  // Wait for generated text (the prompt echo and at least a token) before interrupting.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::error_code ec;
+    if (fs::file_size(log, ec) > 40) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ::kill(pid, SIGINT);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  SCOPED_TRACE(text);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 130) << "status " << status;
+  EXPECT_NE(text.find("generation: "), std::string::npos) << "the summary is printed";
+  EXPECT_NE(text.find("stopped by SIGINT"), std::string::npos);
+}
+
+}  // namespace
