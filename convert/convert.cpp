@@ -179,7 +179,7 @@ Status convert_model(const WeightSource& source, const std::string& out_path, co
     progress.current = t.base.empty() ? t.source->name : t.base + " (split)";
     if (on_progress) on_progress(progress);
   };
-  Status st = writer.write_file_streaming(out_path, [&](size_t i, const gguf::TensorInfo&) -> Result<std::vector<uint8_t>> {
+  const auto produce = [&](size_t i, const gguf::TensorInfo&) -> Result<std::vector<uint8_t>> {
     const OutTensor& t = plan[i];
     advance(t);
     switch (t.kind) {
@@ -200,7 +200,18 @@ Status convert_model(const WeightSource& source, const std::string& out_path, co
       case OutKind::kResidScales: return std::move(cache.resid_scales);
     }
     return Status::error("internal: unknown output kind");
-  });
+  };
+  Status st;
+  if (options.output_split.max_bytes > 0 || options.output_split.max_tensors > 0) {
+    std::string prefix = out_path;
+    if (prefix.ends_with(".gguf")) prefix.resize(prefix.size() - 5);
+    auto paths = write_split_set(writer, prefix, options.output_split, produce);
+    st = paths.status();
+    if (paths) rep.output_paths = std::move(*paths);
+  } else {
+    st = writer.write_file_streaming(out_path, produce);
+    rep.output_paths = {out_path};
+  }
   if (!st) return st;
   if (last_source) {
     ++progress.tensors_done;

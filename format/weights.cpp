@@ -1,7 +1,9 @@
-// WeightSource implementations: GGUF files (memory-mapped).
+// WeightSource implementations: GGUF files (memory-mapped); split sets are in split_gguf.cpp.
 #include <filesystem>
 
 #include "bitsplit/weights.h"
+
+#include "bitsplit/split_gguf.h"
 
 namespace bitsplit {
 namespace {
@@ -36,6 +38,10 @@ Result<std::unique_ptr<WeightSource>> open_weights(const std::string& path) {
                          "pass a .gguf file");
   }
   BITSPLIT_ASSIGN_OR_RETURN(gguf::File file, gguf::File::open(path));
+  // A part of a split set (split.count > 1) opens the whole set; a one-part "set" is a file.
+  BITSPLIT_ASSIGN_OR_RETURN(int64_t parts, file.metadata().get_int_or(kSplitCountKey, 1));
+  BITSPLIT_ASSIGN_OR_RETURN(int64_t part, file.metadata().get_int_or(kSplitNoKey, 0));
+  if (parts > 1 || part != 0) return open_split_set(std::move(file));
   return weights_from_gguf(std::move(file));
 }
 

@@ -193,4 +193,31 @@ TEST(Cli, WritersRefuseToOverwriteTheirInputOrADevice) {
   EXPECT_NE(o.out.find("a directory"), std::string::npos) << o.out;
 }
 
+TEST(Cli, ConvertWritesASplitSetThatRunsLikeOneFile) {
+  const std::string base = BITSPLIT_SOURCE_DIR "/tests/models/bible-base.gguf";
+  BITSPLIT_REQUIRE_FILE(base);
+  bitsplit::testing::TempDir dir("cli-split");
+  auto o = run_cli("convert " + base + " " + dir.file("one.gguf"));
+  ASSERT_EQ(o.code, 0) << o.out;
+  o = run_cli("convert " + base + " " + dir.file("parts.gguf") + " --split-max-size 2M");
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("(3 parts; run the first)"), std::string::npos) << o.out;
+  const std::string first = dir.file("parts-00001-of-00003.gguf");
+  for (const char* part : {"parts-00002-of-00003.gguf", "parts-00003-of-00003.gguf"})
+    EXPECT_TRUE(std::filesystem::exists(dir.file(part))) << part;
+  const std::string args = " -p \"In the beginning\" -n 24 --temp 0";
+  const auto whole = run_cli("run -m " + dir.file("one.gguf") + args);
+  const auto split = run_cli("run -m " + first + args);
+  ASSERT_EQ(whole.code, 0) << whole.out;
+  ASSERT_EQ(split.code, 0) << split.out;
+  const auto text = [](const std::string& out) { return out.substr(0, out.find("\nprompt:")); };
+  EXPECT_NE(text(whole.out).find("In the beginning"), std::string::npos) << whole.out;
+  EXPECT_EQ(text(split.out), text(whole.out));
+  EXPECT_NE(run_cli("info " + first).out.find("split in 3 parts"), std::string::npos);
+  std::filesystem::remove(dir.file("parts-00002-of-00003.gguf"));
+  o = run_cli("run -m " + first + " -p hi");
+  EXPECT_EQ(o.code, 1);
+  EXPECT_NE(o.out.find("parts-00002-of-00003.gguf) cannot be opened"), std::string::npos) << o.out;
+}
+
 }  // namespace

@@ -7,6 +7,7 @@
 #include "bitsplit/convert.h"
 #include "bitsplit/quality.h"
 #include "bitsplit/tokenizer.h"
+#include "bitsplit/vram_plan.h"
 #include "commands.h"
 #include "option_checks.h"
 #include "output_path.h"
@@ -19,6 +20,8 @@ struct ConvertArgs {
   std::string in, out, imatrix;
   int group = 64, residual = 8, draft_bits = 2, threads = 0;
   std::string fit = "optimized";
+  std::string split_max_size;
+  uint64_t split_max_tensors = 0;
 };
 
 int convert(const ConvertArgs& a) {
@@ -27,6 +30,13 @@ int convert(const ConvertArgs& a) {
   auto source = open_weights(a.in);
   if (!source) return report_error(source.status().message());
   ConvertOptions options;
+  if (!a.split_max_size.empty()) {
+    auto b = parse_byte_size(a.split_max_size);
+    if (!b) return report_error("--split-max-size: " + b.status().message());
+    if (*b == 0) return report_error("--split-max-size: a part must hold some bytes");
+    options.output_split.max_bytes = *b;
+  }
+  options.output_split.max_tensors = a.split_max_tensors;
   options.split.group = a.group;
   options.split.residual_bits = a.residual;
   options.split.draft_bits = a.draft_bits;
@@ -47,8 +57,12 @@ int convert(const ConvertArgs& a) {
   if (!st) return report_error(st.message());
   std::string types;
   for (const auto& [type, n] : report.source_types) types += (types.empty() ? "" : ", ") + type;
+  const std::string written = report.output_paths.size() > 1
+                                  ? report.output_paths.front() + " .. " + report.output_paths.back() + " (" +
+                                        std::to_string(report.output_paths.size()) + " parts; run the first)"
+                                  : a.out;
   std::fprintf(stderr, "wrote %s: %.2f MiB from %.2f MiB in %.1f s (group %d, %d-bit draft, %d-bit residual)\n",
-               a.out.c_str(), double(report.output_bytes) / (1 << 20), double(report.source_bytes) / (1 << 20),
+               written.c_str(), double(report.output_bytes) / (1 << 20), double(report.source_bytes) / (1 << 20),
                report.seconds, a.group, a.draft_bits, a.residual);
   std::fprintf(stderr, "split projections: %lld weights, source types: %s\n", (long long)report.split_weights,
                types.c_str());
@@ -119,6 +133,12 @@ void add_convert_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--fit", a->fit, "Draft scale/offset fit")->capture_default_str()
       ->check(CLI::IsMember({"optimized", "minmax"}));
   cmd->add_option("--imatrix", a->imatrix, "Importance matrix from `bitsplit imatrix`")->check(CLI::ExistingFile);
+  cmd->add_option("--split-max-size", a->split_max_size,
+                  "Write a split set OUTPUT-00001-of-0000N.gguf ... (llama.cpp's gguf-split naming) with at most this "
+                  "much tensor data per part (e.g. 4G); a larger tensor gets a part of its own")
+      ->type_name("SIZE");
+  cmd->add_option("--split-max-tensors", a->split_max_tensors, "Write a split set with at most this many tensors per part")
+      ->check(whole_in(1, 1 << 30));
   cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(whole_in(1, 4096));
   cmd->callback([a, exit_code] { *exit_code = convert(*a); });
 

@@ -6,10 +6,12 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "bitsplit/imatrix.h"
 #include "bitsplit/quant.h"
 #include "bitsplit/split_format.h"
+#include "bitsplit/split_gguf.h"
 #include "bitsplit/status.h"
 #include "bitsplit/weights.h"
 
@@ -19,6 +21,9 @@ struct ConvertOptions {
   quant::SplitParams split;
   const ImportanceMatrix* imatrix = nullptr;
   std::string imatrix_path;  // recorded in the metadata
+  // With a limit: the output is a split set OUT-00001-of-0000N.gguf ... (OUT: out_path without
+  // its .gguf), cut by these limits (split_gguf.h); without: one file at out_path.
+  SplitLimits output_split;
 };
 
 struct ConvertProgress {
@@ -34,6 +39,7 @@ struct ConvertReport {
   int64_t split_weights = 0;  // weights in split projections
   std::map<std::string, int64_t> source_types;  // type name -> weights, over split projections
   std::string source_sha256;
+  std::vector<std::string> output_paths;  // the file, or the parts of a split set
   double seconds = 0.0;
 };
 

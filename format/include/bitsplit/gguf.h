@@ -54,6 +54,7 @@ struct Value {
   ValueType type = ValueType::kUint8;
   std::variant<uint64_t, int64_t, double, bool, std::string, Array> data;
 
+  static Value u16(uint16_t v) { return {ValueType::kUint16, uint64_t{v}}; }
   static Value u32(uint32_t v) { return {ValueType::kUint32, uint64_t{v}}; }
   static Value u64(uint64_t v) { return {ValueType::kUint64, v}; }
   static Value i32(int32_t v) { return {ValueType::kInt32, int64_t{v}}; }
@@ -165,6 +166,8 @@ class File {
 class Writer {
  public:
   Metadata& metadata() { return metadata_; }
+  const Metadata& metadata() const { return metadata_; }
+  uint64_t alignment() const { return alignment_; }
   void set_alignment(uint64_t alignment) { alignment_ = alignment; }  // for tests (default 32)
   // dims in ggml order; bytes.size() must match the type and dims.
   Status add_tensor(std::string name, TensorType type, std::vector<int64_t> dims,
