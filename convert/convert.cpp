@@ -148,7 +148,7 @@ Status convert_model(const WeightSource& source, const std::string& out_path, co
 
   BITSPLIT_ASSIGN_OR_RETURN(rep.source_sha256, source.content_sha256());
   for (const auto& [key, value] : source.metadata().entries()) {
-    if (key != "general.alignment") writer.metadata().set(key, value);
+    if (key != "general.alignment" && !is_split_set_key(key)) writer.metadata().set(key, value);
   }
   using gguf::Value;
   writer.metadata().set("bitsplit.format_version", Value::u32(kSplitFormatVersion));
@@ -247,7 +247,7 @@ Status quantize_model_q8_0(const WeightSource& source, const std::string& out_pa
     to_q8.push_back(q8);
   }
   for (const auto& [key, value] : source.metadata().entries()) {
-    if (key != "general.alignment" && key != "general.file_type") writer.metadata().set(key, value);
+    if (key != "general.alignment" && key != "general.file_type" && !is_split_set_key(key)) writer.metadata().set(key, value);
   }
   writer.metadata().set("general.file_type", gguf::Value::u32(7));  // llama.cpp's MOSTLY_Q8_0
   BITSPLIT_RETURN_IF_ERROR(writer.write_file_streaming(out_path, [&](size_t i, const gguf::TensorInfo&) -> Result<std::vector<uint8_t>> {

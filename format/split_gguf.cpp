@@ -108,6 +108,8 @@ Result<PartKeys> read_part_keys(const gguf::File& f) {
 
 }  // namespace
 
+bool is_split_set_key(std::string_view key) { return key.starts_with("split.") || key == kSplitSetIdKey; }
+
 std::string split_part_path(const std::string& prefix, int index, int count) {
   char tail[64];
   std::snprintf(tail, sizeof(tail), "-%05d-of-%05d.gguf", index + 1, count);
@@ -216,7 +218,8 @@ Result<std::vector<std::string>> write_split_set(const gguf::Writer& writer, con
     gguf::Writer part;
     part.set_alignment(writer.alignment());
     if (p == 0) {
-      for (const auto& [key, value] : writer.metadata().entries()) part.metadata().set(key, value);
+      for (const auto& [key, value] : writer.metadata().entries())
+        if (!is_split_set_key(key)) part.metadata().set(key, value);
     }
     part.metadata().set(kSplitNoKey, gguf::Value::u16(uint16_t(p)));
     part.metadata().set(kSplitCountKey, gguf::Value::u16(uint16_t(count)));

@@ -77,6 +77,12 @@ TEST_F(SplitGguf, ThreePartsRunLikeTheSingleFile) {
     EXPECT_TRUE(std::equal(a->begin(), a->end(), b->begin(), b->end())) << t.name;
   }
   EXPECT_EQ(greedy(**set, 24), greedy(**whole, 24));
+  // Converting the set writes one file: the parts' split keys are not copied into it.
+  const std::string from_set = dir.file("from-set.bitsplit.gguf");
+  ASSERT_TRUE(convert_model(**set, from_set, {}, nullptr, nullptr).is_ok());
+  auto one = open_weights(from_set);
+  ASSERT_TRUE(one.is_ok()) << one.status().message();
+  EXPECT_EQ((*one)->describe().find("split"), std::string::npos) << (*one)->describe();
 
   // A converted (bit-split) model split in 3 decodes speculatively like its single file.
   const std::string converted = dir.file("bible.bitsplit.gguf");

@@ -7,6 +7,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "bitsplit/weights.h"
 
@@ -19,6 +21,10 @@ inline constexpr const char* kSplitTensorsCountKey = "split.tensors.count";
 // is then recognised even when its name, count and tensor names fit. Sets written by
 // llama.cpp's gguf-split carry no id and are checked by part number, count and tensors only.
 inline constexpr const char* kSplitSetIdKey = "bitsplit.split.set_id";
+
+// Whether a metadata key describes a file's place in a split set (split.*, the set id): keys a
+// writer copying a model's metadata into a new file must leave out.
+bool is_split_set_key(std::string_view key);
 
 // The file name of part `index` (0-based) of `count` with the given path prefix.
 std::string split_part_path(const std::string& prefix, int index, int count);
