@@ -8,6 +8,7 @@
 #include "bitsplit/delta_format.h"
 #include "bitsplit/file_kind.h"
 #include "bitsplit/gpu.h"
+#include "bitsplit/memory_plan.h"
 #include "bitsplit/model.h"
 #include "bitsplit/tokenizer.h"
 #include "bitsplit/vram_plan.h"
@@ -104,6 +105,14 @@ int info(const InfoOptions& o) {
                 c.rope_freq_scale);
     std::printf("rms epsilon:   %g\n", c.rms_eps);
     std::printf("output head:   %s\n", c.tied_output ? "tied to token_embd" : "separate (output.weight)");
+    // RAM as `run` loads it, at the full training context (a run sizes its KV cache to itself).
+    if (auto plan = plan_memory(w, c, {}); plan) {
+      std::printf("ram plan:      %s\n", plan->summary().c_str());
+      if (auto machine = system_memory(); machine) {
+        std::printf("this machine:  %s%s\n", machine->summary().c_str(),
+                    check_memory(*plan, *machine) ? "" : " (not enough at the full context)");
+      }
+    }
     auto split = read_split_format(w.metadata());
     if (split && split->has_value()) {
       uint64_t vram = 0, ram = 0;

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "bitsplit/interrupt.h"
+#include "bitsplit/memory_plan.h"
 #include "bitsplit/session.h"
 #include "bitsplit/tokenizer.h"
 #include "bitsplit/variant.h"
@@ -68,6 +69,24 @@ void print_acceptance(const speculation::AcceptanceStats& a) {
   }
 }
 
+// What the model will take in RAM, printed and checked before anything is allocated. The KV
+// cache is sized for the run: at most prompt bytes + BOS/EOS tokens (no token is shorter than
+// a byte) + n_predict + a full speculative budget.
+int check_memory_before_loading(const std::string& path, size_t prompt_bytes, int32_t n_predict) {
+  auto source = open_weights(path);
+  if (!source) return report_error(source.status().message());
+  auto config = read_model_config(**source);
+  if (!config) return report_error(config.status().message());
+  const int64_t slots = int64_t(prompt_bytes) + 2 + n_predict + speculation::kMaxBudget + 1;
+  auto plan = plan_memory(**source, *config, {.n_slots = slots});
+  if (!plan) return report_error(plan.status().message());
+  auto machine = system_memory();
+  if (!machine) return report_error(machine.status().message());
+  std::fprintf(stderr, "memory: %s; machine: %s\n", plan->summary().c_str(), machine->summary().c_str());
+  if (Status st = check_memory(*plan, *machine); !st) return report_error(st.message());
+  return 0;
+}
+
 int run(const RunOptions& o) {
   std::string prompt = o.prompt;  // -p and -f exclude each other (CLI11 checks)
   if (!o.prompt_file.empty()) {
@@ -85,6 +104,7 @@ int run(const RunOptions& o) {
     if (!b) return report_error("--vram-budget: " + b.status().message());
     vram_budget = *b;
   }
+  if (int rc = check_memory_before_loading(o.model, prompt.size(), o.n_predict); rc != 0) return rc;
   auto loaded = load_model(o.model, {.draft_only = o.draft_only, .q8_0_kernels = true}, vram_budget);
   if (!loaded) return report_error(loaded.status().message());
   if (vram_budget && !loaded->model.has_planes()) {
