@@ -2,6 +2,8 @@
 #include "bitsplit/loaded_model.h"
 
 #include "bitsplit/file_kind.h"
+#include "bitsplit/gpu.h"
+#include "bitsplit/vram_plan.h"
 #include "bitsplit/split_format.h"
 
 namespace bitsplit {
@@ -16,6 +18,14 @@ Result<LoadedModel> open_model(const std::string& path, const ModelLoadOptions& 
   if (split->has_value()) {
     // A bit-split model: D·X runs on the GPU when one is there (BITSPLIT_DEVICE=cpu forces the CPU).
     if (!options.cpu) options.cpu = std::make_shared<cpu::CpuContext>();
+    // An explicit budget the device cannot hold fails here, before anything is allocated (the
+    // CPU fallback would hide the mistake).
+    if (vram_budget && !options.backend && gpu::device_count() > 0) {
+      if (auto free = gpu::free_memory(0); free && *vram_budget > *free) {
+        return Status::error("a VRAM budget of " + format_bytes(*vram_budget) + " is more than the " +
+                             format_bytes(*free) + " free on CUDA device 0");
+      }
+    }
     if (!options.backend) {
       std::string why;
       options.backend = choose_backend(options.cpu, &why, vram_budget);
