@@ -79,5 +79,6 @@ TempFileRegistration::~TempFileRegistration() {
 CooperativeInterrupt::CooperativeInterrupt() { g_cooperative.fetch_add(1); }
 CooperativeInterrupt::~CooperativeInterrupt() { g_cooperative.fetch_sub(1); }
 int CooperativeInterrupt::signal_received() { return g_signal.load(); }
+void CooperativeInterrupt::clear() { g_signal.store(0); }
 
 }  // namespace bitsplit

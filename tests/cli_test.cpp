@@ -223,4 +223,27 @@ TEST(Cli, ConvertWritesASplitSetThatRunsLikeOneFile) {
   EXPECT_NE(o.out.find("parts-00002-of-00003.gguf) cannot be opened"), std::string::npos) << o.out;
 }
 
+TEST(Cli, ChatKeepsHistoryResetsAndAnswersLikeRun) {
+  const std::string base = BITSPLIT_SOURCE_DIR "/tests/models/bible-base.gguf";
+  BITSPLIT_REQUIRE_FILE(base);
+  bitsplit::testing::TempDir dir("cli-chat");
+  const std::string tmpl = dir.file("chatml.jinja");
+  std::ofstream(tmpl) << "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+  // Replies to the same question: fresh, after /reset (the same), and with history (the prompt
+  // then holds the first exchange).
+  std::ofstream(dir.file("in.txt")) << "In the beginning\n/reset\nIn the beginning\n/exit\nnever read\n";
+  auto o = run_cli("chat -m " + base + " --chat-template " + tmpl + " --temp 0 -n 12 < " + dir.file("in.txt"),
+                   300, /*with_stderr=*/false);
+  ASSERT_EQ(o.code, 0) << o.out;
+  const std::string rendered = "<|im_start|>user\nIn the beginning<|im_end|>\n<|im_start|>assistant\n";
+  std::ofstream(dir.file("prompt.txt")) << rendered;
+  const auto r = run_cli("run -m " + base + " --parse-special --temp 0 -n 12 -f " + dir.file("prompt.txt"), 300, false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  ASSERT_EQ(r.out.rfind(rendered, 0), 0u) << r.out;
+  const std::string reply = r.out.substr(rendered.size());  // the continuation and run's final newline
+  ASSERT_GT(reply.size(), 1u);
+  EXPECT_EQ(o.out, reply + reply) << "chat answers as run does on the rendered prompt, and again after /reset";
+}
+
 }  // namespace

@@ -20,9 +20,10 @@ struct CliOutput {
 };
 
 // `bitsplit ARGS` through the shell (ARGS are shell words), killed after `seconds` (a hang
-// is then code 124 from timeout(1)).
-inline CliOutput run_cli(const std::string& args, int seconds = 300) {
-  const std::string cmd = "timeout -s KILL " + std::to_string(seconds) + " " + std::string(BITSPLIT_CLI) + " " + args + " 2>&1";
+// is then code 124 from timeout(1)); `out` holds stdout and stderr, or stdout alone.
+inline CliOutput run_cli(const std::string& args, int seconds = 300, bool with_stderr = true) {
+  const std::string cmd = "timeout -s KILL " + std::to_string(seconds) + " " + std::string(BITSPLIT_CLI) + " " + args +
+                          (with_stderr ? " 2>&1" : " 2>/dev/null");
   CliOutput o{-1, {}};
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return o;

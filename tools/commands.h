@@ -20,6 +20,8 @@ void add_eval_command(CLI::App& app, int* exit_code);
 void add_bench_command(CLI::App& app, int* exit_code);
 void add_synth_command(CLI::App& app, int* exit_code);
 void add_delta_command(CLI::App& app, int* exit_code);
+void add_serve_command(CLI::App& app, int* exit_code);
+void add_chat_command(CLI::App& app, int* exit_code);
 
 // "error: <message>" on stderr; returns the exit code for user errors.
 int report_error(const std::string& message);

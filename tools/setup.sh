@@ -11,6 +11,7 @@ BUILD_PKGS=(
   libtbb-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers libhwloc-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libpcre2-dev libssl-dev
+  python3-jinja2  # the reference for the chat-template test (tests/chat_template_reference.py)
 )
 # Only for tools/fixtures (training the test models) and reference checks; not for the C++ build.
 FIXTURE_PKGS=(
@@ -30,6 +31,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# The official OpenAI client, for the end-to-end test of `bitsplit serve` (tests/serve_openai_test.py;
+# it skips without it). PyPI only; a failed install leaves that test skipped, not the setup failed.
+/usr/bin/python3 -c "import openai" 2>/dev/null || \
+  /usr/bin/python3 -m pip install --quiet --break-system-packages openai >&2 || \
+  echo "setup: could not install the openai Python client; the serve end-to-end test will be skipped" >&2
 if [ "${1:-}" = "--fixtures" ]; then
   # The gguf writer is only on PyPI; /usr/bin/python3 is the interpreter that sees python3-torch.
   /usr/bin/python3 -c "import gguf" 2>/dev/null || \

@@ -41,6 +41,8 @@ class CooperativeInterrupt {
   CooperativeInterrupt& operator=(const CooperativeInterrupt&) = delete;
   // The signal received (0: none yet).
   static int signal_received();
+  // Forgets it: the next signal is again a first one (an interactive chat stops one reply per Ctrl-C).
+  static void clear();
 };
 
 }  // namespace bitsplit

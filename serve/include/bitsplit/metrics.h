@@ -1,0 +1,64 @@
+// Server metrics in the Prometheus text format, under the names vLLM exports (so routers and
+// dashboards that scrape vLLM read ours unchanged): requests running/waiting, prompt and
+// generation token counters, time-to-first-token and inter-token latency histograms, the
+// speculative-decoding counters (drafts, draft tokens, accepted tokens, accepted per position),
+// KV-cache usage and which variants are resident. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace bitsplit::serve {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+  void observe(double v);
+  // Lines "NAME_bucket{le=...} n", NAME_sum, NAME_count.
+  std::string render(const std::string& name, const std::string& labels) const;
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+struct SpeculativeCounts {
+  int64_t drafts = 0;         // verify passes (checks)
+  int64_t draft_tokens = 0;   // drafted nodes
+  int64_t accepted = 0;       // accepted drafted tokens
+  std::vector<int64_t> accepted_per_pos;  // index d-1: accepted at depth d
+};
+
+class Metrics {
+ public:
+  Metrics();
+  void set_model_name(std::string name);
+  void request_waiting(int delta);
+  void request_running(int delta);
+  void request_finished(const std::string& finish_reason, int64_t prompt_tokens, int64_t generation_tokens,
+                        double time_to_first_token, double e2e_seconds, const std::vector<double>& inter_token);
+  void request_rejected(int status);
+  void add_speculative(const SpeculativeCounts& s);
+  void set_kv_cache_usage(double fraction);
+  void set_variants(std::vector<std::string> resident, std::vector<std::string> registered);
+  std::string render() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::string model_;
+  int64_t waiting_ = 0, running_ = 0;
+  int64_t prompt_tokens_ = 0, generation_tokens_ = 0;
+  std::map<std::string, int64_t> finished_;  // by finish reason
+  std::map<int, int64_t> rejected_;          // by HTTP status
+  Histogram ttft_, itl_, e2e_;
+  SpeculativeCounts spec_;
+  double kv_usage_ = 0;
+  std::vector<std::string> resident_, registered_;
+};
+
+}  // namespace bitsplit::serve

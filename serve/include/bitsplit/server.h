@@ -1,0 +1,63 @@
+// `bitsplit serve`: an OpenAI-compatible HTTP server over one loaded model and its registered
+// variants (the request's `model` field picks the base or a variant).
+//
+// Routes: POST /v1/completions, POST /v1/chat/completions (both streamed as server-sent events
+// with "stream": true), GET /v1/models, GET /health (503 until ready), GET /metrics (Prometheus).
+// With an API key every route but /health needs "Authorization: Bearer KEY".
+//
+// Scheduling: `parallel` requests hold a slot at once and up to `queue` more wait for one; a
+// request beyond that gets 503 with Retry-After. Today the decoding passes of slots on one model
+// run one at a time (the CPU tier has one driver), so `parallel` bounds admission, not
+// throughput; a streamed request whose client goes away stops after its current token.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "bitsplit/chat_template.h"
+#include "bitsplit/loaded_model.h"
+#include "bitsplit/metrics.h"
+#include "bitsplit/session.h"
+#include "bitsplit/variant.h"
+
+namespace bitsplit::serve {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;              // 0: any free port (see Server::port())
+  std::string api_key;          // empty: no authentication
+  int parallel = 1;             // requests decoding at once
+  int queue = 64;               // requests waiting for a slot
+  size_t max_body_bytes = size_t(8) << 20;
+  std::string model_name;       // the base model's id in /v1/models (default: the file name)
+  SessionOptions session;       // speculative decoding defaults (a request may override)
+};
+
+class Server {
+ public:
+  explicit Server(ServerOptions options);
+  ~Server();
+  // The model to serve, once loaded (until then /health says 503 "loading" and generation
+  // requests get 503). `model` and `variants` must outlive the server. `chat_template`: empty
+  // when the model has none (chat requests are then refused with an error saying so).
+  void attach(LoadedModel& model, VariantRegistry& variants, std::optional<ChatTemplate> chat_template);
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds; an error names the address. After this, port() is the bound port.
+  Status bind();
+  int port() const;
+  // Serves until stop() (from another thread or a signal handler thread).
+  Status serve();
+  void stop();
+  const Metrics& metrics() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace bitsplit::serve

@@ -1,0 +1,154 @@
+// Prometheus text (metrics.h).
+#include "bitsplit/metrics.h"
+
+#include <cstdio>
+
+namespace bitsplit::serve {
+namespace {
+
+std::string number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.9g", v);
+  return buf;
+}
+
+// Label values escaped as the text format asks (backslash, quote, newline).
+std::string escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+void header(std::string& out, const std::string& name, const char* type, const char* help) {
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+}  // namespace
+
+void Histogram::observe(double v) {
+  size_t i = 0;
+  while (i < bounds_.size() && v > bounds_[i]) ++i;
+  ++counts_[i];
+  sum_ += v;
+  ++count_;
+}
+
+std::string Histogram::render(const std::string& name, const std::string& labels) const {
+  std::string out;
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i <= bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    const std::string le = i < bounds_.size() ? number(bounds_[i]) : "+Inf";
+    out += name + "_bucket{" + labels + ",le=\"" + le + "\"} " + std::to_string(cumulative) + "\n";
+  }
+  out += name + "_sum{" + labels + "} " + number(sum_) + "\n";
+  out += name + "_count{" + labels + "} " + std::to_string(count_) + "\n";
+  return out;
+}
+
+Metrics::Metrics()
+    : ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0}),
+      itl_({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5}),
+      e2e_({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0}) {}
+
+void Metrics::set_model_name(std::string name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  model_ = std::move(name);
+}
+void Metrics::request_waiting(int delta) {
+  std::lock_guard<std::mutex> lock(mu_);
+  waiting_ += delta;
+}
+void Metrics::request_running(int delta) {
+  std::lock_guard<std::mutex> lock(mu_);
+  running_ += delta;
+}
+void Metrics::request_finished(const std::string& finish_reason, int64_t prompt_tokens, int64_t generation_tokens,
+                               double time_to_first_token, double e2e_seconds, const std::vector<double>& inter_token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++finished_[finish_reason];
+  prompt_tokens_ += prompt_tokens;
+  generation_tokens_ += generation_tokens;
+  if (time_to_first_token >= 0) ttft_.observe(time_to_first_token);
+  e2e_.observe(e2e_seconds);
+  for (double t : inter_token) itl_.observe(t);
+}
+void Metrics::request_rejected(int status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++rejected_[status];
+}
+void Metrics::add_speculative(const SpeculativeCounts& s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  spec_.drafts += s.drafts;
+  spec_.draft_tokens += s.draft_tokens;
+  spec_.accepted += s.accepted;
+  if (spec_.accepted_per_pos.size() < s.accepted_per_pos.size()) spec_.accepted_per_pos.resize(s.accepted_per_pos.size());
+  for (size_t i = 0; i < s.accepted_per_pos.size(); ++i) spec_.accepted_per_pos[i] += s.accepted_per_pos[i];
+}
+void Metrics::set_kv_cache_usage(double fraction) {
+  std::lock_guard<std::mutex> lock(mu_);
+  kv_usage_ = fraction;
+}
+void Metrics::set_variants(std::vector<std::string> resident, std::vector<std::string> registered) {
+  std::lock_guard<std::mutex> lock(mu_);
+  resident_ = std::move(resident);
+  registered_ = std::move(registered);
+}
+
+std::string Metrics::render() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string model = "model_name=\"" + escape(model_) + "\"";
+  std::string out;
+  header(out, "vllm:num_requests_running", "gauge", "Requests decoding now.");
+  out += "vllm:num_requests_running{" + model + "} " + std::to_string(running_) + "\n";
+  header(out, "vllm:num_requests_waiting", "gauge", "Requests queued for a slot.");
+  out += "vllm:num_requests_waiting{" + model + "} " + std::to_string(waiting_) + "\n";
+  header(out, "vllm:prompt_tokens_total", "counter", "Prompt tokens processed.");
+  out += "vllm:prompt_tokens_total{" + model + "} " + std::to_string(prompt_tokens_) + "\n";
+  header(out, "vllm:generation_tokens_total", "counter", "Tokens generated.");
+  out += "vllm:generation_tokens_total{" + model + "} " + std::to_string(generation_tokens_) + "\n";
+  header(out, "vllm:request_success_total", "counter", "Finished requests by finish reason.");
+  for (const auto& [reason, n] : finished_) {
+    out += "vllm:request_success_total{" + model + ",finished_reason=\"" + escape(reason) + "\"} " + std::to_string(n) + "\n";
+  }
+  header(out, "bitsplit:request_rejected_total", "counter", "Requests answered with an error, by HTTP status.");
+  for (const auto& [status, n] : rejected_) {
+    out += "bitsplit:request_rejected_total{" + model + ",status=\"" + std::to_string(status) + "\"} " + std::to_string(n) + "\n";
+  }
+  header(out, "vllm:time_to_first_token_seconds", "histogram", "Time from request to the first generated token.");
+  out += ttft_.render("vllm:time_to_first_token_seconds", model);
+  header(out, "vllm:inter_token_latency_seconds", "histogram", "Time between generated tokens.");
+  out += itl_.render("vllm:inter_token_latency_seconds", model);
+  header(out, "vllm:e2e_request_latency_seconds", "histogram", "Time from request to its last token.");
+  out += e2e_.render("vllm:e2e_request_latency_seconds", model);
+  header(out, "vllm:spec_decode_num_drafts_total", "counter", "Verify passes of speculative decoding.");
+  out += "vllm:spec_decode_num_drafts_total{" + model + "} " + std::to_string(spec_.drafts) + "\n";
+  header(out, "vllm:spec_decode_num_draft_tokens_total", "counter", "Drafted tokens (tree nodes).");
+  out += "vllm:spec_decode_num_draft_tokens_total{" + model + "} " + std::to_string(spec_.draft_tokens) + "\n";
+  header(out, "vllm:spec_decode_num_accepted_tokens_total", "counter", "Accepted drafted tokens.");
+  out += "vllm:spec_decode_num_accepted_tokens_total{" + model + "} " + std::to_string(spec_.accepted) + "\n";
+  header(out, "vllm:spec_decode_num_accepted_tokens_per_pos", "counter", "Accepted drafted tokens by position (0-based).");
+  for (size_t i = 0; i < spec_.accepted_per_pos.size(); ++i) {
+    out += "vllm:spec_decode_num_accepted_tokens_per_pos{" + model + ",position=\"" + std::to_string(i) + "\"} " +
+           std::to_string(spec_.accepted_per_pos[i]) + "\n";
+  }
+  header(out, "vllm:kv_cache_usage_perc", "gauge", "Fraction of the KV cache in use (1 = full).");
+  out += "vllm:kv_cache_usage_perc{" + model + "} " + number(kv_usage_) + "\n";
+  header(out, "vllm:lora_requests_info", "gauge", "Variants: registered, and resident (loaded) now.");
+  std::string resident, registered;
+  for (const auto& v : resident_) resident += (resident.empty() ? "" : ",") + v;
+  for (const auto& v : registered_) registered += (registered.empty() ? "" : ",") + v;
+  out += "vllm:lora_requests_info{" + model + ",running_lora_adapters=\"" + escape(resident) +
+         "\",waiting_lora_adapters=\"\",max_lora=\"" + std::to_string(registered_.size()) + "\",registered=\"" +
+         escape(registered) + "\"} 1\n";
+  return out;
+}
+
+}  // namespace bitsplit::serve

@@ -1,0 +1,462 @@
+// The OpenAI-compatible server (server.h) on cpp-httplib.
+#include "bitsplit/server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <random>
+
+#include "bitsplit/openai_request.h"
+#include "bitsplit/stop_strings.h"
+#include "bitsplit/tokenizer.h"
+
+namespace bitsplit::serve {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+void send_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(body.dump(), "application/json");
+}
+
+void send_error(httplib::Response& res, const RequestError& e) { send_json(res, e.status, e.to_json()); }
+
+std::string sse(const json& chunk) { return "data: " + chunk.dump() + "\n\n"; }
+
+// What one generation produced.
+struct Outcome {
+  std::string text;
+  std::string finish_reason = "length";
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  std::optional<SpeculativeResult> speculative;
+  Status status;
+  double time_to_first_token = -1;
+  std::vector<double> inter_token;
+  bool cancelled = false;
+};
+
+}  // namespace
+
+struct Server::Impl {
+  explicit Impl(ServerOptions o) : options(std::move(o)), free_slots(std::max(1, options.parallel)) {}
+
+  ServerOptions options;
+  httplib::Server http;
+  Metrics metrics;
+  int bound_port = 0;
+
+  // The model, once attached.
+  std::mutex attach_mu;
+  LoadedModel* model = nullptr;
+  VariantRegistry* variants = nullptr;
+  std::optional<ChatTemplate> chat_template;
+  std::string model_id;
+  std::atomic<bool> ready{false};
+
+  // One decoding pass at a time on the model (the CPU tier has one driver).
+  std::mutex compute;
+  // Admission: `free_slots` requests decode (or wait for the compute lock); `waiting` queue.
+  std::mutex slot_mu;
+  std::condition_variable slot_cv;
+  int free_slots;
+  int waiting = 0;
+  std::atomic<uint64_t> next_id{1};
+
+  struct SlotLease {
+    Impl* impl;
+    ~SlotLease() { impl->release_slot(); }
+  };
+
+  // A slot, waiting in the queue if need be; null when the queue is full.
+  std::shared_ptr<SlotLease> acquire_slot() {
+    std::unique_lock<std::mutex> lock(slot_mu);
+    if (free_slots == 0 && waiting >= options.queue) return nullptr;
+    ++waiting;
+    metrics.request_waiting(+1);
+    slot_cv.wait(lock, [&] { return free_slots > 0; });
+    --waiting;
+    --free_slots;
+    metrics.request_waiting(-1);
+    metrics.request_running(+1);
+    return std::shared_ptr<SlotLease>(new SlotLease{this});
+  }
+  void release_slot() {
+    {
+      std::lock_guard<std::mutex> lock(slot_mu);
+      ++free_slots;
+    }
+    metrics.request_running(-1);
+    slot_cv.notify_one();
+  }
+
+  bool authorized(const httplib::Request& req, httplib::Response& res) {
+    if (options.api_key.empty()) return true;
+    const std::string want = "Bearer " + options.api_key;
+    const std::string got = req.get_header_value("Authorization");
+    // Compared in time independent of where they differ.
+    bool same = got.size() == want.size();
+    unsigned diff = 0;
+    for (size_t i = 0; i < want.size(); ++i) diff |= unsigned(uint8_t(want[i]) ^ uint8_t(i < got.size() ? got[i] : 0));
+    if (same && diff == 0) return true;
+    RequestError e{401, "a valid API key is required (Authorization: Bearer KEY)", "", "authentication_error"};
+    metrics.request_rejected(401);
+    send_error(res, e);
+    return false;
+  }
+
+  void setup_routes();
+  void handle_generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+  Outcome run(std::shared_ptr<const Variant> variant, const SessionOptions& so,
+              const std::vector<int32_t>& prompt, int32_t max_tokens, const SamplingParams& sampling,
+              const std::vector<std::string>& stop, Clock::time_point received,
+              const std::function<bool(const std::string&)>& emit);
+};
+
+Outcome Server::Impl::run(std::shared_ptr<const Variant> variant, const SessionOptions& so,
+                          const std::vector<int32_t>& prompt, int32_t max_tokens, const SamplingParams& sampling,
+                          const std::vector<std::string>& stop, Clock::time_point received,
+                          const std::function<bool(const std::string&)>& emit) {
+  Outcome out;
+  out.prompt_tokens = int64_t(prompt.size());
+  const Tokenizer& tokenizer = *model->tokenizer;
+  const int32_t eos = tokenizer.vocab().eos;
+  Utf8StreamDecoder utf8;
+  StopMatcher matcher(stop);
+  Clock::time_point last = received;
+  Session session(model->model, std::move(variant), so);
+  Sampler sampler(sampling);
+  auto on_token = [&](int32_t token) {
+    const auto now = Clock::now();
+    const double since = std::chrono::duration<double>(now - last).count();
+    if (out.time_to_first_token < 0) {
+      out.time_to_first_token = std::chrono::duration<double>(now - received).count();
+    } else {
+      out.inter_token.push_back(since);
+    }
+    last = now;
+    ++out.completion_tokens;
+    if (token == eos) {
+      out.finish_reason = "stop";
+      return true;
+    }
+    std::string piece = matcher.push(utf8.push(tokenizer.token_to_piece(token)));
+    if (!piece.empty()) {
+      out.text += piece;
+      if (emit && !emit(piece)) {
+        out.cancelled = true;
+        return false;
+      }
+    }
+    if (matcher.stopped()) {
+      out.finish_reason = "stop";
+      return false;
+    }
+    return true;
+  };
+  Result<SessionResult> r = Status::error("not run");
+  {
+    std::lock_guard<std::mutex> lock(compute);
+    r = session.generate(prompt, max_tokens, eos, sampler, on_token);
+  }
+  if (!r) {
+    out.status = r.status();
+    return out;
+  }
+  if (!matcher.stopped()) {
+    std::string tail = matcher.push(utf8.flush());
+    tail += matcher.flush();
+    if (!tail.empty()) {
+      out.text += tail;
+      if (emit && !out.cancelled) emit(tail);
+    }
+  }
+  out.speculative = std::move(r->speculative);
+  return out;
+}
+
+void Server::Impl::handle_generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+  const Clock::time_point received = Clock::now();
+  if (!authorized(req, res)) return;
+  auto fail = [&](RequestError e) {
+    metrics.request_rejected(e.status);
+    send_error(res, e);
+  };
+  if (!ready.load()) {
+    res.set_header("Retry-After", "5");
+    return fail({503, "the model is still loading", "", "unavailable_error"});
+  }
+  ParsedRequest parsed = parse_generation_request(req.body, endpoint);
+  if (!parsed.request) return fail(parsed.error);
+  GenerationRequest r = std::move(*parsed.request);
+
+  std::shared_ptr<const Variant> variant;
+  std::string served_name = model_id;
+  if (!r.model.empty() && r.model != model_id) {
+    if (!variants->contains(r.model)) {
+      return fail({404, "the model '" + r.model + "' does not exist (GET /v1/models lists the base and its variants)",
+                   "model", "not_found_error"});
+    }
+    auto v = variants->get(r.model);
+    if (!v) return fail({500, v.status().message(), "model", "server_error"});
+    variant = *v;
+    served_name = r.model;
+  }
+
+  const Tokenizer& tokenizer = *model->tokenizer;
+  std::string text;
+  EncodeOptions enc;
+  if (endpoint == Endpoint::kCompletions) {
+    text = r.prompt;
+  } else {
+    if (!chat_template) {
+      return fail({400, "this model has no chat template (tokenizer.chat_template); use /v1/completions, or start the "
+                        "server with --chat-template FILE", "messages"});
+    }
+    const auto& vocab = tokenizer.vocab();
+    const std::string bos = vocab.bos >= 0 ? tokenizer.token_to_piece(vocab.bos) : "";
+    const std::string eos = vocab.eos >= 0 ? tokenizer.token_to_piece(vocab.eos) : "";
+    auto rendered = chat_template->render_chat(nlohmann::ordered_json::parse(r.messages.dump()), true, bos, eos);
+    if (!rendered) return fail({400, "the chat template refused the messages: " + rendered.status().message(), "messages"});
+    text = std::move(*rendered);
+    // The template writes the special tokens as text; a BOS it wrote is not added again.
+    enc.parse_special = true;
+    enc.add_special = bos.empty() || !text.starts_with(bos);
+  }
+  const std::vector<int32_t> prompt = tokenizer.encode(text, enc);
+  const int64_t n_ctx = model->model.config().n_ctx_train;
+  const std::string prompt_param = endpoint == Endpoint::kChat ? "messages" : "prompt";
+  if (prompt.empty()) return fail({400, "the prompt is empty", prompt_param});
+  if (int64_t(prompt.size()) >= n_ctx) {
+    return fail({400, "the prompt is " + std::to_string(prompt.size()) + " tokens; the model's context is " +
+                          std::to_string(n_ctx) + " tokens", prompt_param});
+  }
+  const int64_t room = n_ctx - int64_t(prompt.size());
+  const int32_t max_tokens = r.max_tokens.value_or(endpoint == Endpoint::kCompletions ? 16 : int32_t(std::min<int64_t>(room, kMaxTokensLimit)));
+  if (max_tokens > room) {
+    return fail({400, "prompt (" + std::to_string(prompt.size()) + " tokens) + max_tokens " + std::to_string(max_tokens) +
+                          " exceed the model's context of " + std::to_string(n_ctx) + " tokens", "max_tokens"});
+  }
+  SessionOptions so = options.session;
+  if (r.speculative) so.speculative = *r.speculative;
+  if (r.budget) {
+    auto b = speculation::parse_budget(*r.budget);
+    if (!b) return fail({400, b.status().message(), "bitsplit.budget"});
+    so.budget = *b;
+  }
+  if (!r.seed_given) r.sampling.seed = std::random_device{}();
+  if (Status st = r.sampling.validate(); !st) return fail({400, st.message(), ""});
+  Session check(model->model, variant, so);
+  if (Status st = check.validate(); !st) return fail({400, st.message(), "bitsplit"});
+
+  auto lease = acquire_slot();
+  if (!lease) {
+    res.set_header("Retry-After", "1");
+    return fail({503, "the server is busy: every slot is decoding and the queue is full; retry later", "",
+                 "unavailable_error"});
+  }
+  metrics.set_kv_cache_usage(double(int64_t(prompt.size()) + max_tokens) / double(n_ctx));
+  const std::string id = (endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
+  const int64_t created = unix_now();
+  const bool chat = endpoint == Endpoint::kChat;
+  auto finish = [this, received](const Outcome& o) {
+    metrics.request_finished(o.cancelled ? "abort" : o.finish_reason, o.prompt_tokens, o.completion_tokens,
+                             o.time_to_first_token,
+                             std::chrono::duration<double>(Clock::now() - received).count(), o.inter_token);
+    if (o.speculative) {
+      const auto& a = o.speculative->acceptance;
+      metrics.add_speculative({a.checks, a.drafted, a.accepted, a.accepted_at_depth});
+    }
+    metrics.set_kv_cache_usage(0);
+  };
+  auto usage = [](const Outcome& o) {
+    json u = {{"prompt_tokens", o.prompt_tokens}, {"completion_tokens", o.completion_tokens},
+              {"total_tokens", o.prompt_tokens + o.completion_tokens}};
+    return u;
+  };
+  auto extension = [](const Outcome& o) {
+    json e = {{"speculative", o.speculative.has_value()}};
+    if (o.speculative) {
+      const auto& a = o.speculative->acceptance;
+      e["checks"] = a.checks;
+      e["drafted_tokens"] = a.drafted;
+      e["accepted_tokens"] = a.accepted;
+      e["tokens_per_check"] = a.tokens_per_check();
+    }
+    return e;
+  };
+
+  if (!r.stream) {
+    Outcome o = run(variant, so, prompt, max_tokens, r.sampling, r.stop, received, nullptr);
+    finish(o);
+    if (!o.status) return fail({500, o.status.message(), "", "server_error"});
+    json choice = {{"index", 0}, {"finish_reason", o.finish_reason}};
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", o.text}};
+    } else {
+      choice["text"] = o.text;
+      choice["logprobs"] = nullptr;
+    }
+    json body = {{"id", id}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", created},
+                 {"model", served_name}, {"choices", json::array({choice})}, {"usage", usage(o)},
+                 {"bitsplit", extension(o)}};
+    send_json(res, 200, body);
+    return;
+  }
+
+  // Streamed: the generation runs in the content provider, writing one event per piece of text.
+  const bool include_usage = r.include_usage;
+  auto state = std::make_shared<GenerationRequest>(std::move(r));
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, lease, state, variant, so, prompt, max_tokens, received, id, created, served_name, chat, include_usage,
+       finish, usage, extension](size_t, httplib::DataSink& sink) {
+        auto chunk = [&](json delta_or_text, std::optional<std::string> finish_reason) {
+          json choice = {{"index", 0}, {"finish_reason", finish_reason ? json(*finish_reason) : json(nullptr)}};
+          if (chat) {
+            choice["delta"] = std::move(delta_or_text);
+          } else {
+            choice["text"] = std::move(delta_or_text);
+            choice["logprobs"] = nullptr;
+          }
+          return json{{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
+                      {"model", served_name}, {"choices", json::array({choice})}};
+        };
+        auto write = [&](const std::string& s) { return sink.is_writable() && sink.write(s.data(), s.size()); };
+        if (chat && !write(sse(chunk(json{{"role", "assistant"}, {"content", ""}}, std::nullopt)))) return false;
+        Outcome o = run(variant, so, prompt, max_tokens, state->sampling, state->stop, received,
+                        [&](const std::string& piece) {
+                          return write(sse(chunk(chat ? json{{"content", piece}} : json(piece), std::nullopt)));
+                        });
+        finish(o);
+        if (o.cancelled) return false;  // the client went away
+        if (!o.status) {
+          write(sse(RequestError{500, o.status.message(), "", "server_error"}.to_json()));
+        } else {
+          write(sse(chunk(chat ? json::object() : json(""), o.finish_reason)));
+          if (include_usage) {
+            json last = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
+                         {"model", served_name}, {"choices", json::array()}, {"usage", usage(o)},
+                         {"bitsplit", extension(o)}};
+            write(sse(last));
+          }
+        }
+        write("data: [DONE]\n\n");
+        sink.done();
+        return true;
+      });
+}
+
+void Server::Impl::setup_routes() {
+  http.set_payload_max_length(options.max_body_bytes);
+  const int threads = std::max(1, options.parallel) + std::max(0, options.queue) + 4;
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (ready.load()) return send_json(res, 200, {{"status", "ok"}});
+    res.set_header("Retry-After", "5");
+    send_json(res, 503, {{"status", "loading"}});
+  });
+  http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    if (ready.load()) {
+      std::vector<std::string> names = variants->names();
+      metrics.set_variants(names, names);
+    }
+    res.set_content(metrics.render(), "text/plain; version=0.0.4");
+  });
+  http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    json data = json::array();
+    if (ready.load()) {
+      data.push_back({{"id", model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "bitsplit"}});
+      for (const auto& name : variants->names()) {
+        data.push_back({{"id", name}, {"object", "model"}, {"created", 0}, {"owned_by", "bitsplit"}, {"parent", model_id}});
+      }
+    }
+    send_json(res, 200, {{"object", "list"}, {"data", data}});
+  });
+  http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_generate(req, res, Endpoint::kCompletions);
+  });
+  http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_generate(req, res, Endpoint::kChat);
+  });
+  // Errors httplib answers itself (unknown route, body over the limit) get an OpenAI error body.
+  http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string message = "HTTP " + std::to_string(res.status);
+    std::string type = "invalid_request_error";
+    if (res.status == 404) message = "no route " + req.method + " " + req.path;
+    if (res.status == 413) message = "the request body is over the limit of " + std::to_string(options.max_body_bytes) + " bytes";
+    if (res.status >= 500) type = "server_error";
+    metrics.request_rejected(res.status);
+    res.set_content(RequestError{res.status, message, "", type}.to_json().dump(), "application/json");
+  });
+  http.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    metrics.request_rejected(500);
+    send_error(res, {500, what, "", "server_error"});
+  });
+}
+
+Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) { impl_->setup_routes(); }
+Server::~Server() { stop(); }
+
+void Server::attach(LoadedModel& model, VariantRegistry& variants, std::optional<ChatTemplate> chat_template) {
+  Impl& m = *impl_;
+  m.model = &model;
+  m.variants = &variants;
+  m.chat_template = std::move(chat_template);
+  if (m.options.model_name.empty()) {
+    const std::string& path = model.source->path();
+    m.model_id = path.substr(path.find_last_of('/') + 1);
+  } else {
+    m.model_id = m.options.model_name;
+  }
+  m.metrics.set_model_name(m.model_id);
+  m.ready.store(true);
+}
+
+Status Server::bind() {
+  Impl& m = *impl_;
+  if (m.options.port == 0) {
+    m.bound_port = m.http.bind_to_any_port(m.options.host);
+    if (m.bound_port <= 0) return Status::error("cannot listen on " + m.options.host + " (any port)");
+  } else {
+    if (!m.http.bind_to_port(m.options.host, m.options.port)) {
+      return Status::error("cannot listen on " + m.options.host + ":" + std::to_string(m.options.port) +
+                           " (in use, or not an address of this machine)");
+    }
+    m.bound_port = m.options.port;
+  }
+  return Status::ok();
+}
+
+int Server::port() const { return impl_->bound_port; }
+
+Status Server::serve() {
+  if (!impl_->http.listen_after_bind()) return Status::error("the server stopped with an error");
+  return Status::ok();
+}
+
+void Server::stop() {
+  if (impl_) impl_->http.stop();
+}
+
+const Metrics& Server::metrics() const { return impl_->metrics; }
+
+}  // namespace bitsplit::serve

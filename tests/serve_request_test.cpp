@@ -1,0 +1,141 @@
+// The server's request parsing, stop strings and metrics, without a server: every field's
+// check names the field, OpenAI's defaults apply, stop strings never leak into the text.
+#include <gtest/gtest.h>
+
+#include "bitsplit/metrics.h"
+#include "bitsplit/openai_request.h"
+#include "bitsplit/stop_strings.h"
+
+namespace bitsplit::serve {
+namespace {
+
+ParsedRequest completions(const std::string& body) { return parse_generation_request(body, Endpoint::kCompletions); }
+ParsedRequest chat(const std::string& body) { return parse_generation_request(body, Endpoint::kChat); }
+
+TEST(ServeRequest, CompletionDefaultsFollowOpenAI) {
+  auto p = completions(R"({"model": "m", "prompt": "hello"})");
+  ASSERT_TRUE(p.request.has_value()) << p.error.message;
+  EXPECT_EQ(p.request->prompt, "hello");
+  EXPECT_EQ(p.request->model, "m");
+  EXPECT_FALSE(p.request->max_tokens.has_value());
+  EXPECT_FLOAT_EQ(p.request->sampling.temperature, 1.0f);
+  EXPECT_FLOAT_EQ(p.request->sampling.top_p, 1.0f);
+  EXPECT_EQ(p.request->sampling.top_k, 0);
+  EXPECT_FALSE(p.request->stream);
+  EXPECT_FALSE(p.request->seed_given);
+  p = completions(R"({"prompt": ["one"], "max_tokens": 7, "temperature": 0, "seed": 5, "stop": "\n", "stream": true,
+                      "stream_options": {"include_usage": true}, "bitsplit": {"speculative": false, "budget": 8}})");
+  ASSERT_TRUE(p.request.has_value()) << p.error.message;
+  EXPECT_EQ(p.request->prompt, "one");
+  EXPECT_EQ(*p.request->max_tokens, 7);
+  EXPECT_TRUE(p.request->sampling.greedy());
+  EXPECT_EQ(p.request->sampling.seed, 5u);
+  EXPECT_EQ(p.request->stop, std::vector<std::string>{"\n"});
+  EXPECT_TRUE(p.request->stream && p.request->include_usage);
+  EXPECT_EQ(p.request->speculative, std::optional<bool>(false));
+  EXPECT_EQ(p.request->budget, std::optional<std::string>("8"));
+}
+
+TEST(ServeRequest, ChatContentPartsBecomeText) {
+  auto p = chat(R"({"messages": [{"role": "system", "content": "be brief"},
+                                 {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+                                 {"role": "assistant", "content": null}]})");
+  ASSERT_TRUE(p.request.has_value()) << p.error.message;
+  ASSERT_EQ(p.request->messages.size(), 3u);
+  EXPECT_EQ(p.request->messages[1]["content"], "ab");
+  EXPECT_EQ(p.request->messages[2]["content"], "");
+}
+
+TEST(ServeRequest, BadRequestsNameTheField) {
+  struct Case {
+    Endpoint endpoint;
+    const char* body;
+    const char* param;
+    const char* says;
+  };
+  const Case cases[] = {
+      {Endpoint::kCompletions, "not json", "", "not valid JSON"},
+      {Endpoint::kCompletions, "[]", "", "must be a JSON object"},
+      {Endpoint::kCompletions, "{}", "prompt", "'prompt' is required"},
+      {Endpoint::kCompletions, R"({"prompt": [1, 2]})", "prompt", "token arrays"},
+      {Endpoint::kCompletions, R"({"prompt": "x", "model": 3})", "model", "must be a string"},
+      {Endpoint::kCompletions, R"({"prompt": "x", "max_tokens": 0})", "max_tokens", "between 1 and"},
+      {Endpoint::kCompletions, R"({"prompt": "x", "max_tokens": 1.5})", "max_tokens", "must be an integer"},
+      {Endpoint::kCompletions, R"({"prompt": "x", "max_tokens": 18446744073709551615})", "max_tokens", "between 1 and"},
+      {Endpoint::kCompletions, R"({"prompt": "x", "temperature": 3})", "temperature", "between 0 and 2"},
+      {Endpoint::kCompletions, R"({"prompt": "x", "temperature": "hot"})", "temperature", "must be a number"},
+      {Endpoint::kCompletions, R"({"prompt": "x", "top_p": 0})", "top_p", "greater than 0"},
+      {Endpoint::kCompletions, R"({"prompt": "x", "n": 2})", "n", "must be 1"},
+      {Endpoint::kCompletions, R"({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]})", "stop", "at most 4"},
+      {Endpoint::kCompletions, R"({"prompt": "x", "stop": [""]})", "stop", "must not be empty"},
+      {Endpoint::kCompletions, R"({"prompt": "x", "stop": [7]})", "stop", "strings"},
+      {Endpoint::kCompletions, R"({"prompt": "x", "stream": "yes"})", "stream", "must be a boolean"},
+      {Endpoint::kCompletions, R"({"prompt": "x", "logprobs": 3})", "logprobs", "not supported"},
+      {Endpoint::kCompletions, R"({"prompt": "x", "bitsplit": {"budget": 0}})", "bitsplit.budget", "budget"},
+      {Endpoint::kCompletions, R"({"prompt": "x", "bitsplit": 1})", "bitsplit", "must be an object"},
+      {Endpoint::kChat, R"({"messages": []})", "messages", "must not be empty"},
+      {Endpoint::kChat, R"({"messages": "hi"})", "messages", "must be an array"},
+      {Endpoint::kChat, R"({"messages": [{"content": "hi"}]})", "messages[0].role", "role is required"},
+      {Endpoint::kChat, R"({"messages": [{"role": "robot", "content": "hi"}]})", "messages[0].role", "is not one of"},
+      {Endpoint::kChat, R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages[0].content",
+       "only text"},
+  };
+  for (const Case& c : cases) {
+    auto p = parse_generation_request(c.body, c.endpoint);
+    SCOPED_TRACE(c.body);
+    ASSERT_FALSE(p.request.has_value());
+    EXPECT_EQ(p.error.status, 400);
+    EXPECT_EQ(p.error.param, c.param);
+    EXPECT_NE(p.error.message.find(c.says), std::string::npos) << p.error.message;
+    const auto j = p.error.to_json();
+    EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+    EXPECT_EQ(j["error"]["message"], p.error.message);
+  }
+}
+
+TEST(ServeStopStrings, HoldBackPrefixesAndCutAtTheFirstStop) {
+  StopMatcher m({"END", "\n\n"});
+  std::string out;
+  out += m.push("hello E");
+  EXPECT_EQ(out, "hello ");  // "E" may start END
+  out += m.push("N");
+  EXPECT_EQ(out, "hello ");
+  out += m.push("x more");  // "ENx" is not a stop: released
+  EXPECT_EQ(out, "hello ENx more");
+  out += m.push(" text\n");
+  out += m.push("\nafter");
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(out, "hello ENx more text");
+  EXPECT_EQ(m.push("ignored"), "");
+  EXPECT_EQ(m.flush(), "");
+  StopMatcher tail({"END"});
+  EXPECT_EQ(tail.push("abcEN"), "abc");
+  EXPECT_EQ(tail.flush(), "EN");  // a partial stop at the end is text
+  StopMatcher none({});
+  EXPECT_EQ(none.push("any"), "any");
+}
+
+TEST(ServeMetrics, RenderTheVllmNames) {
+  Metrics m;
+  m.set_model_name("base \"q\"");
+  m.request_running(+1);
+  m.request_finished("stop", 10, 5, 0.02, 0.3, {0.01, 0.2});
+  m.add_speculative({4, 12, 6, {3, 2, 1}});
+  m.set_variants({"v1"}, {"v1", "v2"});
+  const std::string text = m.render();
+  for (const char* name : {"vllm:num_requests_running{model_name=\"base \\\"q\\\"\"} 1", "vllm:num_requests_waiting",
+                           "vllm:prompt_tokens_total{model_name=\"base \\\"q\\\"\"} 10", "vllm:generation_tokens_total",
+                           "vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_count",
+                           "vllm:spec_decode_num_drafts_total{model_name=\"base \\\"q\\\"\"} 4",
+                           "vllm:spec_decode_num_draft_tokens_total{model_name=\"base \\\"q\\\"\"} 12",
+                           "vllm:spec_decode_num_accepted_tokens_total{model_name=\"base \\\"q\\\"\"} 6",
+                           "vllm:spec_decode_num_accepted_tokens_per_pos{model_name=\"base \\\"q\\\"\",position=\"2\"} 1",
+                           "vllm:kv_cache_usage_perc", "running_lora_adapters=\"v1\"", "registered=\"v1,v2\""}) {
+    EXPECT_NE(text.find(name), std::string::npos) << name << "\n" << text;
+  }
+  // Histogram buckets are cumulative: both inter-token times are under 0.25 s.
+  EXPECT_NE(text.find("vllm:inter_token_latency_seconds_bucket{model_name=\"base \\\"q\\\"\",le=\"0.3\"} 2"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace bitsplit::serve

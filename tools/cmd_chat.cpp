@@ -1,0 +1,147 @@
+// `bitsplit chat`: an interactive chat in the terminal with the model's chat template, the
+// conversation kept as history, replies streamed. /reset forgets the history, /exit (or Ctrl-D)
+// leaves, Ctrl-C stops the reply being written and returns to the prompt.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <random>
+
+#include "bitsplit/chat_template.h"
+#include "bitsplit/interrupt.h"
+#include "bitsplit/session.h"
+#include "bitsplit/tokenizer.h"
+#include "commands.h"
+#include "option_checks.h"
+
+namespace bitsplit::cli {
+namespace {
+
+struct ChatArgs {
+  std::string model, chat_template, system;
+  int32_t n_predict = 512;
+  SamplingParams sampling;
+  std::optional<uint64_t> seed;
+  int threads = 0;
+  bool no_spec = false;
+};
+
+int chat(const ChatArgs& a) {
+  SamplingParams sampling = a.sampling;
+  sampling.seed = a.seed ? *a.seed : std::random_device{}();
+  if (Status st = sampling.validate(); !st) return report_error(st.message());
+  const auto threads = limit_threads(a.threads);
+  auto loaded = load_model(a.model, {.q8_0_kernels = true});
+  if (!loaded) return report_error(loaded.status().message());
+  std::string source;
+  if (!a.chat_template.empty()) {
+    auto t = read_text_file(a.chat_template);
+    if (!t) return report_error("--chat-template: " + t.status().message());
+    source = *t;
+  } else {
+    auto t = loaded->source->metadata().get_string_or("tokenizer.chat_template", "");
+    if (!t || t->empty()) return report_error(a.model + " has no chat template; give one with --chat-template FILE");
+    source = *t;
+  }
+  auto tmpl = ChatTemplate::parse(source);
+  if (!tmpl) return report_error("the chat template cannot be used: " + tmpl.status().message());
+  const Tokenizer& tokenizer = *loaded->tokenizer;
+  const auto& vocab = tokenizer.vocab();
+  const std::string bos = vocab.bos >= 0 ? tokenizer.token_to_piece(vocab.bos) : "";
+  const std::string eos = vocab.eos >= 0 ? tokenizer.token_to_piece(vocab.eos) : "";
+  SessionOptions so;
+  so.speculative = !a.no_spec;
+  so.lookup.max_tokens = 8;
+  Session session(loaded->model, nullptr, so);
+  if (Status st = session.validate(); !st) return report_error(st.message());
+
+  const bool interactive = ::isatty(STDIN_FILENO);
+  if (interactive) std::fprintf(stderr, "chat: /reset forgets the conversation, /exit or Ctrl-D leaves, Ctrl-C stops a reply\n");
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  auto reset = [&] {
+    messages = nlohmann::ordered_json::array();
+    if (!a.system.empty()) messages.push_back({{"role", "system"}, {"content", a.system}});
+  };
+  reset();
+  CooperativeInterrupt interrupt;
+  Sampler sampler(sampling);
+  for (std::string line;;) {
+    if (interactive) std::fputs("> ", stdout), std::fflush(stdout);
+    if (!std::getline(std::cin, line)) break;
+    CooperativeInterrupt::clear();  // a Ctrl-C at the prompt does not stop the next reply
+    if (line.empty()) continue;
+    if (line == "/exit" || line == "/quit") break;
+    if (line == "/reset") {
+      reset();
+      std::fprintf(stderr, "(conversation reset)\n");
+      continue;
+    }
+    if (line == "/help") {
+      std::fprintf(stderr, "/reset forgets the conversation, /exit leaves, Ctrl-C stops a reply\n");
+      continue;
+    }
+    messages.push_back({{"role", "user"}, {"content", line}});
+    auto rendered = tmpl->render_chat(messages, true, bos, eos);
+    if (!rendered) {
+      messages.erase(messages.end() - 1);
+      report_error("the chat template refused the conversation: " + rendered.status().message());
+      continue;
+    }
+    EncodeOptions enc;
+    enc.parse_special = true;
+    enc.add_special = bos.empty() || !rendered->starts_with(bos);
+    const std::vector<int32_t> prompt = tokenizer.encode(*rendered, enc);
+    const int64_t room = loaded->model.config().n_ctx_train - int64_t(prompt.size());
+    if (room <= 1) {
+      messages.erase(messages.end() - 1);
+      report_error("the conversation fills the model's context (" + std::to_string(prompt.size()) + " tokens); /reset");
+      continue;
+    }
+    Utf8StreamDecoder utf8;
+    std::string reply;
+    auto on_token = [&](int32_t token) {
+      if (token == vocab.eos) return true;
+      const std::string text = utf8.push(tokenizer.token_to_piece(token));
+      reply += text;
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+      return CooperativeInterrupt::signal_received() == 0;
+    };
+    auto r = session.generate(prompt, int32_t(std::min<int64_t>(a.n_predict, room - 1)), vocab.eos, sampler, on_token);
+    const std::string tail = utf8.flush();
+    reply += tail;
+    std::fwrite(tail.data(), 1, tail.size(), stdout);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    if (!r) {
+      report_error(r.status().message());
+      messages.erase(messages.end() - 1);
+      continue;
+    }
+    if (CooperativeInterrupt::signal_received() != 0) std::fprintf(stderr, "(stopped)\n");
+    messages.push_back({{"role", "assistant"}, {"content", reply}});
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_chat_command(CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<ChatArgs>();
+  CLI::App* cmd = app.add_subcommand("chat", "Chat with a model in the terminal (its chat template, history, streaming)");
+  cmd->add_option("-m,--model", a->model, "Model file (.gguf)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--chat-template", a->chat_template, "Chat template (Jinja) to use instead of the model's")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--system", a->system, "A system message that starts every conversation");
+  cmd->add_option("-n,--n-predict", a->n_predict, "Most tokens per reply")->capture_default_str()->check(whole_in(1, 1 << 20));
+  cmd->add_option("--temp", a->sampling.temperature, "Sampling temperature; 0 = greedy")->capture_default_str()->check(real_in(0.0, 100.0));
+  cmd->add_option("--top-k", a->sampling.top_k, "Keep the k most likely tokens; 0 = off")->capture_default_str()->check(whole_at_least(0));
+  cmd->add_option("--top-p", a->sampling.top_p, "Nucleus sampling threshold; 1 = off")->capture_default_str()->check(real_in(0.0, 1.0));
+  cmd->add_option("-s,--seed", a->seed, "Random seed (default: random)")->check(seed_number());
+  cmd->add_flag("--no-spec", a->no_spec, "Decode plainly (no speculative decoding)");
+  cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(whole_in(1, 4096));
+  cmd->callback([a, exit_code] { *exit_code = chat(*a); });
+}
+
+}  // namespace bitsplit::cli

@@ -1,0 +1,157 @@
+// `bitsplit serve`: the OpenAI-compatible HTTP server (serve/include/bitsplit/server.h).
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "bitsplit/interrupt.h"
+#include "bitsplit/server.h"
+#include "bitsplit/vram_plan.h"
+#include "commands.h"
+#include "option_checks.h"
+
+namespace bitsplit::cli {
+namespace {
+
+struct ServeArgs {
+  std::string model, host = "127.0.0.1", api_key, api_key_file, chat_template, vram_budget, budget = "auto",
+                     max_body = "8M", name;
+  int port = 8080, parallel = 1, queue = 64, threads = 0;
+  std::vector<std::string> deltas;
+  bool no_spec = false;
+};
+
+// Reads the chat template: --chat-template FILE, else the model's tokenizer.chat_template.
+Result<std::optional<ChatTemplate>> chat_template_for(const ServeArgs& a, const LoadedModel& m) {
+  std::string source;
+  std::string origin;
+  if (!a.chat_template.empty()) {
+    BITSPLIT_ASSIGN_OR_RETURN(source, read_text_file(a.chat_template));
+    origin = a.chat_template;
+  } else {
+    auto t = m.source->metadata().get_string_or("tokenizer.chat_template", "");
+    if (!t || t->empty()) {
+      std::fprintf(stderr, "chat: the model has no chat template; /v1/chat/completions is off (give --chat-template FILE)\n");
+      return std::optional<ChatTemplate>();
+    }
+    source = *t;
+    origin = "the model's tokenizer.chat_template";
+  }
+  auto parsed = ChatTemplate::parse(source);
+  if (!parsed) {
+    if (!a.chat_template.empty()) return parsed.status().with_context("--chat-template " + a.chat_template);
+    std::fprintf(stderr, "chat: %s cannot be used (%s); /v1/chat/completions is off (give --chat-template FILE)\n",
+                 origin.c_str(), parsed.status().message().c_str());
+    return std::optional<ChatTemplate>();
+  }
+  std::fprintf(stderr, "chat: template from %s\n", origin.c_str());
+  return std::optional<ChatTemplate>(std::move(*parsed));
+}
+
+int serve(const ServeArgs& a) {
+  serve::ServerOptions so;
+  so.host = a.host;
+  so.port = a.port;
+  so.parallel = a.parallel;
+  so.queue = a.queue;
+  so.model_name = a.name;
+  if (!a.api_key.empty() && !a.api_key_file.empty()) return report_error("--api-key and --api-key-file exclude each other");
+  so.api_key = a.api_key;
+  if (!a.api_key_file.empty()) {
+    auto key = read_text_file(a.api_key_file);
+    if (!key) return report_error("--api-key-file: " + key.status().message());
+    so.api_key = *key;
+    while (!so.api_key.empty() && (so.api_key.back() == '\n' || so.api_key.back() == '\r')) so.api_key.pop_back();
+    if (so.api_key.empty()) return report_error("--api-key-file: " + a.api_key_file + " is empty");
+  }
+  auto body = parse_byte_size(a.max_body);
+  if (!body || *body == 0) return report_error("--max-body: " + (body ? std::string("must be positive") : body.status().message()));
+  so.max_body_bytes = size_t(*body);
+  so.session.speculative = !a.no_spec;
+  auto budget = speculation::parse_budget(a.budget);
+  if (!budget) return report_error("--budget: " + budget.status().message());
+  so.session.budget = *budget;
+  so.session.lookup.max_tokens = *budget ? 0 : 8;
+  std::optional<uint64_t> vram_budget;
+  if (!a.vram_budget.empty()) {
+    auto b = parse_byte_size(a.vram_budget);
+    if (!b) return report_error("--vram-budget: " + b.status().message());
+    vram_budget = *b;
+  }
+  const auto threads = limit_threads(a.threads);
+
+  // Listen first, so /health answers (503, loading) while the model loads.
+  serve::Server server(so);
+  if (Status st = server.bind(); !st) return report_error(st.message());
+  std::fprintf(stderr, "listening on http://%s:%d%s\n", a.host.c_str(), server.port(),
+               so.api_key.empty() ? "" : " (API key required)");
+  Status served = Status::ok();
+  std::thread http([&] { served = server.serve(); });
+  // SIGINT / SIGTERM stop the server (requests in flight end with the connection).
+  CooperativeInterrupt interrupt;
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    while (!done.load() && CooperativeInterrupt::signal_received() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    server.stop();
+  });
+  auto stop_all = [&](int code) {
+    done.store(true);
+    server.stop();
+    watcher.join();
+    http.join();
+    return code;
+  };
+
+  auto loaded = load_model(a.model, {.q8_0_kernels = true}, vram_budget);
+  if (!loaded) return stop_all(report_error(loaded.status().message()));
+  VariantRegistry variants(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX},
+                           [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
+  for (const std::string& d : a.deltas)
+    if (Status st = variants.add_spec(d); !st) return stop_all(report_error("--delta: " + st.message()));
+  auto tmpl = chat_template_for(a, *loaded);
+  if (!tmpl) return stop_all(report_error(tmpl.status().message()));
+  server.attach(*loaded, variants, std::move(*tmpl));
+  std::fprintf(stderr, "ready: %s%s\n", a.model.c_str(),
+               a.deltas.empty() ? "" : (" with " + std::to_string(a.deltas.size()) + " variant(s)").c_str());
+  watcher.join();
+  done.store(true);
+  http.join();
+  if (const int sig = CooperativeInterrupt::signal_received(); sig != 0) {
+    std::fprintf(stderr, "stopped by %s\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    return 0;
+  }
+  if (!served) return report_error(served.message());
+  return 0;
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<ServeArgs>();
+  CLI::App* cmd = app.add_subcommand("serve", "An OpenAI-compatible HTTP server (completions, chat, models, metrics)");
+  cmd->add_option("-m,--model", a->model, "Model file (.gguf; a bit-split model decodes speculatively)")
+      ->required()->check(CLI::ExistingFile);
+  cmd->add_option("--delta", a->deltas, "Serve a BitDelta variant NAME=FILE as model NAME (repeatable)")->type_name("NAME=FILE");
+  cmd->add_option("--host", a->host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", a->port, "Port to listen on (0: any free port)")->capture_default_str()->check(whole_in(0, 65535));
+  auto* key = cmd->add_option("--api-key", a->api_key, "Require Authorization: Bearer KEY on every route but /health");
+  cmd->add_option("--api-key-file", a->api_key_file, "Read the API key from a file")->check(CLI::ExistingFile)->excludes(key);
+  cmd->add_option("--parallel", a->parallel, "Requests admitted at once (their passes on the model run one at a time)")
+      ->capture_default_str()->check(whole_in(1, 256));
+  cmd->add_option("--queue", a->queue, "Requests that may wait for a slot; beyond: 503 with Retry-After")
+      ->capture_default_str()->check(whole_in(0, 4096));
+  cmd->add_option("--max-body", a->max_body, "Largest request body (e.g. 8M); larger: 413")->capture_default_str()->type_name("SIZE");
+  cmd->add_option("--name", a->name, "The base model's id in /v1/models and responses (default: the file name)");
+  cmd->add_option("--chat-template", a->chat_template, "Chat template (Jinja) to use instead of the model's")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--budget", a->budget, "Default draft budget: auto or 1.." + std::to_string(speculation::kMaxBudget) +
+                                              " (a request may set \"bitsplit\": {\"budget\": ...})")
+      ->capture_default_str();
+  cmd->add_flag("--no-spec", a->no_spec, "Decode plainly by default (a request may set \"bitsplit\": {\"speculative\": true})");
+  cmd->add_option("--vram-budget", a->vram_budget, "Bytes of VRAM for the draft planes (e.g. 6G)")->type_name("SIZE");
+  cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(whole_in(1, 4096));
+  cmd->callback([a, exit_code] { *exit_code = serve(*a); });
+}
+
+}  // namespace bitsplit::cli
