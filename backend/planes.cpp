@@ -111,17 +111,19 @@ Status check_plane(const WeightSource& source, const std::string& name, gguf::Te
 
 Result<SplitProjection> load_split_planes(const WeightSource& source, const std::string& base, int64_t in,
                                           int64_t out, const SplitFormat& f) {
+  // The planes' shapes are checked before anything is sized for (in, out), which come from the
+  // metadata: a header cannot make the loader allocate more than the file holds.
+  const auto tensors = split_plane_tensors(base, in, f);
+  for (const SplitPlaneTensor& st : tensors) BITSPLIT_RETURN_IF_ERROR(check_plane(source, st.name, st.type, st.row, out));
   SplitProjection p = SplitProjection::sized(out, in, f.group, f.draft_bits, f.residual_bits);
   // Each plane's bytes are copied as stored (I8 codes, little-endian F16 scales) into the
-  // buffers sized for the shape; check_plane has already matched the sizes.
-  const auto tensors = split_plane_tensors(base, in, f);
+  // buffers sized for the shape; check_plane has matched the sizes.
   const std::pair<void*, size_t> dest[kSplitPlanes] = {
       {p.draft_codes.data(), p.draft_codes.size()},         {p.draft_scales.data(), p.draft_scales.size() * 2},
       {p.draft_offsets.data(), p.draft_offsets.size() * 2}, {p.resid_codes.data(), p.resid_codes.size()},
       {p.resid_scales.data(), p.resid_scales.size() * 2}};
   for (int i = 0; i < kSplitPlanes; ++i) {
     const SplitPlaneTensor& st = tensors[size_t(i)];
-    BITSPLIT_RETURN_IF_ERROR(check_plane(source, st.name, st.type, st.row, out));
     const gguf::TensorInfo& t = *source.find_tensor(st.name);
     BITSPLIT_ASSIGN_OR_RETURN(std::span<const uint8_t> raw, source.raw_bytes(t));
     BITSPLIT_CHECK(raw.size() == dest[i].second, "plane size checked above");

@@ -241,6 +241,20 @@ std::string repr_string(const std::string& s) {
 
 }  // namespace
 
+namespace {
+
+// Containers being printed now, innermost last: one met again is a cycle (a namespace or list
+// that holds itself), printed as Python's repr does ("[...]", "{...}").
+thread_local std::vector<const void*> g_printing;
+
+struct Printing {
+  explicit Printing(const void* p) { g_printing.push_back(p); }
+  ~Printing() { g_printing.pop_back(); }
+  static bool active(const void* p) { return std::find(g_printing.begin(), g_printing.end(), p) != g_printing.end(); }
+};
+
+}  // namespace
+
 std::string repr(const Value& v) {
   switch (v.kind) {
     case Kind::kUndefined: return "";
@@ -250,6 +264,8 @@ std::string repr(const Value& v) {
     case Kind::kFloat: return python_float_repr(v.number);
     case Kind::kString: return repr_string(v.text);
     case Kind::kList: {
+      if (Printing::active(v.list.get())) return v.list->tuple ? "(...)" : "[...]";
+      Printing guard(v.list.get());
       std::string out = v.list->tuple ? "(" : "[";
       for (size_t i = 0; i < v.list->items.size(); ++i) {
         if (i) out += ", ";
@@ -260,6 +276,8 @@ std::string repr(const Value& v) {
       return out;
     }
     case Kind::kDict: {
+      if (Printing::active(v.dict.get())) return v.dict->kind == DictKind::kNamespace ? "<Namespace {...}>" : "{...}";
+      Printing guard(v.dict.get());
       std::string out = "{";
       bool first = true;
       for (const auto& [k, val] : v.dict->entries) {
@@ -282,7 +300,19 @@ std::string to_str(const Value& v) {
   return repr(v);
 }
 
-bool equals(const Value& a, const Value& b) {
+namespace {
+bool equals_at(const Value& a, const Value& b, int depth);
+}
+
+bool equals(const Value& a, const Value& b) { return equals_at(a, b, 0); }
+
+namespace {
+
+// Python compares containers item by item, the same object being equal to itself; two distinct
+// containers that hold themselves would recurse forever (Python: RecursionError), so past a
+// depth no template reaches they compare unequal.
+bool equals_at(const Value& a, const Value& b, int depth) {
+  if (depth > 256) return false;
   if (a.is_number() && b.is_number()) {
     if (a.kind != Kind::kFloat && b.kind != Kind::kFloat) {
       const int64_t x = a.kind == Kind::kBool ? a.boolean : a.integer;
@@ -297,17 +327,18 @@ bool equals(const Value& a, const Value& b) {
     case Kind::kNone: return true;
     case Kind::kString: return a.text == b.text;
     case Kind::kList: {
+      if (a.list == b.list) return true;
       if (a.list->tuple != b.list->tuple || a.list->items.size() != b.list->items.size()) return false;
       for (size_t i = 0; i < a.list->items.size(); ++i)
-        if (!equals(a.list->items[i], b.list->items[i])) return false;
+        if (!equals_at(a.list->items[i], b.list->items[i], depth + 1)) return false;
       return true;
     }
     case Kind::kDict: {
-      if (a.dict->kind != DictKind::kPlain || b.dict->kind != DictKind::kPlain) return a.dict == b.dict;
+      if (a.dict->kind != DictKind::kPlain || b.dict->kind != DictKind::kPlain || a.dict == b.dict) return a.dict == b.dict;
       if (a.dict->entries.size() != b.dict->entries.size()) return false;
       for (const auto& [k, v] : a.dict->entries) {
         const Value* other = b.dict->find(k);
-        if (!other || !equals(v, *other)) return false;
+        if (!other || !equals_at(v, *other, depth + 1)) return false;
       }
       return true;
     }
@@ -315,6 +346,8 @@ bool equals(const Value& a, const Value& b) {
     default: return false;
   }
 }
+
+}  // namespace
 
 Result<int> compare(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) {

@@ -37,7 +37,9 @@ void quantize_group_ref(const float* x, int64_t n, int group, int8_t* q, float* 
     *scale = amax / 127.0f;
     const float inv = 127.0f / amax;
     for (int64_t i = 0; i < n; ++i) {
-      const float v = std::clamp(round_half_away(x[i] * inv), -127.0f, 127.0f);
+      // max(-127, .) before min(., 127), as the SIMD tiers' max_ps/min_ps: a NaN (non-finite
+      // weights in a model file) becomes -127 instead of reaching the int8 conversion (undefined).
+      const float v = std::min(std::max(-127.0f, round_half_away(x[i] * inv)), 127.0f);
       q[i] = int8_t(v);
       *sum += int32_t(v);
     }

@@ -18,8 +18,16 @@ constexpr ArchInfo kArchs[] = {
     {"qwen3", Architecture::kQwen3, cpu::RopeOrder::kNeox},
 };
 
+// No dimension of a model reaches 2^31; bounding them keeps every product of two (q_dim, a
+// plane's bytes) inside int64 and stops a header from sizing buffers the file cannot fill.
+constexpr int64_t kMaxDimension = int64_t(1) << 31;
+
 Status positive(const char* what, int64_t v) {
   if (v <= 0) return Status::error(std::string(what) + " is " + std::to_string(v) + ", must be positive");
+  if (v > kMaxDimension) {
+    return Status::error(std::string(what) + " is " + std::to_string(v) + ", more than 2^31 (" +
+                         std::to_string(kMaxDimension) + ")");
+  }
   return Status::ok();
 }
 
@@ -73,6 +81,12 @@ Result<ModelConfig> read_model_config(const WeightSource& source) {
                          {"feed_forward_length", c.n_ff}, {"context_length", c.n_ctx_train}}) {
     if (auto s = positive((p + what).c_str(), v); !s) return ctx(s);
   }
+  // Every layer has tensors of its own, so a block count above the file's tensor count is
+  // rejected before anything is sized by it (a short file gets "tensor ... is missing" instead).
+  if (c.n_layers > int64_t(source.tensors().size())) {
+    return ctx(Status::error(p + "block_count " + std::to_string(c.n_layers) + " is more layers than the file has tensors (" +
+                             std::to_string(source.tensors().size()) + ")"));
+  }
   if (c.n_heads % c.n_kv_heads != 0) {
     return ctx(Status::error("head_count " + std::to_string(c.n_heads) + " is not a multiple of head_count_kv " +
                              std::to_string(c.n_kv_heads)));
@@ -84,6 +98,7 @@ Result<ModelConfig> read_model_config(const WeightSource& source) {
     return ctx(Status::error("embedding_length " + std::to_string(c.n_embd) + " is not a multiple of head_count " +
                              std::to_string(c.n_heads) + " and attention.key_length is absent"));
   }
+  if (auto s = positive((p + "attention.key_length").c_str(), c.head_dim); !s) return ctx(s);
   int64_t value_length = c.head_dim;
   get(p + "attention.value_length", &value_length, c.head_dim);
   get(p + "rope.dimension_count", &c.n_rot, c.head_dim);

@@ -115,7 +115,10 @@ GenerationRequest parse(std::string_view body, Endpoint endpoint) {
     auto it = o.find("messages");
     if (it == o.end() || !it->is_array()) fail("messages", "'messages' is required and must be an array");
     if (it->empty()) fail("messages", "'messages' must not be empty");
-    r.messages = json::array();
+    // Checked on the parsed body; kept from a second, order-preserving parse.
+    const auto ordered = nlohmann::ordered_json::parse(body)["messages"];
+    if (!ordered.is_array() || ordered.size() != it->size()) fail("messages", "the body has more than one 'messages'");
+    r.messages = nlohmann::ordered_json::array();
     for (size_t i = 0; i < it->size(); ++i) {
       const json& m = (*it)[i];
       const std::string param = "messages[" + std::to_string(i) + "]";
@@ -126,7 +129,9 @@ GenerationRequest parse(std::string_view body, Endpoint endpoint) {
       if (rs != "system" && rs != "user" && rs != "assistant" && rs != "tool" && rs != "developer") {
         fail(param + ".role", param + ".role '" + rs + "' is not one of system, developer, user, assistant, tool");
       }
-      json copy = m;
+      if (!ordered[i].is_object()) fail(param, param + " must be an object");
+      nlohmann::ordered_json copy = ordered[i];
+      copy["role"] = rs;  // as checked (a key given twice may differ between the two parses)
       copy["content"] = content_text(m.contains("content") ? m["content"] : json(nullptr), param + ".content");
       r.messages.push_back(std::move(copy));
     }

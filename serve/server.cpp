@@ -22,14 +22,18 @@ int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// Serialised with invalid UTF-8 (from a request's bytes or a token's piece) replaced by U+FFFD,
+// never an exception.
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 void send_json(httplib::Response& res, int status, const json& body) {
   res.status = status;
-  res.set_content(body.dump(), "application/json");
+  res.set_content(dump(body), "application/json");
 }
 
 void send_error(httplib::Response& res, const RequestError& e) { send_json(res, e.status, e.to_json()); }
 
-std::string sse(const json& chunk) { return "data: " + chunk.dump() + "\n\n"; }
+std::string sse(const json& chunk) { return "data: " + dump(chunk) + "\n\n"; }
 
 // What one generation produced.
 struct Outcome {
@@ -223,7 +227,7 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
     const auto& vocab = tokenizer.vocab();
     const std::string bos = vocab.bos >= 0 ? tokenizer.token_to_piece(vocab.bos) : "";
     const std::string eos = vocab.eos >= 0 ? tokenizer.token_to_piece(vocab.eos) : "";
-    auto rendered = chat_template->render_chat(nlohmann::ordered_json::parse(r.messages.dump()), true, bos, eos);
+    auto rendered = chat_template->render_chat(r.messages, true, bos, eos);
     if (!rendered) return fail({400, "the chat template refused the messages: " + rendered.status().message(), "messages"});
     text = std::move(*rendered);
     // The template writes the special tokens as text; a BOS it wrote is not added again.
@@ -398,7 +402,7 @@ void Server::Impl::setup_routes() {
     if (res.status == 413) message = "the request body is over the limit of " + std::to_string(options.max_body_bytes) + " bytes";
     if (res.status >= 500) type = "server_error";
     metrics.request_rejected(res.status);
-    res.set_content(RequestError{res.status, message, "", type}.to_json().dump(), "application/json");
+    res.set_content(dump(RequestError{res.status, message, "", type}.to_json()), "application/json");
   });
   http.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "internal error";

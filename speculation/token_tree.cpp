@@ -60,7 +60,9 @@ std::vector<int32_t> DraftPolicy::level_sizes(int32_t b) const {
   std::vector<int32_t> sizes;
   int32_t frontier = 1, drafted = 0;
   for (int32_t depth = 0; depth < max_depth && drafted < b; ++depth) {
-    const int32_t n = std::min({nodes_per_level(), frontier * children_per_node(), b - drafted});
+    // In 64 bits: a valid policy's top_k may be any positive int32, and frontier * top_k overflowed.
+    const int32_t n = int32_t(std::min<int64_t>(
+        {nodes_per_level(), int64_t(frontier) * children_per_node(), int64_t(b) - drafted}));
     sizes.push_back(n);
     drafted += n;
     frontier = n;

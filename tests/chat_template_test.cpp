@@ -262,5 +262,14 @@ TEST(ChatTemplate, MutatedTemplatesFailCleanly) {
   EXPECT_GT(rendered, 100);
 }
 
+// Finding (fuzz_chat_template, tests/data/fuzz/chat_template/namespace-holding-itself-printed):
+// a namespace assigned into itself was printed by endless recursion (a stack overflow). Now as
+// Python's repr prints a container that holds itself; the same object compares equal to itself.
+TEST(ChatTemplateCycles, AContainerHoldingItselfPrintsLikePython) {
+  EXPECT_EQ(render("{% set ns = namespace(n=0, s='') %}{% set ns.n = ns %}{{ ns.n }}|{{ ns }}"),
+            "<Namespace {'n': <Namespace {...}>, 's': ''}>|<Namespace {'n': <Namespace {...}>, 's': ''}>");
+  EXPECT_EQ(render("{% set ns = namespace(n=0) %}{% set ns.n = ns %}{{ ns == ns.n }}"), "True");
+}
+
 }  // namespace
 }  // namespace bitsplit

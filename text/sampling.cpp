@@ -13,8 +13,10 @@ Status SamplingParams::validate() const {
   if (top_k < 0) return Status::error("top-k must be >= 0 (0 disables it)");
   if (!(top_p > 0.0f && top_p <= 1.0f)) return Status::error("top-p must be in (0, 1] (1 disables it)");
   if (!(min_p >= 0.0f && min_p < 1.0f)) return Status::error("min-p must be in [0, 1) (0 disables it)");
-  if (!(repeat_penalty > 0.0f) || !std::isfinite(repeat_penalty)) {
-    return Status::error("the repetition penalty must be a positive number (1 disables it)");
+  // Bounded so that dividing or multiplying a logit by it cannot overflow to an infinity, which
+  // would turn the whole distribution into NaN (inf - inf).
+  if (!(repeat_penalty >= kMinRepeatPenalty && repeat_penalty <= kMaxRepeatPenalty)) {
+    return Status::error("the repetition penalty must be a number from 0.001 to 1000 (1 disables it)");
   }
   if (repeat_last_n < 0) return Status::error("the repetition window (repeat-last-n) must be >= 0");
   return Status::ok();

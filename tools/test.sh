@@ -25,3 +25,6 @@ cmake -S . -B build-tsan -G Ninja -DBITSPLIT_SANITIZE_THREAD=ON -DBITSPLIT_CUDA=
 cmake --build build-tsan -j "$jobs" --target capi_tests delta_tests
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   ctest --output-on-failure -j "$jobs" --no-tests=error -R 'CApi|VariantCache')
+
+echo "== libFuzzer: every parser of untrusted input, 20 s each (tools/fuzz.sh; needs clang) =="
+FUZZ_SECONDS=${FUZZ_SECONDS:-20} bash tools/fuzz.sh

@@ -23,7 +23,9 @@ struct GenerationRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;               // empty: the base model
   std::string prompt;              // completions
-  nlohmann::json messages;         // chat: the messages as given (content normalised to text)
+  // chat: the messages as given, keys in their order (a template prints tool schemas as given),
+  // content normalised to text
+  nlohmann::ordered_json messages;
   std::optional<int32_t> max_tokens;
   SamplingParams sampling;         // OpenAI defaults: temperature 1, top_p 1, no top-k / min-p
   bool seed_given = false;

@@ -11,12 +11,16 @@
 
 namespace bitsplit {
 
+// The repetition penalty's range: a logit (|logit| < 3e35) divided or multiplied by it stays finite.
+inline constexpr float kMinRepeatPenalty = 1e-3f;
+inline constexpr float kMaxRepeatPenalty = 1e3f;
+
 struct SamplingParams {
   float temperature = 0.8f;  // <= 0: greedy (argmax)
   int32_t top_k = 40;        // <= 0: off
   float top_p = 0.95f;       // >= 1: off
   float min_p = 0.05f;       // <= 0: off
-  float repeat_penalty = 1.0f;  // 1: off
+  float repeat_penalty = 1.0f;  // 1: off; kMinRepeatPenalty .. kMaxRepeatPenalty
   int32_t repeat_last_n = 64;
   uint64_t seed = 0;
 

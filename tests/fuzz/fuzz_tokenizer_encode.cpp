@@ -1,0 +1,6 @@
+// libFuzzer target: a selector byte and text to Tokenizer::encode with real vocabularies.
+// The harness (and what it asserts) is in harness_tokenizer.h; tests/fuzz_regression_test.cpp runs the same
+// function over the seeds and every input that once failed.
+#include "harness_tokenizer.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) { return bitsplit::fuzz::run_tokenizer_encode(data, size); }

@@ -1,0 +1,191 @@
+// The fuzz harnesses (tests/fuzz/harness_*.h) over their seeds and over every input the fuzzers
+// once failed on (tests/data/fuzz/<target>/), so the normal and sanitizer builds replay the
+// corpus without clang or libFuzzer; and each finding pinned down by a direct test.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "bitsplit/cpu.h"
+#include "bitsplit/model.h"
+#include "bitsplit/planes.h"
+#include "bitsplit/sampling.h"
+#include "bitsplit/speculation.h"
+#include "fuzz/harnesses.h"
+#include "fuzz/seeds.h"
+#include "test_paths.h"
+
+namespace bitsplit {
+namespace {
+
+std::vector<uint8_t> read_bytes(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string s = ss.str();
+  return {s.begin(), s.end()};
+}
+
+// Committed inputs of a target: hand-made seeds and the inputs of past findings.
+std::vector<fuzz::Seed> committed_inputs(const std::string& target) {
+  std::vector<fuzz::Seed> out;
+  for (const std::string& dir : {testing::source_dir() + "/tests/fuzz/seeds/" + target,
+                                testing::source_dir() + "/tests/data/fuzz/" + target}) {
+    if (!std::filesystem::is_directory(dir)) continue;
+    std::vector<std::filesystem::path> files;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      if (e.is_regular_file()) files.push_back(e.path());
+    }
+    std::sort(files.begin(), files.end());
+    for (const auto& p : files) out.push_back({p.string(), read_bytes(p)});
+  }
+  return out;
+}
+
+class FuzzCorpus : public ::testing::TestWithParam<std::string> {};
+
+// A failing property aborts with its message (harness_common.h), as under libFuzzer.
+TEST_P(FuzzCorpus, SeedsAndPastFindingsRunClean) {
+  const std::string target = GetParam();
+  const fuzz::Harness run = fuzz::harness(target);
+  ASSERT_NE(run, nullptr) << target;
+  std::vector<fuzz::Seed> inputs = fuzz::make_seeds(target, testing::shared_dir());
+  ASSERT_FALSE(inputs.empty()) << "no seeds for " << target;
+  for (auto& s : committed_inputs(target)) inputs.push_back(std::move(s));
+  for (const auto& input : inputs) {
+    SCOPED_TRACE(input.name);
+    run(input.bytes.data(), input.bytes.size());
+    // Every prefix of the small seeds too: truncations are what corrupt files look like most.
+    if (input.bytes.size() <= 512) {
+      for (size_t n = 0; n < input.bytes.size(); ++n) run(input.bytes.data(), n);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Targets, FuzzCorpus, ::testing::ValuesIn(fuzz::fuzz_targets()),
+                         [](const auto& info) { return info.param; });
+
+// Finding (fuzz_model, tests/data/fuzz/model/nan-activation-quantized-to-int8): a model file with
+// non-finite weights makes NaN activations, which the scalar quantiser converted to int8
+// (undefined behaviour; UBSan: "-nan is outside the range of representable values"). NaN now
+// becomes -127, as in the SIMD tiers.
+TEST(FuzzFindings, NanActivationQuantizesToTheLowerBound) {
+  std::vector<float> x = {1.0f, NAN, -0.5f, 0.25f};
+  x.resize(32, 0.125f);
+  cpu::QuantizedActivations qa;
+  cpu::quantize_activations_ref(x.data(), 1, int64_t(x.size()), 32, qa);
+  EXPECT_EQ(qa.q[0], 127);
+  EXPECT_EQ(qa.q[1], -127);
+  EXPECT_EQ(qa.q[2], -64);  // -63.5 rounds away from zero
+  EXPECT_FLOAT_EQ(qa.scale[0], 1.0f / 127.0f);
+}
+
+// Finding (fuzz_options, tests/data/fuzz/options/subnormal-repeat-penalty-nan-distribution): a
+// repetition penalty of 1.5e-39 passed validation; a logit divided by it overflowed to inf and
+// the distribution became NaN (inf - inf). The penalty is now bounded to [0.001, 1000].
+TEST(FuzzFindings, RepetitionPenaltyThatOverflowsLogitsIsRejected) {
+  for (float penalty : {1.5e-39f, 1e-30f, 1e-4f, 1e4f, 1e38f, INFINITY, NAN}) {
+    SamplingParams p;
+    p.repeat_penalty = penalty;
+    const Status s = p.validate();
+    ASSERT_FALSE(s.is_ok()) << penalty;
+    EXPECT_NE(s.message().find("repetition penalty"), std::string::npos) << s.message();
+  }
+  for (float penalty : {kMinRepeatPenalty, 0.5f, 1.0f, 1.3f, kMaxRepeatPenalty}) {
+    SamplingParams p;
+    p.repeat_penalty = penalty;
+    EXPECT_TRUE(p.validate().is_ok()) << penalty;
+    // The extremes keep a distribution over large logits finite.
+    p.temperature = 1.0f;
+    p.repeat_last_n = 4;
+    Sampler sampler(p);
+    const std::vector<float> logits = {30.0f, -30.0f, 5.0f};
+    const std::vector<int32_t> history = {0, 1};
+    double sum = 0;
+    for (float q : sampler.distribution(logits, history)) {
+      ASSERT_TRUE(std::isfinite(q)) << penalty;
+      sum += q;
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-5) << penalty;
+  }
+}
+
+// Finding (fuzz_options, tests/data/fuzz/options/tree-level-size-int-overflow): a tree policy
+// with top_k near 2^30 passes validate(), and DraftPolicy::level_sizes multiplied the frontier by
+// it in int32 (signed overflow; a wrapped product of 0 gave empty levels). Now in 64 bits.
+TEST(FuzzFindings, TreeLevelSizesWithAHugeTopK) {
+  speculation::DraftPolicy p;
+  p.shape = speculation::DraftShape::kTree;
+  p.budget = 16;
+  p.max_depth = 8;
+  p.top_k = 1 << 30;
+  p.width = 4;
+  ASSERT_TRUE(p.validate().is_ok());
+  EXPECT_EQ(p.level_sizes(16), (std::vector<int32_t>{4, 4, 4, 4}));
+}
+
+std::unique_ptr<WeightSource> seed_model(const std::string& name) {
+  for (auto& seed : fuzz::make_seeds("model", "")) {
+    if (seed.name != name) continue;
+    auto f = gguf::File::parse(gguf::storage_from_bytes(std::move(seed.bytes)), name);
+    BITSPLIT_CHECK(f.is_ok(), f.status().message());
+    return weights_from_gguf(std::move(*f));
+  }
+  BITSPLIT_CHECK(false, "no seed " + name);
+  return nullptr;
+}
+
+// Finding (fuzz_model, tests/data/fuzz/model/huge-block-count): block_count = 1.4e12 in a file
+// of 17 KB made Model::load resize its layer table to it (a 1.4 TB allocation) before loading any
+// layer. The block count is now checked against the file's tensors (and bounded to 2^31, as
+// every dimension); 2^30 here (a 360 GB layer table before the fix) meets the first check.
+TEST(FuzzFindings, BlockCountTheFileCannotHoldIsRejected) {
+  auto source = seed_model("llama-f32");
+  ASSERT_TRUE(read_model_config(*source).is_ok());
+  gguf::Metadata m = source->metadata();
+  m.set("llama.block_count", gguf::Value::u64(uint64_t(1) << 30));
+  gguf::Writer w;
+  for (const auto& [k, v] : m.entries()) w.metadata().set(k, v);
+  for (const auto& t : source->tensors()) {
+    auto bytes = source->raw_bytes(t);
+    ASSERT_TRUE(w.add_tensor(t.name, t.type, t.dims, {bytes->begin(), bytes->end()}).is_ok());
+  }
+  auto broken = weights_from_gguf(*gguf::File::parse(gguf::storage_from_bytes(w.to_bytes()), "broken.gguf"));
+  auto config = read_model_config(*broken);
+  ASSERT_FALSE(config.is_ok());
+  EXPECT_NE(config.status().message().find("llama.block_count 1073741824 is more layers than the file has tensors"), std::string::npos)
+      << config.status().message();
+}
+
+// Found while fuzzing the bit-split path (tests/data/fuzz/model/bitsplit-feed-forward-length-2p40):
+// load_split_planes sized a projection's buffers from (in, out), which come from the metadata,
+// before checking that the file's planes have that shape (feed_forward_length = 2^40: an 8 TB
+// allocation). The planes are now checked first; the configuration also bounds every
+// dimension to 2^31.
+TEST(FuzzFindings, SplitPlanesAreCheckedBeforeAnythingIsSized) {
+  auto source = seed_model("bitsplit-g32-d2-r8");
+  auto format = read_split_format(source->metadata());
+  ASSERT_TRUE(format.is_ok() && format->has_value());
+  ASSERT_TRUE(load_split_planes(*source, "blk.0.ffn_gate", 32, 32, **format).is_ok());
+  auto planes = load_split_planes(*source, "blk.0.ffn_gate", 32, int64_t(1) << 40, **format);
+  ASSERT_FALSE(planes.is_ok());
+  EXPECT_NE(planes.status().message().find("blk.0.ffn_gate.draft_codes"), std::string::npos) << planes.status().message();
+
+  gguf::Metadata m = source->metadata();
+  m.set("llama.feed_forward_length", gguf::Value::u64(uint64_t(1) << 40));
+  gguf::Writer w;
+  for (const auto& [k, v] : m.entries()) w.metadata().set(k, v);
+  for (const auto& t : source->tensors()) {
+    auto bytes = source->raw_bytes(t);
+    ASSERT_TRUE(w.add_tensor(t.name, t.type, t.dims, {bytes->begin(), bytes->end()}).is_ok());
+  }
+  auto broken = weights_from_gguf(*gguf::File::parse(gguf::storage_from_bytes(w.to_bytes()), "broken.gguf"));
+  auto config = read_model_config(*broken);
+  ASSERT_FALSE(config.is_ok());
+  EXPECT_NE(config.status().message().find("feed_forward_length is 1099511627776, more than 2^31"), std::string::npos)
+      << config.status().message();
+}
+
+}  // namespace
+}  // namespace bitsplit
