@@ -1,11 +1,18 @@
 // `bitsplit bench accept`: acceptance rate and speed of speculative decoding for chain and
-// tree drafting settings over a prompt file — the benchmark users run on their own models.
+// tree drafting settings, against plain decoding of the same target, over a prompt file (one
+// prompt per line, or JSONL with categories and chat turns) — the benchmark users run on their
+// own models. Results per category as markdown tables or JSON.
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "bitsplit/convert.h"
+#include "bitsplit/generate.h"
 #include "bitsplit/speculative.h"
 #include "bitsplit/variant.h"
 #include "commands.h"
@@ -22,9 +29,13 @@ struct BenchAcceptArgs {
   uint64_t seed = 1;
   std::vector<int> chains = {1, 2, 4, 8};
   std::vector<int> budgets = {4, 8, 16, 32};
-  std::vector<std::string> deltas;  // NAME=FILE
+  std::vector<std::string> settings;  // explicit rows; replaces --chains/--budgets/--auto
+  std::vector<std::string> deltas;    // NAME=FILE
   bool json = false;
+  std::string json_file;  // also write the JSON here (the tables then go to stdout)
+  std::string render_dir;  // write the rendered prompts here and stop (for other engines)
   bool auto_row = false;  // also a row for the online controller (--budget auto)
+  bool ignore_eos = false;
   int lookup = 0;         // context lookup in every row (greedy decoding)
 };
 
@@ -33,16 +44,415 @@ struct Decoded {
   std::string name;
   const Variant* variant = nullptr;
   bool base_draft = false;
+  std::string plain_name;  // the row whose plain decoding is this one's reference
 };
+
+size_t index_of(const std::vector<Decoded>& decoded, const std::string& name) {
+  return size_t(std::find_if(decoded.begin(), decoded.end(), [&](const Decoded& d) { return d.name == name; }) - decoded.begin());
+}
+
+enum class SettingKind { kPlain, kFixed, kAuto };
 
 struct Setting {
   std::string name;
+  SettingKind kind = SettingKind::kFixed;
   speculation::DraftPolicy policy;
-  bool auto_budget = false;
+  int lookup = 0;  // context-lookup tokens per check (greedy only)
 };
+
+// Plain decoding of a variant with the base draft is the variant's own plain decoding: no row.
+bool has_row(const Setting& s, const Decoded& d) { return !(s.kind == SettingKind::kPlain && d.base_draft); }
+
+// What `bitsplit run` uses under --budget auto (tools/cmd_run.cpp): the "+lookup" settings.
+constexpr int kRunDefaultLookup = 8;
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+Setting chain_setting(int k) {
+  Setting s{"chain-" + std::to_string(k), SettingKind::kFixed, {}};
+  s.policy.shape = speculation::DraftShape::kChain;
+  s.policy.budget = k;
+  s.policy.max_depth = k;
+  return s;
+}
+
+Setting tree_setting(int b) {
+  Setting s{"tree-" + std::to_string(b), SettingKind::kFixed, {}};
+  s.policy.budget = b;
+  return s;
+}
+
+// "plain", "auto", "chain-K" or "tree-B" (K, B in 1..kMaxBudget), the last three optionally with
+// "+lookup" (context lookup of kRunDefaultLookup tokens; "auto+lookup" is what `run` does by default).
+Result<Setting> parse_setting(const std::string& text) {
+  const std::string suffix = "+lookup";
+  if (ends_with(text, suffix) && text != "plain" + suffix) {
+    auto s = parse_setting(text.substr(0, text.size() - suffix.size()));
+    if (s) {
+      s->name += suffix;
+      s->lookup = kRunDefaultLookup;
+    }
+    return s;
+  }
+  if (text == "plain") return Setting{"plain", SettingKind::kPlain, {}};
+  if (text == "auto") return Setting{"auto", SettingKind::kAuto, {}};
+  for (const std::string prefix : {"chain-", "tree-"}) {
+    if (text.rfind(prefix, 0) != 0) continue;
+    const std::string digits = text.substr(prefix.size());
+    const bool whole = !digits.empty() && digits.size() <= 3 &&
+                       std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const int n = whole ? std::stoi(digits) : 0;
+    if (n < 1 || n > speculation::kMaxBudget) {
+      return Status::error("'" + text + "': the budget after '" + prefix + "' must be a whole number 1.." +
+                           std::to_string(speculation::kMaxBudget));
+    }
+    return prefix == "chain-" ? chain_setting(n) : tree_setting(n);
+  }
+  return Status::error("'" + text + "' is not a setting; use plain, auto, chain-K or tree-B, the last three optionally "
+                       "with +lookup (e.g. plain,auto+lookup,chain-4,tree-16)");
+}
+
+// ---- Prompts ----
+
+struct BenchPrompt {
+  size_t category = 0;  // index into PromptSet::categories
+  std::vector<int32_t> tokens;
+  std::string text;  // as rendered and tokenised (ChatML special tokens parsed)
+};
+
+struct PromptSet {
+  std::vector<BenchPrompt> prompts;
+  std::vector<std::string> categories;  // in order of first appearance; "all" for a text file
+  std::string format;                   // "text" or "jsonl"
+  std::string rendering;                // "text", "chatml" or "plain"
+  int32_t stop_token = -1;              // generation stops after it (-1: never)
+};
+
+// One JSONL line: {"category": "...", "turns": [{"role": "user", "content": "..."}, ...]}. The
+// error names the line and what is wrong with it.
+Result<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>> parse_jsonl_prompt(
+    const std::string& line, const std::string& where) {
+  const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Status::error(where + ": not a JSON object");
+  if (!j.contains("category") || !j["category"].is_string() || j["category"].get<std::string>().empty()) {
+    return Status::error(where + ": \"category\" must be a non-empty string");
+  }
+  if (!j.contains("turns") || !j["turns"].is_array() || j["turns"].empty()) {
+    return Status::error(where + ": \"turns\" must be a non-empty array of {\"role\", \"content\"}");
+  }
+  std::vector<std::pair<std::string, std::string>> turns;
+  for (const auto& t : j["turns"]) {
+    if (!t.is_object() || !t.contains("role") || !t["role"].is_string() || !t.contains("content") ||
+        !t["content"].is_string()) {
+      return Status::error(where + ": each turn must be {\"role\": \"...\", \"content\": \"...\"}");
+    }
+    const std::string role = t["role"].get<std::string>();
+    if (role != "system" && role != "user" && role != "assistant") {
+      return Status::error(where + ": role '" + role + "' is not system, user or assistant");
+    }
+    turns.emplace_back(role, t["content"].get<std::string>());
+  }
+  if (turns.back().first != "user") return Status::error(where + ": the last turn must be the user's");
+  return std::make_pair(j["category"].get<std::string>(), std::move(turns));
+}
+
+// A text file (one prompt per line, encoded as it is) or, by the extension .jsonl, prompts with
+// categories and turns: rendered as ChatML when the vocabulary has <|im_start|>/<|im_end|>
+// (generation then stops at <|im_end|> unless ignore_eos), else as the turns' text joined with
+// blank lines.
+Result<PromptSet> read_prompts(const std::string& path, const std::string& text, const Tokenizer& tokenizer,
+                               bool ignore_eos) {
+  PromptSet set;
+  std::istringstream lines(text);
+  if (!ends_with(path, ".jsonl")) {
+    set.format = set.rendering = "text";
+    set.categories = {"all"};
+    for (std::string line; std::getline(lines, line);) {
+      if (!line.empty()) set.prompts.push_back({0, tokenizer.encode(line), line});
+    }
+    if (set.prompts.empty()) return Status::error(path + " has no prompts (one per line)");
+    return set;
+  }
+  set.format = "jsonl";
+  const int32_t im_start = tokenizer.vocab().find("<|im_start|>"), im_end = tokenizer.vocab().find("<|im_end|>");
+  const bool chatml = im_start >= 0 && im_end >= 0;
+  set.rendering = chatml ? "chatml" : "plain";
+  if (chatml && !ignore_eos) set.stop_token = im_end;
+  int line_no = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto parsed = parse_jsonl_prompt(line, path + ":" + std::to_string(line_no));
+    if (!parsed) return parsed.status();
+    auto& [category, turns] = *parsed;
+    std::string rendered;
+    EncodeOptions enc;
+    if (chatml) {
+      for (const auto& [role, content] : turns) rendered += "<|im_start|>" + role + "\n" + content + "<|im_end|>\n";
+      rendered += "<|im_start|>assistant\n";
+      enc.parse_special = true;
+    } else {
+      for (const auto& [role, content] : turns) rendered += (rendered.empty() ? "" : "\n\n") + content;
+    }
+    auto it = std::find(set.categories.begin(), set.categories.end(), category);
+    if (it == set.categories.end()) it = set.categories.insert(it, category);
+    BenchPrompt p{size_t(it - set.categories.begin()), tokenizer.encode(rendered, enc), rendered};
+    if (p.tokens.empty()) return Status::error(path + ":" + std::to_string(line_no) + ": the prompt encodes to no tokens");
+    set.prompts.push_back(std::move(p));
+  }
+  if (set.prompts.empty()) return Status::error(path + " has no prompts (one JSON object per line)");
+  return set;
+}
+
+// DIR/NNNN.txt per prompt, exactly the text tokenised (ChatML with special-token text: run it with
+// `bitsplit run --parse-special -f`, or llama.cpp, which parses special tokens in prompts), and
+// DIR/prompts.tsv: file, category, prompt tokens, and the token that ends generation.
+Status render_prompts(const PromptSet& set, const Tokenizer& tokenizer, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::error("cannot create " + dir + ": " + ec.message());
+  std::ofstream index(dir + "/prompts.tsv");
+  index << "file\tcategory\ttokens\tstop\n";
+  const std::string stop = set.stop_token >= 0 ? tokenizer.token_to_piece(set.stop_token, true) : "-";
+  for (size_t i = 0; i < set.prompts.size(); ++i) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "%04zu.txt", i + 1);
+    std::ofstream out(dir + "/" + name, std::ios::binary);
+    out << set.prompts[i].text;
+    if (!out.flush()) return Status::error("could not write " + dir + "/" + name);
+    index << name << "\t" << set.categories[set.prompts[i].category] << "\t" << set.prompts[i].tokens.size() << "\t"
+          << stop << "\n";
+  }
+  if (!index.flush()) return Status::error("could not write " + dir + "/prompts.tsv");
+  return Status::ok();
+}
+
+// ---- Measurements ----
+
+// One (setting, model, category) cell, or a setting and model over all categories.
+struct Cell {
+  speculation::AcceptanceStats acc;  // speculative rows
+  int64_t tokens = 0, prompts = 0;
+  double seconds = 0;
+  void add(const Cell& o) {
+    acc.add(o.acc);
+    tokens += o.tokens;
+    prompts += o.prompts;
+    seconds += o.seconds;
+  }
+  double tokens_per_second() const { return seconds > 0 ? double(tokens) / seconds : 0.0; }
+};
+
+// What a row reports. A plain row makes one target pass per token: τ = 1, no draft.
+nlohmann::json cell_json(const Setting& s, const Decoded& d, const std::string& category, const Cell& c,
+                         std::optional<double> reference_tps) {
+  const bool plain = s.kind == SettingKind::kPlain;
+  const int64_t checks = plain ? c.tokens : c.acc.checks;
+  const double per_check = 1e3 / double(std::max<int64_t>(1, checks));
+  nlohmann::json speedup = nullptr;
+  if (reference_tps && *reference_tps > 0) speedup = c.tokens_per_second() / *reference_tps;
+  return {{"setting", s.name}, {"model", d.name}, {"category", category}, {"prompts", c.prompts},
+          {"tokens", c.tokens}, {"seconds", c.seconds}, {"checks", checks},
+          {"accepted_per_check", plain ? 0.0 : c.acc.accepted_per_check()},
+          {"tokens_per_check", plain ? (checks > 0 ? 1.0 : 0.0) : c.acc.tokens_per_check()},
+          {"draft_ms_per_check", plain ? 0.0 : c.acc.draft_seconds * per_check},
+          {"verify_ms_per_check", plain ? c.seconds * per_check : c.acc.verify_seconds * per_check},
+          {"tokens_per_second", c.tokens_per_second()}, {"speedup", speedup},
+          // Per position (vLLM's num_accepted_tokens_per_pos): index d - 1 for depth d.
+          {"accepted_at_depth", c.acc.accepted_at_depth}, {"drafted_at_depth", c.acc.drafted_at_depth},
+          {"lookup_drafted", c.acc.lookup_drafted}, {"lookup_accepted", c.acc.lookup_accepted}};
+}
+
+// ---- Tables ----
+
+std::string fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), format, v);
+  return buf;
+}
+
+// A markdown table, columns padded to their widest cell; the first `left` columns left-aligned.
+void print_table(const std::vector<std::vector<std::string>>& rows, size_t left) {
+  std::vector<size_t> width(rows.front().size(), 3);
+  for (const auto& r : rows)
+    for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+  for (size_t k = 0; k < rows.size(); ++k) {
+    std::string line = "|";
+    for (size_t i = 0; i < rows[k].size(); ++i) {
+      const size_t pad = width[i] - rows[k][i].size();
+      line.push_back(' ');
+      if (i >= left) line.append(pad, ' ');
+      line.append(rows[k][i]);
+      if (i < left) line.append(pad, ' ');
+      line.append(" |");
+    }
+    std::printf("%s\n", line.c_str());
+    if (k == 0) {
+      line = "|";
+      for (size_t i = 0; i < width.size(); ++i) {
+        line.push_back('-');
+        line.append(width[i], '-');
+        line.append(i < left ? "-|" : ":|");
+      }
+      std::printf("%s\n", line.c_str());
+    }
+  }
+}
+
+std::string json_num(const nlohmann::json& v, const char* format) {
+  return v.is_number() ? fmt(format, v.get<double>()) : "–";
+}
+
+// The per-check detail of every row (the table `bench accept` has always printed), with speedup.
+void print_detail(const nlohmann::json& rows) {
+  std::vector<std::vector<std::string>> t = {{"setting", "model", "accepted/check", "tokens/check", "draft ms/check",
+                                              "verify ms/check", "tokens/s", "speedup"}};
+  for (const auto& r : rows) {
+    t.push_back({r["setting"].get<std::string>(), r["model"].get<std::string>(), json_num(r["accepted_per_check"], "%.2f"),
+                 json_num(r["tokens_per_check"], "%.2f"), json_num(r["draft_ms_per_check"], "%.3f"),
+                 json_num(r["verify_ms_per_check"], "%.3f"), json_num(r["tokens_per_second"], "%.1f"),
+                 json_num(r["speedup"], "%.2fx")});
+  }
+  print_table(t, 2);
+}
+
+// "results" (a row per setting, model and category) and "summary": the rows over all categories
+// ("overall"), per setting τ, tokens/s and speedup by category ("rows"), and the fastest setting
+// per model and category ("best"). Speedup: over the plain row of the same model and category.
+// cells[setting][model][category].
+nlohmann::json summarise(const std::vector<Setting>& settings, const std::vector<Decoded>& decoded,
+                         const std::vector<std::string>& categories, const std::vector<std::vector<std::vector<Cell>>>& cells) {
+  const auto plain_index = std::find_if(settings.begin(), settings.end(), [](const Setting& s) { return s.kind == SettingKind::kPlain; });
+  const bool has_plain = plain_index != settings.end();
+  const size_t pi = has_plain ? size_t(plain_index - settings.begin()) : 0;
+  auto reference_tps = [&](const Cell& plain_cell) -> std::optional<double> {
+    if (!has_plain) return std::nullopt;
+    return plain_cell.tokens_per_second();
+  };
+  const size_t n_cat = categories.size();
+  auto overall = [&](size_t si, size_t m) {
+    Cell c;
+    for (const auto& cat : cells[si][m]) c.add(cat);
+    return c;
+  };
+  nlohmann::json results = nlohmann::json::array(), overall_rows = nlohmann::json::array(),
+                 summary_rows = nlohmann::json::array();
+  for (size_t si = 0; si < settings.size(); ++si) {
+    for (size_t m = 0; m < decoded.size(); ++m) {
+      if (!has_row(settings[si], decoded[m])) continue;
+      const size_t pm = index_of(decoded, decoded[m].plain_name);
+      nlohmann::json tau = nlohmann::json::object(), tps = nlohmann::json::object(), speedup = nlohmann::json::object();
+      for (size_t c = 0; c < n_cat; ++c) {
+        auto row = cell_json(settings[si], decoded[m], categories[c], cells[si][m][c], reference_tps(cells[pi][pm][c]));
+        tau[categories[c]] = row["tokens_per_check"];
+        tps[categories[c]] = row["tokens_per_second"];
+        speedup[categories[c]] = row["speedup"];
+        results.push_back(std::move(row));
+      }
+      auto row = cell_json(settings[si], decoded[m], "overall", overall(si, m), reference_tps(overall(pi, pm)));
+      tau["overall"] = row["tokens_per_check"];
+      tps["overall"] = row["tokens_per_second"];
+      speedup["overall"] = row["speedup"];
+      overall_rows.push_back(std::move(row));
+      summary_rows.push_back({{"setting", settings[si].name}, {"model", decoded[m].name}, {"tokens_per_check", tau},
+                              {"tokens_per_second", tps}, {"speedup", speedup}});
+    }
+  }
+  // The fastest setting per model and category.
+  nlohmann::json best = nlohmann::json::array();
+  std::vector<std::string> cats = categories;
+  if (n_cat > 1) cats.push_back("overall");
+  for (const auto& d : decoded) {
+    for (const auto& cat : cats) {
+      const nlohmann::json* top = nullptr;
+      for (const auto& r : summary_rows) {
+        if (r["model"] != d.name) continue;
+        if (!top || r["tokens_per_second"][cat].get<double>() > (*top)["tokens_per_second"][cat].get<double>()) top = &r;
+      }
+      if (top) {
+        best.push_back({{"model", d.name}, {"category", cat}, {"setting", (*top)["setting"]},
+                        {"tokens_per_second", (*top)["tokens_per_second"][cat]}, {"speedup", (*top)["speedup"][cat]}});
+      }
+    }
+  }
+  return {{"results", results},
+          {"summary", {{"reference", has_plain ? nlohmann::json("plain") : nlohmann::json(nullptr)},
+                       {"categories", categories}, {"overall", overall_rows}, {"rows", summary_rows}, {"best", best}}}};
+}
+
+// The tables: for JSONL prompts τ, tokens/s and speedup per category and the per-check detail over
+// all of them; for a text file the per-check detail alone (the table this command always printed).
+void print_report(const nlohmann::json& j) {
+  const bool jsonl = j["format"] == "jsonl";
+  std::printf("model %s, %zu prompts", j["model"].get<std::string>().c_str(), j["n_prompts"].get<size_t>());
+  if (jsonl) std::printf(" in %zu categories", j["categories"].size());
+  std::printf(" x %d tokens, temperature %g", j["n_predict"].get<int>(), j["temperature"].get<double>());
+  if (jsonl) {
+    std::printf(", %s", j["rendering"] == "chatml" ? "ChatML" : "turns as plain text");
+    if (j["stop_token"].is_string()) std::printf(", stopping at %s", j["stop_token"].get<std::string>().c_str());
+  }
+  std::printf("\n\n");
+  if (!jsonl) {
+    print_detail(j["results"]);
+    return;
+  }
+  const std::pair<const char*, std::pair<const char*, const char*>> tables[] = {
+      {"tau: tokens per check, bonus token included (plain decoding: 1)", {"tokens_per_check", "%.2f"}},
+      {"tokens/s", {"tokens_per_second", "%.1f"}},
+      {"speedup over plain decoding of the same model and category", {"speedup", "%.2fx"}}};
+  std::vector<std::string> header = {"setting", "model"};
+  for (const auto& c : j["summary"]["categories"]) header.push_back(c.get<std::string>());
+  header.push_back("overall");
+  for (const auto& [title, key] : tables) {
+    std::printf("%s\n\n", title);
+    std::vector<std::vector<std::string>> t = {header};
+    for (const auto& r : j["summary"]["rows"]) {
+      t.push_back({r["setting"].get<std::string>(), r["model"].get<std::string>()});
+      for (size_t c = 2; c < header.size(); ++c) t.back().push_back(json_num(r[key.first][header[c]], key.second));
+    }
+    print_table(t, 2);
+    std::printf("\n");
+  }
+  std::printf("per check, all categories\n\n");
+  print_detail(j["summary"]["overall"]);
+}
+
+// The rows, in order: --settings, or plain, the chains, the trees and auto; --lookup on every
+// speculative row.
+Result<std::vector<Setting>> make_settings(const BenchAcceptArgs& a) {
+  std::vector<Setting> settings;
+  if (!a.settings.empty()) {
+    for (const auto& name : a.settings) {
+      auto s = parse_setting(name);
+      if (!s) return Status::error("--settings: " + s.status().message());
+      if (std::any_of(settings.begin(), settings.end(), [&](const Setting& o) { return o.name == s->name; })) {
+        return Status::error("--settings: '" + name + "' is listed twice");
+      }
+      settings.push_back(*s);
+    }
+  } else {
+    settings.push_back({"plain", SettingKind::kPlain, {}});
+    for (int k : a.chains) settings.push_back(chain_setting(k));
+    for (int b : a.budgets) settings.push_back(tree_setting(b));
+    if (a.auto_row) settings.push_back({"auto", SettingKind::kAuto, {}});
+  }
+  if (a.lookup > 0) {
+    for (auto& s : settings) {
+      if (s.kind == SettingKind::kPlain) continue;
+      if (s.lookup == 0) s.name += "+lookup";
+      s.lookup = a.lookup;
+    }
+  }
+  return settings;
+}
 
 int bench_accept(const BenchAcceptArgs& a) {
   const auto threads = limit_threads(a.threads);
+  auto made = make_settings(a);
+  if (!made) return report_error(made.status().message());
+  const std::vector<Setting>& settings = *made;
   auto loaded = load_model(a.model);
   if (!loaded) return report_error(loaded.status().message());
   auto split = read_split_format(loaded->source->metadata());
@@ -51,112 +461,149 @@ int bench_accept(const BenchAcceptArgs& a) {
   }
   auto text = read_text_file(a.prompts);
   if (!text) return report_error(text.status().message());
-  std::vector<std::vector<int32_t>> prompts;
-  std::istringstream lines(*text);
-  for (std::string line; std::getline(lines, line);) {
-    if (!line.empty()) prompts.push_back(loaded->tokenizer->encode(line));
+  auto prompt_set = read_prompts(a.prompts, *text, *loaded->tokenizer, a.ignore_eos);
+  if (!prompt_set) return report_error(prompt_set.status().message());
+  const PromptSet& ps = *prompt_set;
+  const auto& prompts = ps.prompts;
+  if (ps.rendering == "plain") {
+    std::fprintf(stderr, "note: the vocabulary has no <|im_start|>/<|im_end|>; turns rendered as plain text joined "
+                         "with blank lines\n");
   }
-  if (prompts.empty()) return report_error(a.prompts + " has no prompts (one per line)");
+  if (!a.render_dir.empty()) {
+    if (Status st = render_prompts(ps, *loaded->tokenizer, a.render_dir); !st) return report_error(st.message());
+    std::fprintf(stderr, "wrote %zu prompts (%s) to %s\n", prompts.size(), ps.rendering.c_str(), a.render_dir.c_str());
+    return 0;
+  }
   VariantRegistry registry(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX});
   std::vector<std::shared_ptr<const Variant>> variants;
-  std::vector<Decoded> decoded = {{"base"}};
+  std::vector<Decoded> decoded = {{"base", nullptr, false, "base"}};
   for (const auto& d : a.deltas) {
     if (Status st = registry.add_spec(d); !st) return report_error("--delta: " + st.message());
     auto v = registry.get(d.substr(0, d.find('=')));
     if (!v) return report_error(v.status().message());
     variants.push_back(*v);
-    decoded.push_back({(*v)->name(), v->get(), false});
-    decoded.push_back({(*v)->name() + "/base-draft", v->get(), true});
-  }
-
-  std::vector<Setting> settings;
-  for (int k : a.chains) {
-    Setting s{"chain-" + std::to_string(k), {}};
-    s.policy.shape = speculation::DraftShape::kChain;
-    s.policy.budget = k;
-    s.policy.max_depth = k;
-    settings.push_back(s);
-  }
-  for (int b : a.budgets) {
-    Setting s{"tree-" + std::to_string(b), {}};
-    s.policy.budget = b;
-    settings.push_back(s);
-  }
-  if (a.auto_row) settings.push_back({"auto", {}, true});
-  if (a.lookup > 0) {
-    for (auto& s : settings) s.name += "+lookup";
+    decoded.push_back({(*v)->name(), v->get(), false, (*v)->name()});
+    decoded.push_back({(*v)->name() + "/base-draft", v->get(), true, (*v)->name()});
   }
   SamplingParams sp;
   sp.temperature = a.temperature;
   sp.seed = a.seed;
   if (Status st = sp.validate(); !st) return report_error(st.message());
+  for (const auto& p : prompts) {
+    if (Status st = check_generation(loaded->model.config(), p.tokens.size(), a.n_predict, 256); !st) {
+      return report_error("a prompt of " + std::to_string(p.tokens.size()) + " tokens: " + st.message());
+    }
+  }
 
-  nlohmann::json results = nlohmann::json::array();
-  ProgressBar bar("bench accept");
-  size_t done = 0;
-  struct Row {
-    std::string name, model;
-    speculation::AcceptanceStats acc;
-    int64_t tokens = 0;
-    double seconds = 0;
+  // One generation; its tokens go to `out` (for the greedy-agreement check).
+  auto generate_once = [&](const Setting& s, const Decoded& d, const BenchPrompt& p, int32_t n,
+                           std::vector<int32_t>& out, Cell& cell) -> Status {
+    Sampler sampler(sp);
+    auto keep = [&out](int32_t t) {
+      out.push_back(t);
+      return true;
+    };
+    if (s.kind == SettingKind::kPlain) {
+      GenerateOptions g;
+      g.n_predict = n;
+      g.eos_token = ps.stop_token;
+      g.variant = d.variant;
+      auto r = generate(loaded->model, p.tokens, g, sampler, keep);
+      if (!r) return r.status();
+      cell.tokens += r->generated_tokens;
+      cell.seconds += r->generate_seconds;
+    } else {
+      SpeculativeOptions o;
+      o.policy = s.policy;
+      o.auto_budget = o.auto_shape = s.kind == SettingKind::kAuto;
+      o.lookup.max_tokens = s.lookup;
+      o.n_predict = n;
+      o.eos_token = ps.stop_token;
+      o.variant = d.variant;
+      o.base_draft = d.base_draft;
+      auto r = generate_speculative(loaded->model, loaded->model, p.tokens, o, sampler, keep);
+      if (!r) return r.status();
+      cell.tokens += r->generation.generated_tokens;
+      cell.seconds += r->generation.generate_seconds;
+      cell.acc.add(r->acceptance);
+    }
+    ++cell.prompts;
+    return Status::ok();
   };
-  std::vector<Row> rows;
-  for (const auto& s : settings) {
-    // Base and variants alternate prompt by prompt, so drifting machine speed hits them alike.
-    std::vector<Row> by_model;
-    for (const auto& d : decoded) by_model.push_back({s.name, d.name, {}, 0, 0});
-    for (const auto& prompt : prompts) {
-      for (size_t m = 0; m < decoded.size(); ++m) {
-        Sampler sampler(sp);
-        SpeculativeOptions o;
-        o.policy = s.policy;
-        o.auto_budget = o.auto_shape = s.auto_budget;
-        o.lookup.max_tokens = a.lookup;
-        o.n_predict = a.n_predict;
-        o.variant = decoded[m].variant;
-        o.base_draft = decoded[m].base_draft;
-        auto r = generate_speculative(loaded->model, loaded->model, prompt, o, sampler, [](int32_t) { return true; });
-        if (!r) return report_error(r.status().message());
-        const auto& g = r->generation;
-        by_model[m].tokens += g.generated_tokens;
-        by_model[m].seconds += g.generate_seconds;
-        by_model[m].acc.add(r->acceptance);
-        bar.update(double(++done), double(settings.size() * prompts.size() * decoded.size()));
+
+  // Untimed warm-up: pages the weights in and fills the caches, so the first timed row does not
+  // pay for it: a short generation with the first plain and the first speculative setting.
+  std::vector<const Setting*> warm;
+  for (bool plain : {true, false}) {
+    auto it = std::find_if(settings.begin(), settings.end(), [&](const Setting& s) { return (s.kind == SettingKind::kPlain) == plain; });
+    if (it != settings.end()) warm.push_back(&*it);
+  }
+  for (const auto& d : decoded) {
+    for (const Setting* s : warm) {
+      std::vector<int32_t> ignored;
+      Cell ignored_cell;
+      if (!has_row(*s, d)) continue;
+      if (Status st = generate_once(*s, d, prompts.front(), std::min(a.n_predict, 8), ignored, ignored_cell); !st) {
+        return report_error(st.message());
       }
     }
-    rows.insert(rows.end(), by_model.begin(), by_model.end());
   }
-  for (const auto& r : rows) {
-    results.push_back({{"setting", r.name}, {"model", r.model}, {"checks", r.acc.checks},
-                       {"accepted_per_check", r.acc.accepted_per_check()},
-                       {"tokens_per_check", r.acc.tokens_per_check()},
-                       {"draft_ms_per_check", 1e3 * r.acc.draft_seconds / double(std::max<int64_t>(1, r.acc.checks))},
-                       {"verify_ms_per_check", 1e3 * r.acc.verify_seconds / double(std::max<int64_t>(1, r.acc.checks))},
-                       {"tokens_per_second", r.seconds > 0 ? double(r.tokens) / r.seconds : 0.0},
-                       // Per position (vLLM's num_accepted_tokens_per_pos): index d - 1 for depth d.
-                       {"accepted_at_depth", r.acc.accepted_at_depth},
-                       {"drafted_at_depth", r.acc.drafted_at_depth},
-                       {"lookup_drafted", r.acc.lookup_drafted},
-                       {"lookup_accepted", r.acc.lookup_accepted}});
+
+  // cells[setting][model][category]. Settings and models alternate prompt by prompt, so drifting
+  // machine speed hits them alike.
+  std::vector<std::vector<std::vector<Cell>>> cells(
+      settings.size(), std::vector<std::vector<Cell>>(decoded.size(), std::vector<Cell>(ps.categories.size())));
+  int64_t mismatches = 0;
+  ProgressBar bar("bench accept");
+  size_t done = 0, total = 0;
+  for (const auto& s : settings)
+    for (const auto& d : decoded) total += has_row(s, d) ? prompts.size() : 0;
+  for (const auto& p : prompts) {
+    std::vector<std::vector<int32_t>> reference(decoded.size());  // the first row's output per model
+    for (size_t si = 0; si < settings.size(); ++si) {
+      for (size_t m = 0; m < decoded.size(); ++m) {
+        if (!has_row(settings[si], decoded[m])) continue;
+        std::vector<int32_t> out;
+        if (Status st = generate_once(settings[si], decoded[m], p, a.n_predict, out, cells[si][m][p.category]); !st) {
+          return report_error(st.message());
+        }
+        // Greedy output is the target's whatever the setting; a difference is a bug worth a line.
+        std::vector<int32_t>& ref = reference[index_of(decoded, decoded[m].plain_name)];
+        if (ref.empty()) ref = out;
+        else if (a.temperature == 0.0f && out != ref) ++mismatches;
+        bar.update(double(++done), double(total));
+      }
+    }
   }
+  if (mismatches > 0) {
+    std::fprintf(stderr, "warning: %lld greedy generations differ from the first setting's output for the same "
+                         "prompt (speculative greedy decoding should equal plain decoding)\n", (long long)mismatches);
+  }
+
+  nlohmann::json j = summarise(settings, decoded, ps.categories, cells);
+  nlohmann::json setting_names = nlohmann::json::array();
+  for (const auto& s : settings) setting_names.push_back(s.name);
+  nlohmann::json categories = nlohmann::json::array();
+  for (size_t c = 0; c < ps.categories.size(); ++c) {
+    categories.push_back({{"name", ps.categories[c]},
+                          {"prompts", std::count_if(prompts.begin(), prompts.end(), [&](const BenchPrompt& p) { return p.category == c; })}});
+  }
+  const std::string stop = ps.stop_token >= 0 ? loaded->tokenizer->token_to_piece(ps.stop_token, true) : "";
+  j.update({{"model", a.model}, {"prompts", a.prompts}, {"format", ps.format}, {"rendering", ps.rendering},
+            {"stop_token", ps.stop_token >= 0 ? nlohmann::json(stop) : nlohmann::json(nullptr)},
+            {"n_prompts", prompts.size()}, {"categories", categories}, {"n_predict", a.n_predict},
+            {"settings", setting_names}, {"temperature", a.temperature}, {"lookup", a.lookup}, {"threads", a.threads},
+            {"greedy_mismatches", mismatches}});
   if (a.json) {
-    nlohmann::json j = {{"model", a.model}, {"prompts", a.prompts}, {"n_prompts", prompts.size()},
-                        {"n_predict", a.n_predict}, {"temperature", a.temperature}, {"lookup", a.lookup},
-                        {"results", results}};
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("model %s, %zu prompts x %d tokens, temperature %g\n\n", a.model.c_str(), prompts.size(), a.n_predict,
-              a.temperature);
-  std::printf("| setting         | model              | accepted/check | tokens/check | draft ms/check | verify ms/check | tokens/s |\n");
-  std::printf("|-----------------|--------------------|----------------|--------------|----------------|-----------------|----------|\n");
-  for (const auto& r : results) {
-    std::printf("| %-15s | %-18s | %14.2f | %12.2f | %14.3f | %15.3f | %8.1f |\n", r["setting"].get<std::string>().c_str(),
-                r["model"].get<std::string>().c_str(),
-                r["accepted_per_check"].get<double>(), r["tokens_per_check"].get<double>(),
-                r["draft_ms_per_check"].get<double>(), r["verify_ms_per_check"].get<double>(),
-                r["tokens_per_second"].get<double>());
+  if (!a.json_file.empty()) {
+    std::ofstream out(a.json_file);
+    out << j.dump(2) << "\n";
+    if (!out.flush()) return report_error("could not write " + a.json_file);
   }
+  print_report(j);
   return 0;
 }
 
@@ -166,28 +613,62 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
   auto a = std::make_shared<BenchAcceptArgs>();
-  CLI::App* cmd = bench->add_subcommand("accept", "Acceptance rate and tokens/s of speculative decoding per draft setting");
+  CLI::App* cmd = bench->add_subcommand(
+      "accept", "Acceptance rate (tokens per check, bonus included) and tokens/s of speculative decoding per draft "
+                "setting, with speedup over plain decoding of the same target, per prompt category");
   cmd->add_option("-m,--model", a->model, "Bit-split model (from `bitsplit convert`)")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--prompts", a->prompts, "Prompt file, one prompt per line (bench/prompts/ has ours)")
+  cmd->add_option("--prompts", a->prompts,
+                  "Prompt file: one prompt per line, or (name ending .jsonl) one JSON object per line, "
+                  "{\"category\": \"qa\", \"turns\": [{\"role\": \"system\"|\"user\"|\"assistant\", \"content\": \"...\"}, ...]}, "
+                  "rendered as ChatML when the vocabulary has <|im_start|> (generation then stops at <|im_end|>), "
+                  "else as the turns' text joined with blank lines. bench/prompts/ has ours (spec-bench.jsonl: "
+                  "Spec-Bench's six categories)")
       ->required()->check(CLI::ExistingFile);
-  cmd->add_option("-n,--n-predict", a->n_predict, "Tokens per prompt")->capture_default_str()->check(whole_in(1, 1 << 16));
+  cmd->add_option("-n,--n-predict", a->n_predict, "Tokens per prompt (at most)")->capture_default_str()->check(whole_in(1, 1 << 16));
   cmd->add_option("--temp", a->temperature, "Temperature (0 = greedy)")->capture_default_str()->check(real_in(0.0, 100.0));
   cmd->add_option("--seed", a->seed, "Seed for sampling")->capture_default_str()->check(seed_number());
-  cmd->add_option("--chains", a->chains, "Chain lengths to try")->capture_default_str()->check(whole_in(1, 64));
-  cmd->add_option("--budgets", a->budgets, "Tree budgets to try")->capture_default_str()->check(whole_in(1, 64));
+  // Given with no values, --chains / --budgets have one empty result (no default string to fill
+  // in): no rows of that kind.
+  const CLI::Validator budget_or_nothing(
+      [](std::string& s) { return s.empty() ? std::string() : whole_in(1, speculation::kMaxBudget)(s); }, "INT");
+  auto* chains = cmd->add_option("--chains", a->chains, "Chain lengths to try (default 1 2 4 8; given with no values: none)")
+                     ->check(budget_or_nothing)->expected(0, CLI::detail::expected_max_vector_size);
+  auto* budgets = cmd->add_option("--budgets", a->budgets, "Tree budgets to try (default 4 8 16 32; given with no values: none)")
+                      ->check(budget_or_nothing)->expected(0, CLI::detail::expected_max_vector_size);
+  auto* auto_row = cmd->add_flag("--auto", a->auto_row, "Also a row for the online choice of setting (as `run --budget auto`)");
+  cmd->add_option("--settings", a->settings,
+                  "The rows to measure, in order, comma-separated: plain (the target D + R without a draft: the "
+                  "reference for speedups), auto (the online choice, as `run --budget auto`), chain-K, tree-B "
+                  "(K, B in 1..64); auto, chain-K and tree-B may end in +lookup (context lookup of 8 tokens; "
+                  "auto+lookup is what `bitsplit run` does by default). E.g. plain,auto+lookup,chain-4,tree-16. "
+                  "Replaces --chains/--budgets/--auto, whose rows are plain, then the chains, the trees and auto")
+      ->delimiter(',')->excludes(chains)->excludes(budgets)->excludes(auto_row)->type_name("LIST");
   cmd->add_option("--delta", a->deltas,
                   "Also decode this BitDelta variant, NAME=FILE (repeatable): rows for its own draft and for the "
                   "plain base draft, interleaved with the base in the same run")
       ->type_name("NAME=FILE");
-  cmd->add_flag("--auto", a->auto_row, "Also a row for the online choice of setting (as `run --budget auto`)");
   cmd->add_option("--lookup", a->lookup,
-                  "Context lookup in every row: up to N tokens that followed an earlier occurrence of the text's "
+                  "Context lookup in every speculative row (instead of +lookup's 8): up to N tokens that followed an earlier occurrence of the text's "
                   "last tokens (greedy only; 0 = off)")
       ->capture_default_str()->check(whole_in(0, speculation::kMaxBudget));
-  cmd->add_flag("--json", a->json,
-                "Print JSON instead of a table (with acceptance per depth: accepted_at_depth / drafted_at_depth)");
+  cmd->add_flag("--ignore-eos", a->ignore_eos, "Generate all -n tokens of ChatML prompts (do not stop at <|im_end|>)");
+  auto* json = cmd->add_flag("--json", a->json,
+                "Print JSON instead of tables: a row per setting, model and category (\"results\"), and \"summary\": "
+                "per setting tau, tokens/s and speedup per category and overall, and the fastest setting per "
+                "category (acceptance per depth: accepted_at_depth / drafted_at_depth)");
+  cmd->add_option("--json-file", a->json_file, "Write the JSON (as --json prints it) to FILE and print the tables")
+      ->excludes(json)->type_name("FILE");
+  cmd->add_option("--render-prompts", a->render_dir,
+                  "Write each prompt as rendered for this model (ChatML or plain text) to DIR/NNNN.txt with an index "
+                  "DIR/prompts.tsv (file, category, tokens, stop token), and measure nothing: the same prompts for "
+                  "another engine (bench/compare_llama_cpp.sh)")
+      ->type_name("DIR");
   cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(whole_in(1, 4096));
-  cmd->callback([a, exit_code] { *exit_code = bench_accept(*a); });
+  cmd->callback([a, exit_code, chains, budgets] {
+    if (chains->results() == std::vector<std::string>{""}) a->chains.clear();
+    if (budgets->results() == std::vector<std::string>{""}) a->budgets.clear();
+    *exit_code = bench_accept(*a);
+  });
 }
 
 }  // namespace bitsplit::cli
