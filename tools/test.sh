@@ -19,12 +19,12 @@ cmake --build build-asan -j "$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --output-on-failure -j "$jobs" --no-tests=error)
 
-echo "== ThreadSanitizer build (the concurrency tests: sessions on one model, the variant cache) =="
+echo "== ThreadSanitizer build (the concurrency tests: sessions on one model, the variant cache, the server's slots) =="
 cmake -S . -B build-tsan -G Ninja -DBITSPLIT_SANITIZE_THREAD=ON -DBITSPLIT_CUDA=OFF -DBITSPLIT_BUILD_BENCH=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo
-cmake --build build-tsan -j "$jobs" --target capi_tests delta_tests
-(cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-  ctest --output-on-failure -j "$jobs" --no-tests=error -R 'CApi|VariantCache')
+cmake --build build-tsan -j "$jobs" --target capi_tests delta_tests serve_concurrency_tests
+(cd build-tsan && TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/../tests/tsan.supp" \
+  ctest --output-on-failure -j "$jobs" --no-tests=error -R 'CApi|VariantCache|ServeConcurrency')
 
 echo "== libFuzzer: every parser of untrusted input, 20 s each (tools/fuzz.sh; needs clang) =="
 FUZZ_SECONDS=${FUZZ_SECONDS:-20} bash tools/fuzz.sh

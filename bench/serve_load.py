@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Load benchmark for `bitsplit serve` (not a test): for each --parallel value, starts the
+server on the model, fires REQUESTS completions from CONCURRENCY client threads (greedy,
+MAX_TOKENS each, prompts from bench/prompts/stories.txt), and reports throughput (requests/s,
+generated tokens/s) and latency percentiles (time to first token from streamed requests,
+end-to-end). Markdown table on stdout, JSON with --json FILE.
+
+  bench/serve_load.py build/bitsplit MODEL.bitsplit.gguf [--parallel 1,2,4] [--requests 32]
+                      [--concurrency 8] [--max-tokens 64] [--threads 2] [--json out.json]
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+
+ap = argparse.ArgumentParser()
+ap.add_argument("binary")
+ap.add_argument("model")
+ap.add_argument("--parallel", default="1,2,4")
+ap.add_argument("--requests", type=int, default=32)
+ap.add_argument("--concurrency", type=int, default=8)
+ap.add_argument("--max-tokens", type=int, default=64)
+ap.add_argument("--threads", type=int, default=2)
+ap.add_argument("--prompts", default=os.path.join(os.path.dirname(__file__), "prompts", "stories.txt"))
+ap.add_argument("--json")
+args = ap.parse_args()
+prompts = [l.strip() for l in open(args.prompts) if l.strip()]
+
+
+def percentile(values, p):
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+
+
+def one_request(url, prompt):
+    """Streams one completion; returns (ttft, e2e, completion_tokens)."""
+    body = json.dumps({"prompt": prompt, "max_tokens": args.max_tokens, "temperature": 0, "stream": True,
+                       "stream_options": {"include_usage": True}}).encode()
+    req = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json",
+                                                                               "Accept-Encoding": "identity"})
+    t0 = time.perf_counter()
+    ttft, tokens = None, 0
+    with urllib.request.urlopen(req, timeout=600) as r:
+        for raw in r:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("choices") and chunk["choices"][0].get("text") and ttft is None:
+                ttft = time.perf_counter() - t0
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+    return ttft if ttft is not None else float("nan"), time.perf_counter() - t0, tokens
+
+
+rows = []
+for parallel in [int(p) for p in args.parallel.split(",")]:
+    proc = subprocess.Popen([args.binary, "serve", "-m", args.model, "--port", "0", "--parallel", str(parallel),
+                             "-t", str(args.threads)], stderr=subprocess.PIPE, text=True)
+    port = None
+    for line in proc.stderr:
+        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+        port = port or (int(m.group(1)) if m else None)
+        if line.startswith("ready:"):
+            break
+    if port is None:
+        sys.exit("the server did not start")
+    url = f"http://127.0.0.1:{port}"
+    one_request(url, prompts[0])  # warm-up: page in the model
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
+        results = list(pool.map(lambda i: one_request(url, prompts[i % len(prompts)]), range(args.requests)))
+    wall = time.perf_counter() - t0
+    proc.terminate()
+    proc.wait(timeout=30)
+    ttft = [r[0] for r in results]
+    e2e = [r[1] for r in results]
+    tokens = sum(r[2] for r in results)
+    rows.append({"parallel": parallel, "requests": args.requests, "concurrency": args.concurrency,
+                 "requests_per_s": args.requests / wall, "tokens_per_s": tokens / wall,
+                 "ttft_p50": percentile(ttft, 50), "ttft_p90": percentile(ttft, 90), "ttft_p99": percentile(ttft, 99),
+                 "e2e_p50": percentile(e2e, 50), "e2e_p90": percentile(e2e, 90), "e2e_p99": percentile(e2e, 99)})
+
+print(f"model {args.model}, {args.requests} requests x {args.max_tokens} tokens from {args.concurrency} clients, "
+      f"{args.threads} threads\n")
+print("| --parallel | requests/s | tokens/s | TTFT p50 / p90 / p99 (s) | end-to-end p50 / p90 / p99 (s) |")
+print("|---:|---:|---:|---|---|")
+for r in rows:
+    print(f"| {r['parallel']} | {r['requests_per_s']:.2f} | {r['tokens_per_s']:.1f} | "
+          f"{r['ttft_p50']:.3f} / {r['ttft_p90']:.3f} / {r['ttft_p99']:.3f} | "
+          f"{r['e2e_p50']:.2f} / {r['e2e_p90']:.2f} / {r['e2e_p99']:.2f} |")
+if args.json:
+    with open(args.json, "w") as f:
+        json.dump(rows, f, indent=2)
