@@ -111,6 +111,13 @@ TEST(ServeStopStrings, HoldBackPrefixesAndCutAtTheFirstStop) {
   StopMatcher tail({"END"});
   EXPECT_EQ(tail.push("abcEN"), "abc");
   EXPECT_EQ(tail.flush(), "EN");  // a partial stop at the end is text
+  // A stop string that completes first wins over one that started earlier but is not complete
+  // yet: generation stops as soon as the text holds a stop string (as OpenAI's API does).
+  StopMatcher order({"END", "N"});
+  std::string cut = order.push("hello E");
+  cut += order.push("N");
+  EXPECT_TRUE(order.stopped());
+  EXPECT_EQ(cut, "hello E");
   StopMatcher none({});
   EXPECT_EQ(none.push("any"), "any");
 }

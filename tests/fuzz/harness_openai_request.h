@@ -5,9 +5,9 @@
 //    (max_tokens 1..kMaxTokensLimit, temperature 0..2, top_p in (0, 1], at most 4 stop strings,
 //    each 1..256 bytes; chat: messages non-empty with string content).
 //  - 2: StopMatcher over stop strings and text chunks from the rest (NUL separates the stops
-//    from the text, \x01 separates stops and chunks). Asserts: the text it releases is a
-//    prefix of the whole text, ending exactly at the first stop string when it stopped, and is
-//    the whole text (with flush) when no stop string occurs.
+//    from the text, \x01 separates stops and chunks), fed chunk by chunk until it stops.
+//    Asserts: it stops after the first chunk that completes a stop string, and what it
+//    released is the text up to the earliest stop string then; without one, the whole text.
 #pragma once
 
 #include <algorithm>
@@ -64,19 +64,28 @@ inline void fuzz_stop_matcher(std::string_view input) {
   }
   const std::vector<std::string> chunks = split(nul == std::string_view::npos ? input : input.substr(nul + 1), '\x01');
   serve::StopMatcher m(stops);
-  std::string whole, out;
+  // As generation does: text arrives chunk by chunk and stops at the first chunk after which
+  // some stop string is complete; `consumed` is the text up to there.
+  std::string consumed, before_last, out;
   for (const auto& c : chunks) {
-    whole += c;
+    before_last = consumed;
+    consumed += c;
     out += m.push(c);
+    if (m.stopped()) break;
   }
   if (!m.stopped()) out += m.flush();
-  size_t first = std::string::npos;
-  for (const auto& s : stops) first = std::min(first, whole.find(s));
-  BITSPLIT_FUZZ_ASSERT(whole.compare(0, out.size(), out) == 0, "released text is not a prefix of the text");
-  if (first != std::string::npos) {
-    BITSPLIT_FUZZ_ASSERT(m.stopped() && out.size() == first, "did not stop exactly at the first stop string");
+  auto first_stop = [&](const std::string& text) {
+    size_t first = std::string::npos;
+    for (const auto& s : stops) first = std::min(first, text.find(s));
+    return first;
+  };
+  BITSPLIT_FUZZ_ASSERT(consumed.compare(0, out.size(), out) == 0, "released text is not a prefix of the text");
+  if (m.stopped()) {
+    BITSPLIT_FUZZ_ASSERT(first_stop(before_last) == std::string::npos, "a stop string was complete a chunk earlier");
+    BITSPLIT_FUZZ_ASSERT(out.size() == first_stop(consumed), "did not cut at the earliest stop string");
   } else {
-    BITSPLIT_FUZZ_ASSERT(!m.stopped() && out == whole, "the text without a stop string did not come out whole");
+    BITSPLIT_FUZZ_ASSERT(first_stop(consumed) == std::string::npos && out == consumed,
+                         "the text without a stop string did not come out whole");
   }
 }
 
