@@ -247,6 +247,7 @@ void bitsplit_session_params_init(bitsplit_session_params* p) {
   p->repeat_last_n = s.repeat_last_n;
   p->seed = s.seed;
   p->speculative = 1;
+  p->lookup = -1;
 }
 
 bitsplit_status bitsplit_session_create(bitsplit_model* model, const bitsplit_session_params* given,
@@ -268,9 +269,15 @@ bitsplit_status bitsplit_session_create(bitsplit_model* model, const bitsplit_se
       return invalid("budget must be 0 (chosen online) or 1.." + std::to_string(speculation::kMaxBudget) + ", not " +
                      std::to_string(p.budget));
     }
+    if (p.lookup < -1 || p.lookup > speculation::kMaxBudget) {
+      return invalid("lookup must be -1 (the default), 0 (off) or 1.." + std::to_string(speculation::kMaxBudget) +
+                     ", not " + std::to_string(p.lookup));
+    }
     SessionOptions options;
     options.speculative = p.speculative != 0;
     if (p.budget > 0) options.budget = p.budget;
+    // As `bitsplit run`: lookup joins an online budget by default, a fixed budget only when asked.
+    options.lookup.max_tokens = p.lookup >= 0 ? p.lookup : (p.budget > 0 ? 0 : 8);
     options.policy.shape = p.draft_chain ? speculation::DraftShape::kChain : speculation::DraftShape::kTree;
     const int64_t ctx_train = model->loaded.model.config().n_ctx_train;
     if (p.n_ctx < 0 || p.n_ctx > ctx_train) {

@@ -122,6 +122,13 @@ TEST(CApi, BadArgumentsAreStatusesWithMessages) {
   p.budget = 65;
   EXPECT_EQ(bitsplit_session_create(l.model, &p, &s), BITSPLIT_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(s, nullptr);
+  for (int32_t lookup : {-2, 65}) {
+    bitsplit_session_params_init(&p);
+    p.lookup = lookup;
+    EXPECT_EQ(bitsplit_session_create(l.model, &p, &s), BITSPLIT_ERR_INVALID_ARGUMENT) << lookup;
+    EXPECT_NE(std::string(bitsplit_last_error()).find("lookup"), std::string::npos);
+    EXPECT_EQ(s, nullptr);
+  }
 
   ASSERT_EQ(bitsplit_session_create(l.model, nullptr, &s), BITSPLIT_OK);
   const auto ids = tokenize(l.model, "In the beginning");
@@ -180,6 +187,18 @@ TEST(CApi, SpeculativeAndPlainAndStepByStepAgree) {
   const Collected plain = generate(l.model, &p, prompt, 40);
   EXPECT_EQ(spec.tokens, plain.tokens);
   EXPECT_EQ(spec.text, plain.text);
+  // Context lookup off, or longer than the default, and with a fixed budget: the same text.
+  p.speculative = 1;
+  for (int32_t lookup : {0, 16}) {
+    p.lookup = lookup;
+    EXPECT_EQ(generate(l.model, &p, prompt, 40).tokens, plain.tokens) << "lookup " << lookup;
+  }
+  p.budget = 4;
+  p.lookup = 8;
+  EXPECT_EQ(generate(l.model, &p, prompt, 40).tokens, plain.tokens) << "budget 4 + lookup 8";
+  p.budget = 0;
+  p.lookup = -1;
+  p.speculative = 0;
 
   bitsplit_session* s = nullptr;
   ASSERT_EQ(bitsplit_session_create(l.model, &p, &s), BITSPLIT_OK);

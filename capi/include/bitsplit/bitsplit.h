@@ -148,6 +148,9 @@ typedef struct bitsplit_session_params {
   int32_t budget;         /* drafted nodes per check, 1..64; 0 (default): chosen online */
   int32_t draft_chain;    /* 1: draft a chain of `budget` tokens; 0 (default): a dynamic tree */
   int32_t n_ctx;          /* context of the step-by-step API (bitsplit_session_feed); 0: the model's */
+  int32_t lookup;         /* context lookup (greedy decoding): also propose up to N tokens that followed an
+                             earlier occurrence of the text's last tokens, verified in the same pass;
+                             0..64, 0 = off; -1 (default): 8 with an online budget, off with a fixed one */
 } bitsplit_session_params;
 
 BITSPLIT_API void bitsplit_session_params_init(bitsplit_session_params* params);
