@@ -3,6 +3,8 @@
 // corpus without clang or libFuzzer; and each finding pinned down by a direct test.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -44,6 +46,24 @@ std::vector<fuzz::Seed> committed_inputs(const std::string& target) {
 }
 
 class FuzzCorpus : public ::testing::TestWithParam<std::string> {};
+
+// The split-set seeds are real two-part sets written by write_split_set (one per model kind):
+// the harness then starts from sets that open, not only from noise.
+TEST(FuzzSeeds, SplitSetSeedsAreTwoPartSetsThatOpen) {
+  const auto seeds = fuzz::make_seeds("split_set", "");
+  ASSERT_EQ(seeds.size(), 2u);
+  for (const auto& s : seeds) {
+    SCOPED_TRACE(s.name);
+    ASSERT_GT(s.bytes.size(), 4u);
+    uint32_t first = 0;
+    std::memcpy(&first, s.bytes.data(), 4);
+    ASSERT_LT(size_t(first) + 4, s.bytes.size());
+    fuzz::run_split_set(s.bytes.data(), s.bytes.size());
+    auto set = open_weights(split_part_path(fuzz::split_set_dir() + "/s", 0, 2));
+    ASSERT_TRUE(set.is_ok()) << set.status().message();
+    EXPECT_NE((*set)->describe().find("split in 2 parts"), std::string::npos);
+  }
+}
 
 // A failing property aborts with its message (harness_common.h), as under libFuzzer.
 TEST_P(FuzzCorpus, SeedsAndPastFindingsRunClean) {

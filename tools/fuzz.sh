@@ -24,7 +24,7 @@ for arg in "$@"; do
     *) targets+=("$arg") ;;
   esac
 done
-all_targets=(gguf model delta imatrix tokenizer_encode tokenizer_metadata tokenizer_json options chat_template openai_request)
+all_targets=(gguf model delta imatrix tokenizer_encode tokenizer_metadata tokenizer_json options chat_template openai_request split_set)
 [[ ${#targets[@]} -eq 0 ]] && targets=("${all_targets[@]}")
 if [[ $long -eq 1 ]]; then seconds=${FUZZ_SECONDS:-3600}; else seconds=${FUZZ_SECONDS:-30}; fi
 build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
@@ -40,7 +40,7 @@ shared=${BITSPLIT_SHARED_DIR:-$root/../shared}
 # texts for the tokenizers' encode and the option parsers.
 max_len() {
   case "$1" in
-    gguf|model|tokenizer_metadata) echo 65536 ;;
+    gguf|model|tokenizer_metadata|split_set) echo 65536 ;;
     tokenizer_json) echo 32768 ;;
     delta) echo 16384 ;;
     imatrix) echo 8192 ;;
@@ -103,6 +103,11 @@ for i in "${!targets[@]}"; do
     result="FAILED: ${what:-exit status non-zero} ${crash:+(input: $crash)} (log: $log)"
   fi
   printf '%-20s runs %9s  cov %6s  ft %6s  %s\n' "$t" "${runs:-?}" "${cov:-?}" "${ft:-?}" "$result"
+done
+# The split_set harness writes its two parts under /dev/shm (or /tmp); libFuzzer's exit skips
+# the harness's cleanup, so the folders of the runs that just ended are removed here.
+for d in /dev/shm/bitsplit-fuzz-split-* "${TMPDIR:-/tmp}"/bitsplit-fuzz-split-*; do
+  [[ -d $d ]] && ! kill -0 "${d##*-}" 2>/dev/null && rm -rf "$d"
 done
 echo "fuzzing done in $((SECONDS - start)) s"
 exit $failed

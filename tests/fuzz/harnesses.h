@@ -11,6 +11,7 @@
 #include "harness_model.h"
 #include "harness_openai_request.h"
 #include "harness_options.h"
+#include "harness_split_set.h"
 #include "harness_tokenizer.h"
 
 namespace bitsplit::fuzz {
@@ -29,6 +30,7 @@ inline Harness harness(const std::string& target) {
   if (target == "options") return run_options;
   if (target == "chat_template") return run_chat_template;
   if (target == "openai_request") return run_openai_request;
+  if (target == "split_set") return run_split_set;
   return nullptr;
 }
 

@@ -2,6 +2,8 @@
 // models, so every seed is a few KB and reaches deep into its parser.
 #include "seeds.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +17,7 @@
 #include "../gguf_testing.h"
 #include "bitsplit/gguf.h"
 #include "bitsplit/split_format.h"
+#include "bitsplit/split_gguf.h"
 #include "harness_tokenizer.h"
 
 namespace bitsplit::fuzz {
@@ -454,12 +457,51 @@ std::vector<Seed> openai_request_seeds() {
   };
 }
 
+// Tiny models written as two-part split sets by write_split_set, in the harness's format: the
+// first part's length (4 bytes, little-endian), then both parts.
+std::vector<Seed> split_set_seeds() {
+  std::vector<Seed> out;
+  const auto dir = std::filesystem::temp_directory_path() / ("bitsplit-split-seeds-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::pair<const char*, std::vector<uint8_t>> models[] = {
+      {"llama-f32", testing::tiny_model_bytes(tiny_spec("llama", TensorType::F32, false))},
+      {"bitsplit", tiny_split_model(32, 2, 8)}};
+  for (const auto& [name, bytes] : models) {
+    auto file = gguf::File::parse(gguf::storage_from_bytes(bytes), name);
+    if (!file) continue;
+    auto source = weights_from_gguf(std::move(*file));
+    gguf::Writer w;
+    for (const auto& [key, value] : source->metadata().entries()) w.metadata().set(key, value);
+    for (const auto& t : source->tensors()) (void)w.add_tensor_info(t.name, t.type, t.dims);
+    const SplitLimits limits{.max_tensors = (source->tensors().size() + 1) / 2};
+    auto paths = write_split_set(w, (dir / name).string(), limits, [&](size_t i, const gguf::TensorInfo&) -> Result<std::vector<uint8_t>> {
+      BITSPLIT_ASSIGN_OR_RETURN(auto raw, source->raw_bytes(source->tensors()[i]));
+      return std::vector<uint8_t>(raw.begin(), raw.end());
+    });
+    if (!paths || paths->size() != 2) continue;
+    auto read = [](const std::string& p) {
+      std::ifstream in(p, std::ios::binary);
+      return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    };
+    const auto a = read((*paths)[0]), b = read((*paths)[1]);
+    std::vector<uint8_t> seed(4);
+    const uint32_t n = uint32_t(a.size());
+    std::memcpy(seed.data(), &n, 4);
+    seed.insert(seed.end(), a.begin(), a.end());
+    seed.insert(seed.end(), b.begin(), b.end());
+    out.push_back({std::string("split-") + name, std::move(seed)});
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  return out;
+}
+
 }  // namespace
 
 const std::vector<std::string>& fuzz_targets() {
   static const std::vector<std::string> targets = {"gguf", "model", "delta", "imatrix", "tokenizer_encode",
                                                    "tokenizer_metadata", "tokenizer_json", "options",
-                                                   "chat_template", "openai_request"};
+                                                   "chat_template", "openai_request", "split_set"};
   return targets;
 }
 
@@ -479,6 +521,7 @@ std::vector<Seed> make_seeds(const std::string& target, const std::string& share
   if (target == "options") return option_seeds();
   if (target == "chat_template") return chat_template_seeds();
   if (target == "openai_request") return openai_request_seeds();
+  if (target == "split_set") return split_set_seeds();
   if (target == "gguf") {
     std::vector<Seed> out = {{"every-type", every_type_gguf()},
                              {"delta", tiny_delta(true)},
