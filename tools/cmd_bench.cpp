@@ -16,6 +16,8 @@
 #include "bitsplit/speculative.h"
 #include "bitsplit/variant.h"
 #include "commands.h"
+#include "bench_prompts.h"
+#include "bench_report.h"
 #include "option_checks.h"
 #include "progress.h"
 
@@ -114,121 +116,6 @@ Result<Setting> parse_setting(const std::string& text) {
                        "with +lookup (e.g. plain,auto+lookup,chain-4,tree-16)");
 }
 
-// ---- Prompts ----
-
-struct BenchPrompt {
-  size_t category = 0;  // index into PromptSet::categories
-  std::vector<int32_t> tokens;
-  std::string text;  // as rendered and tokenised (ChatML special tokens parsed)
-};
-
-struct PromptSet {
-  std::vector<BenchPrompt> prompts;
-  std::vector<std::string> categories;  // in order of first appearance; "all" for a text file
-  std::string format;                   // "text" or "jsonl"
-  std::string rendering;                // "text", "chatml" or "plain"
-  int32_t stop_token = -1;              // generation stops after it (-1: never)
-};
-
-// One JSONL line: {"category": "...", "turns": [{"role": "user", "content": "..."}, ...]}. The
-// error names the line and what is wrong with it.
-Result<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>> parse_jsonl_prompt(
-    const std::string& line, const std::string& where) {
-  const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return Status::error(where + ": not a JSON object");
-  if (!j.contains("category") || !j["category"].is_string() || j["category"].get<std::string>().empty()) {
-    return Status::error(where + ": \"category\" must be a non-empty string");
-  }
-  if (!j.contains("turns") || !j["turns"].is_array() || j["turns"].empty()) {
-    return Status::error(where + ": \"turns\" must be a non-empty array of {\"role\", \"content\"}");
-  }
-  std::vector<std::pair<std::string, std::string>> turns;
-  for (const auto& t : j["turns"]) {
-    if (!t.is_object() || !t.contains("role") || !t["role"].is_string() || !t.contains("content") ||
-        !t["content"].is_string()) {
-      return Status::error(where + ": each turn must be {\"role\": \"...\", \"content\": \"...\"}");
-    }
-    const std::string role = t["role"].get<std::string>();
-    if (role != "system" && role != "user" && role != "assistant") {
-      return Status::error(where + ": role '" + role + "' is not system, user or assistant");
-    }
-    turns.emplace_back(role, t["content"].get<std::string>());
-  }
-  if (turns.back().first != "user") return Status::error(where + ": the last turn must be the user's");
-  return std::make_pair(j["category"].get<std::string>(), std::move(turns));
-}
-
-// A text file (one prompt per line, encoded as it is) or, by the extension .jsonl, prompts with
-// categories and turns: rendered as ChatML when the vocabulary has <|im_start|>/<|im_end|>
-// (generation then stops at <|im_end|> unless ignore_eos), else as the turns' text joined with
-// blank lines.
-Result<PromptSet> read_prompts(const std::string& path, const std::string& text, const Tokenizer& tokenizer,
-                               bool ignore_eos) {
-  PromptSet set;
-  std::istringstream lines(text);
-  if (!ends_with(path, ".jsonl")) {
-    set.format = set.rendering = "text";
-    set.categories = {"all"};
-    for (std::string line; std::getline(lines, line);) {
-      if (!line.empty()) set.prompts.push_back({0, tokenizer.encode(line), line});
-    }
-    if (set.prompts.empty()) return Status::error(path + " has no prompts (one per line)");
-    return set;
-  }
-  set.format = "jsonl";
-  const int32_t im_start = tokenizer.vocab().find("<|im_start|>"), im_end = tokenizer.vocab().find("<|im_end|>");
-  const bool chatml = im_start >= 0 && im_end >= 0;
-  set.rendering = chatml ? "chatml" : "plain";
-  if (chatml && !ignore_eos) set.stop_token = im_end;
-  int line_no = 0;
-  for (std::string line; std::getline(lines, line);) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    auto parsed = parse_jsonl_prompt(line, path + ":" + std::to_string(line_no));
-    if (!parsed) return parsed.status();
-    auto& [category, turns] = *parsed;
-    std::string rendered;
-    EncodeOptions enc;
-    if (chatml) {
-      for (const auto& [role, content] : turns) rendered += "<|im_start|>" + role + "\n" + content + "<|im_end|>\n";
-      rendered += "<|im_start|>assistant\n";
-      enc.parse_special = true;
-    } else {
-      for (const auto& [role, content] : turns) rendered += (rendered.empty() ? "" : "\n\n") + content;
-    }
-    auto it = std::find(set.categories.begin(), set.categories.end(), category);
-    if (it == set.categories.end()) it = set.categories.insert(it, category);
-    BenchPrompt p{size_t(it - set.categories.begin()), tokenizer.encode(rendered, enc), rendered};
-    if (p.tokens.empty()) return Status::error(path + ":" + std::to_string(line_no) + ": the prompt encodes to no tokens");
-    set.prompts.push_back(std::move(p));
-  }
-  if (set.prompts.empty()) return Status::error(path + " has no prompts (one JSON object per line)");
-  return set;
-}
-
-// DIR/NNNN.txt per prompt, exactly the text tokenised (ChatML with special-token text: run it with
-// `bitsplit run --parse-special -f`, or llama.cpp, which parses special tokens in prompts), and
-// DIR/prompts.tsv: file, category, prompt tokens, and the token that ends generation.
-Status render_prompts(const PromptSet& set, const Tokenizer& tokenizer, const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return Status::error("cannot create " + dir + ": " + ec.message());
-  std::ofstream index(dir + "/prompts.tsv");
-  index << "file\tcategory\ttokens\tstop\n";
-  const std::string stop = set.stop_token >= 0 ? tokenizer.token_to_piece(set.stop_token, true) : "-";
-  for (size_t i = 0; i < set.prompts.size(); ++i) {
-    char name[32];
-    std::snprintf(name, sizeof(name), "%04zu.txt", i + 1);
-    std::ofstream out(dir + "/" + name, std::ios::binary);
-    out << set.prompts[i].text;
-    if (!out.flush()) return Status::error("could not write " + dir + "/" + name);
-    index << name << "\t" << set.categories[set.prompts[i].category] << "\t" << set.prompts[i].tokens.size() << "\t"
-          << stop << "\n";
-  }
-  if (!index.flush()) return Status::error("could not write " + dir + "/prompts.tsv");
-  return Status::ok();
-}
-
 // ---- Measurements ----
 
 // One (setting, model, category) cell, or a setting and model over all categories.
@@ -263,59 +150,6 @@ nlohmann::json cell_json(const Setting& s, const Decoded& d, const std::string& 
           // Per position (vLLM's num_accepted_tokens_per_pos): index d - 1 for depth d.
           {"accepted_at_depth", c.acc.accepted_at_depth}, {"drafted_at_depth", c.acc.drafted_at_depth},
           {"lookup_drafted", c.acc.lookup_drafted}, {"lookup_accepted", c.acc.lookup_accepted}};
-}
-
-// ---- Tables ----
-
-std::string fmt(const char* format, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), format, v);
-  return buf;
-}
-
-// A markdown table, columns padded to their widest cell; the first `left` columns left-aligned.
-void print_table(const std::vector<std::vector<std::string>>& rows, size_t left) {
-  std::vector<size_t> width(rows.front().size(), 3);
-  for (const auto& r : rows)
-    for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
-  for (size_t k = 0; k < rows.size(); ++k) {
-    std::string line = "|";
-    for (size_t i = 0; i < rows[k].size(); ++i) {
-      const size_t pad = width[i] - rows[k][i].size();
-      line.push_back(' ');
-      if (i >= left) line.append(pad, ' ');
-      line.append(rows[k][i]);
-      if (i < left) line.append(pad, ' ');
-      line.append(" |");
-    }
-    std::printf("%s\n", line.c_str());
-    if (k == 0) {
-      line = "|";
-      for (size_t i = 0; i < width.size(); ++i) {
-        line.push_back('-');
-        line.append(width[i], '-');
-        line.append(i < left ? "-|" : ":|");
-      }
-      std::printf("%s\n", line.c_str());
-    }
-  }
-}
-
-std::string json_num(const nlohmann::json& v, const char* format) {
-  return v.is_number() ? fmt(format, v.get<double>()) : "–";
-}
-
-// The per-check detail of every row (the table `bench accept` has always printed), with speedup.
-void print_detail(const nlohmann::json& rows) {
-  std::vector<std::vector<std::string>> t = {{"setting", "model", "accepted/check", "tokens/check", "draft ms/check",
-                                              "verify ms/check", "tokens/s", "speedup"}};
-  for (const auto& r : rows) {
-    t.push_back({r["setting"].get<std::string>(), r["model"].get<std::string>(), json_num(r["accepted_per_check"], "%.2f"),
-                 json_num(r["tokens_per_check"], "%.2f"), json_num(r["draft_ms_per_check"], "%.3f"),
-                 json_num(r["verify_ms_per_check"], "%.3f"), json_num(r["tokens_per_second"], "%.1f"),
-                 json_num(r["speedup"], "%.2fx")});
-  }
-  print_table(t, 2);
 }
 
 // "results" (a row per setting, model and category) and "summary": the rows over all categories
@@ -380,43 +214,6 @@ nlohmann::json summarise(const std::vector<Setting>& settings, const std::vector
   return {{"results", results},
           {"summary", {{"reference", has_plain ? nlohmann::json("plain") : nlohmann::json(nullptr)},
                        {"categories", categories}, {"overall", overall_rows}, {"rows", summary_rows}, {"best", best}}}};
-}
-
-// The tables: for JSONL prompts τ, tokens/s and speedup per category and the per-check detail over
-// all of them; for a text file the per-check detail alone (the table this command always printed).
-void print_report(const nlohmann::json& j) {
-  const bool jsonl = j["format"] == "jsonl";
-  std::printf("model %s, %zu prompts", j["model"].get<std::string>().c_str(), j["n_prompts"].get<size_t>());
-  if (jsonl) std::printf(" in %zu categories", j["categories"].size());
-  std::printf(" x %d tokens, temperature %g", j["n_predict"].get<int>(), j["temperature"].get<double>());
-  if (jsonl) {
-    std::printf(", %s", j["rendering"] == "chatml" ? "ChatML" : "turns as plain text");
-    if (j["stop_token"].is_string()) std::printf(", stopping at %s", j["stop_token"].get<std::string>().c_str());
-  }
-  std::printf("\n\n");
-  if (!jsonl) {
-    print_detail(j["results"]);
-    return;
-  }
-  const std::pair<const char*, std::pair<const char*, const char*>> tables[] = {
-      {"tau: tokens per check, bonus token included (plain decoding: 1)", {"tokens_per_check", "%.2f"}},
-      {"tokens/s", {"tokens_per_second", "%.1f"}},
-      {"speedup over plain decoding of the same model and category", {"speedup", "%.2fx"}}};
-  std::vector<std::string> header = {"setting", "model"};
-  for (const auto& c : j["summary"]["categories"]) header.push_back(c.get<std::string>());
-  header.push_back("overall");
-  for (const auto& [title, key] : tables) {
-    std::printf("%s\n\n", title);
-    std::vector<std::vector<std::string>> t = {header};
-    for (const auto& r : j["summary"]["rows"]) {
-      t.push_back({r["setting"].get<std::string>(), r["model"].get<std::string>()});
-      for (size_t c = 2; c < header.size(); ++c) t.back().push_back(json_num(r[key.first][header[c]], key.second));
-    }
-    print_table(t, 2);
-    std::printf("\n");
-  }
-  std::printf("per check, all categories\n\n");
-  print_detail(j["summary"]["overall"]);
 }
 
 // The rows, in order: --settings, or plain, the chains, the trees and auto; --lookup on every
