@@ -213,7 +213,7 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
   speculation::DraftPolicy policy = options.policy;
   std::optional<speculation::BudgetController> controller;
   if (options.auto_budget) {
-    speculation::ControllerOptions co;
+    speculation::ControllerOptions co = options.controller_schedule.value_or(speculation::ControllerOptions{});
     co.chain = options.auto_shape || policy.shape == speculation::DraftShape::kChain;
     co.tree = options.auto_shape || policy.shape == speculation::DraftShape::kTree;
     co.lookup = lookup;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include "bitsplit/convert.h"
 #include "bitsplit/speculative.h"
@@ -288,8 +289,10 @@ TEST(Speculative, AcceptsMoreThanOneTokenPerCheckWhenDraftIsTheTarget) {
 }
 
 // Sampling: the first two generated tokens are distributed as the target's p(t1) p(t2|t1)
-// (temperature 1, top-k 3 so the 9 joint outcomes each get enough samples).
-TEST(Speculative, SamplingFollowsTargetDistribution) {
+// (temperature 1, top-k 3 so the 9 joint outcomes each get enough samples), with the drafting
+// options `o` (n_predict is set here). Returns the chi-square statistic over the 9 outcomes and
+// adds the settings the checks used to `settings_used`.
+double sampled_pair_chi2(SpeculativeOptions o, std::set<std::string>* settings_used = nullptr) {
   auto source = testing::tiny_weights({});
   const Pair p = converted(*source);
   const std::vector<int32_t> prompt = {1, 5, 9};
@@ -314,31 +317,63 @@ TEST(Speculative, SamplingFollowsTargetDistribution) {
     for (size_t b = 0; b < p2.size(); ++b)
       if (p2[b] > 0) expected[{int(a), int(b)}] = double(p1[a]) * p2[b];
   }
-  ASSERT_EQ(expected.size(), 9u);
+  EXPECT_EQ(expected.size(), 9u);
   const int trials = 6000;
   std::map<std::pair<int, int>, int> counts;
+  o.n_predict = 2;
   for (int t = 0; t < trials; ++t) {
     sp.seed = uint64_t(t) + 1;
     Sampler s(sp);
-    SpeculativeOptions o;
-    o.n_predict = 2;
-    o.policy.budget = 4;
-    o.policy.top_k = 2;
-    o.policy.width = 2;
     std::vector<int32_t> out;
     auto r = generate_speculative(p.target, p.draft, prompt, o, s, [&](int32_t tok) { out.push_back(tok); return true; });
-    ASSERT_TRUE(r.is_ok());
-    ASSERT_EQ(out.size(), 2u);
+    EXPECT_TRUE(r.is_ok());
+    if (!r || out.size() != 2) return 1e9;
     counts[{out[0], out[1]}]++;
+    if (settings_used)
+      for (const auto& [name, n] : r->checks_per_setting) settings_used->insert(name);
   }
   double chi2 = 0;
   for (const auto& [cell, prob] : expected) {
     const double e = prob * trials, d = counts[cell] - e;
     chi2 += d * d / e;
   }
+  return chi2;
+}
+
+TEST(Speculative, SamplingFollowsTargetDistribution) {
+  SpeculativeOptions o;
+  o.policy.budget = 4;
+  o.policy.top_k = 2;
+  o.policy.width = 2;
+  const double chi2 = sampled_pair_chi2(o);
   // 8 degrees of freedom: P(chi2 > 37) ~ 1e-5.
   EXPECT_LT(chi2, 37.0);
   RecordProperty("chi2", std::to_string(chi2));
+}
+
+// The same under the online controller, made to try draft settings from the second check (one
+// plain warm-up check, then a probe every other check): whatever it picks, chain or tree of any budget or plain,
+// sampled output keeps the target's distribution.
+TEST(Speculative, SamplingFollowsTargetDistributionUnderTheOnlineController) {
+  SpeculativeOptions o;
+  o.auto_budget = true;
+  o.auto_shape = true;
+  o.policy.top_k = 2;
+  o.policy.width = 2;
+  speculation::ControllerOptions schedule;
+  schedule.warmup = 1;      // the least it takes
+  schedule.probe_every = 2;
+  o.controller_schedule = schedule;
+  std::set<std::string> used;
+  const double chi2 = sampled_pair_chi2(o, &used);
+  EXPECT_LT(chi2, 37.0);
+  RecordProperty("chi2", std::to_string(chi2));
+  // The test means something only if a draft setting ran after the plain warm-up check (today
+  // the first probe is chain-1: the second token comes from a speculative check).
+  EXPECT_TRUE(used.count("plain")) << ::testing::PrintToString(used);
+  size_t drafted = 0;
+  for (const auto& name : used) drafted += name != "plain";
+  EXPECT_GE(drafted, 1u) << "settings used: " << ::testing::PrintToString(used);
 }
 
 // After a speculative run the committed cache slots hold exactly the target K/V that one

@@ -4,6 +4,7 @@
 // for token; sampled output has exactly the target's distribution.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -24,6 +25,10 @@ struct SpeculativeOptions {
   // on timing, so fix the budget for reproducible sampling.
   bool auto_budget = false;
   bool auto_shape = false;
+  // The online controller's schedule (warm-up checks, probing); its shapes and lookup still
+  // follow the options here. Default: ControllerOptions{}. Tests set warmup 1 and probe_every 2
+  // to make it try draft settings from the second check.
+  std::optional<speculation::ControllerOptions> controller_schedule;
   // Context lookup (prompt lookup decoding), greedy decoding only: the tokens that followed the
   // latest earlier occurrence of the history's longest recurring suffix (lookup.max_ngram down to
   // min_ngram tokens), at most lookup.max_tokens of them, as a chain under the root beside the
