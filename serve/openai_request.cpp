@@ -9,7 +9,8 @@
 namespace bitsplit::serve {
 namespace {
 
-using nlohmann::json;
+// Parsed in order (a template prints tool schemas and arguments as given), once.
+using json = nlohmann::ordered_json;
 
 struct Fail {
   RequestError error;
@@ -115,10 +116,7 @@ GenerationRequest parse(std::string_view body, Endpoint endpoint) {
     auto it = o.find("messages");
     if (it == o.end() || !it->is_array()) fail("messages", "'messages' is required and must be an array");
     if (it->empty()) fail("messages", "'messages' must not be empty");
-    // Checked on the parsed body; kept from a second, order-preserving parse.
-    const auto ordered = nlohmann::ordered_json::parse(body)["messages"];
-    if (!ordered.is_array() || ordered.size() != it->size()) fail("messages", "the body has more than one 'messages'");
-    r.messages = nlohmann::ordered_json::array();
+    r.messages = json::array();
     for (size_t i = 0; i < it->size(); ++i) {
       const json& m = (*it)[i];
       const std::string param = "messages[" + std::to_string(i) + "]";
@@ -129,9 +127,7 @@ GenerationRequest parse(std::string_view body, Endpoint endpoint) {
       if (rs != "system" && rs != "user" && rs != "assistant" && rs != "tool" && rs != "developer") {
         fail(param + ".role", param + ".role '" + rs + "' is not one of system, developer, user, assistant, tool");
       }
-      if (!ordered[i].is_object()) fail(param, param + " must be an object");
-      nlohmann::ordered_json copy = ordered[i];
-      copy["role"] = rs;  // as checked (a key given twice may differ between the two parses)
+      json copy = m;
       copy["content"] = content_text(m.contains("content") ? m["content"] : json(nullptr), param + ".content");
       r.messages.push_back(std::move(copy));
     }
@@ -186,7 +182,7 @@ GenerationRequest parse(std::string_view body, Endpoint endpoint) {
 
 nlohmann::json RequestError::to_json() const {
   return {{"error",
-           {{"message", message}, {"type", type}, {"param", param.empty() ? json(nullptr) : json(param)},
+           {{"message", message}, {"type", type}, {"param", param.empty() ? nlohmann::json(nullptr) : nlohmann::json(param)},
             {"code", nullptr}}}};
 }
 

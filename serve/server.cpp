@@ -8,6 +8,7 @@
 #include <mutex>
 #include <random>
 
+#include "bitsplit/chat_prompt.h"
 #include "bitsplit/openai_request.h"
 #include "bitsplit/stop_strings.h"
 #include "bitsplit/tokenizer.h"
@@ -214,27 +215,18 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
     served_name = r.model;
   }
 
-  const Tokenizer& tokenizer = *model->tokenizer;
-  std::string text;
-  EncodeOptions enc;
+  std::vector<int32_t> prompt;
   if (endpoint == Endpoint::kCompletions) {
-    text = r.prompt;
+    prompt = model->tokenizer->encode(r.prompt, {});
   } else {
     if (!chat_template) {
       return fail({400, "this model has no chat template (tokenizer.chat_template); use /v1/completions, or start the "
                         "server with --chat-template FILE", "messages"});
     }
-    const auto& vocab = tokenizer.vocab();
-    const std::string bos = vocab.bos >= 0 ? tokenizer.token_to_piece(vocab.bos) : "";
-    const std::string eos = vocab.eos >= 0 ? tokenizer.token_to_piece(vocab.eos) : "";
-    auto rendered = chat_template->render_chat(r.messages, true, bos, eos);
-    if (!rendered) return fail({400, "the chat template refused the messages: " + rendered.status().message(), "messages"});
-    text = std::move(*rendered);
-    // The template writes the special tokens as text; a BOS it wrote is not added again.
-    enc.parse_special = true;
-    enc.add_special = bos.empty() || !text.starts_with(bos);
+    auto encoded = encode_chat(*chat_template, *model->tokenizer, r.messages);
+    if (!encoded) return fail({400, "the chat template refused the messages: " + encoded.status().message(), "messages"});
+    prompt = std::move(*encoded);
   }
-  const std::vector<int32_t> prompt = tokenizer.encode(text, enc);
   const int64_t n_ctx = model->model.config().n_ctx_train;
   const std::string prompt_param = endpoint == Endpoint::kChat ? "messages" : "prompt";
   if (prompt.empty()) return fail({400, "the prompt is empty", prompt_param});

@@ -8,6 +8,7 @@
 #include <memory>
 #include <random>
 
+#include "bitsplit/chat_prompt.h"
 #include "bitsplit/chat_template.h"
 #include "bitsplit/interrupt.h"
 #include "bitsplit/session.h"
@@ -48,8 +49,6 @@ int chat(const ChatArgs& a) {
   if (!tmpl) return report_error("the chat template cannot be used: " + tmpl.status().message());
   const Tokenizer& tokenizer = *loaded->tokenizer;
   const auto& vocab = tokenizer.vocab();
-  const std::string bos = vocab.bos >= 0 ? tokenizer.token_to_piece(vocab.bos) : "";
-  const std::string eos = vocab.eos >= 0 ? tokenizer.token_to_piece(vocab.eos) : "";
   SessionOptions so;
   so.speculative = !a.no_spec;
   so.lookup.max_tokens = 8;
@@ -82,16 +81,13 @@ int chat(const ChatArgs& a) {
       continue;
     }
     messages.push_back({{"role", "user"}, {"content", line}});
-    auto rendered = tmpl->render_chat(messages, true, bos, eos);
-    if (!rendered) {
+    auto encoded = serve::encode_chat(*tmpl, tokenizer, messages);
+    if (!encoded) {
       messages.erase(messages.end() - 1);
-      report_error("the chat template refused the conversation: " + rendered.status().message());
+      report_error("the chat template refused the conversation: " + encoded.status().message());
       continue;
     }
-    EncodeOptions enc;
-    enc.parse_special = true;
-    enc.add_special = bos.empty() || !rendered->starts_with(bos);
-    const std::vector<int32_t> prompt = tokenizer.encode(*rendered, enc);
+    const std::vector<int32_t>& prompt = *encoded;
     const int64_t room = loaded->model.config().n_ctx_train - int64_t(prompt.size());
     if (room <= 1) {
       messages.erase(messages.end() - 1);
