@@ -69,6 +69,12 @@ Value lowered(const Value& v, bool case_sensitive) {
   return v;
 }
 
+// The item itself, or the value at its attribute path when one is given.
+Result<Value> attribute_of(Interpreter& in, const Value& item, const std::string& attribute) {
+  if (attribute.empty()) return item;
+  return get_path(in, item, attribute);
+}
+
 Result<Value> sort_filter(Interpreter& in, const Value& value, const CallArgs& args) {
   BITSPLIT_RETURN_IF_ERROR(check_args(args, "sort", 3, {"reverse", "case_sensitive", "attribute"}));
   const bool reverse = arg_bool(args, 0, "reverse", false);
@@ -79,12 +85,9 @@ Result<Value> sort_filter(Interpreter& in, const Value& value, const CallArgs& a
   if (!items.is_ok()) return items.status();
   std::vector<std::pair<Value, Value>> keyed;
   for (auto& item : *items) {
-    Value key = item;
-    if (!attribute->empty()) {
-      auto k = get_path(in, item, *attribute);
-      if (!k.is_ok()) return k.status();
-      key = std::move(k).value();
-    }
+    auto key_or = attribute_of(in, item, *attribute);
+    if (!key_or.is_ok()) return key_or.status();
+    Value key = std::move(key_or).value();
     keyed.emplace_back(lowered(key, case_sensitive), item);
   }
   Status error;
@@ -329,12 +332,9 @@ Result<Value> min_max(Interpreter& in, const Value& value, const CallArgs& args,
   const Value* best = nullptr;
   Value best_key;
   for (const auto& item : *items) {
-    Value key = item;
-    if (!attribute->empty()) {
-      auto k = get_path(in, item, *attribute);
-      if (!k.is_ok()) return k.status();
-      key = std::move(k).value();
-    }
+    auto key_or = attribute_of(in, item, *attribute);
+    if (!key_or.is_ok()) return key_or.status();
+    Value key = std::move(key_or).value();
     key = lowered(key, case_sensitive);
     if (best) {
       auto c = compare(key, best_key);
@@ -394,12 +394,9 @@ Result<Value> unique_filter(Interpreter& in, const Value& value, const CallArgs&
   if (!items.is_ok()) return items.status();
   std::vector<Value> seen, out;
   for (const auto& item : *items) {
-    Value key = item;
-    if (!attribute->empty()) {
-      auto k = get_path(in, item, *attribute);
-      if (!k.is_ok()) return k.status();
-      key = std::move(k).value();
-    }
+    auto key_or = attribute_of(in, item, *attribute);
+    if (!key_or.is_ok()) return key_or.status();
+    Value key = std::move(key_or).value();
     key = lowered(key, case_sensitive);
     if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, key); })) continue;
     seen.push_back(key);
@@ -443,12 +440,9 @@ Result<Value> sum_filter(Interpreter& in, const Value& value, const CallArgs& ar
   auto items = iterate(value);
   if (!items.is_ok()) return items.status();
   for (const auto& item : *items) {
-    Value v = item;
-    if (!attribute->empty()) {
-      auto k = get_path(in, item, *attribute);
-      if (!k.is_ok()) return k.status();
-      v = std::move(k).value();
-    }
+    auto v_or = attribute_of(in, item, *attribute);
+    if (!v_or.is_ok()) return v_or.status();
+    Value v = std::move(v_or).value();
     if (!v.is_number() || !total.is_number())
       return Status::error("unsupported operand type(s) for +: '" + type_name(total) + "' and '" + type_name(v) + "'");
     if (total.kind != Kind::kFloat && v.kind != Kind::kFloat) {

@@ -96,9 +96,7 @@ class Parser {
         return body;
       }
       if (t.type == TokenType::kText) {
-        auto node = std::make_unique<Node>();
-        node->kind = NodeKind::kText;
-        node->offset = t.offset;
+        auto node = make_node(NodeKind::kText, t.offset);
         node->text = t.text;
         body.push_back(std::move(node));
         next();
@@ -106,9 +104,7 @@ class Parser {
       }
       if (t.type == TokenType::kVarBegin) {
         next();
-        auto node = std::make_unique<Node>();
-        node->kind = NodeKind::kOutput;
-        node->offset = t.offset;
+        auto node = make_node(NodeKind::kOutput, t.offset);
         auto e = parse_tuple(true);
         if (!e.is_ok()) return e.status();
         node->expr = std::move(e).value();
@@ -151,18 +147,14 @@ class Parser {
       r = parse_macro(tag_offset);
     } else if (name == "break" || name == "continue") {
       if (loop_depth_ == 0) return fail("'" + name + "' outside a loop", name_offset);
-      auto node = std::make_unique<Node>();
-      node->kind = name == "break" ? NodeKind::kBreak : NodeKind::kContinue;
-      node->offset = tag_offset;
+      auto node = make_node(name == "break" ? NodeKind::kBreak : NodeKind::kContinue, tag_offset);
       BITSPLIT_RETURN_IF_ERROR(expect_block_end());
       r = std::move(node);
     } else if (name == "filter") {
       r = parse_filter_block(tag_offset);
     } else if (name == "generation") {
       // Hugging Face's {% generation %} marks assistant text for masks; it renders its body.
-      auto node = std::make_unique<Node>();
-      node->kind = NodeKind::kScope;
-      node->offset = tag_offset;
+      auto node = make_node(NodeKind::kScope, tag_offset);
       BITSPLIT_RETURN_IF_ERROR(expect_block_end());
       auto body = parse_body({"endgeneration"}, &end_tag_);
       if (!body.is_ok()) return body.status();
@@ -179,9 +171,7 @@ class Parser {
   }
 
   Result<NodePtr> parse_if(uint32_t tag_offset) {
-    auto node = std::make_unique<Node>();
-    node->kind = NodeKind::kIf;
-    node->offset = tag_offset;
+    auto node = make_node(NodeKind::kIf, tag_offset);
     ++if_depth_;
     while (true) {
       auto cond = parse_tuple(true);
@@ -221,9 +211,7 @@ class Parser {
   }
 
   Result<NodePtr> parse_for(uint32_t tag_offset) {
-    auto node = std::make_unique<Node>();
-    node->kind = NodeKind::kFor;
-    node->offset = tag_offset;
+    auto node = make_node(NodeKind::kFor, tag_offset);
     BITSPLIT_RETURN_IF_ERROR(parse_targets(node->targets));
     if (!at_name("in")) return unexpected(peek(), "'in'");
     next();
@@ -258,9 +246,7 @@ class Parser {
   }
 
   Result<NodePtr> parse_set(uint32_t tag_offset) {
-    auto node = std::make_unique<Node>();
-    node->kind = NodeKind::kSet;
-    node->offset = tag_offset;
+    auto node = make_node(NodeKind::kSet, tag_offset);
     if (peek().type == TokenType::kName && at_op(".", 1)) {
       node->targets.push_back(next().text);
       next();
@@ -298,9 +284,7 @@ class Parser {
   }
 
   Result<NodePtr> parse_macro(uint32_t tag_offset) {
-    auto node = std::make_unique<Node>();
-    node->kind = NodeKind::kMacro;
-    node->offset = tag_offset;
+    auto node = make_node(NodeKind::kMacro, tag_offset);
     auto name = expect_name();
     if (!name.is_ok()) return name.status();
     node->name = *name;
@@ -336,9 +320,7 @@ class Parser {
   }
 
   Result<NodePtr> parse_filter_block(uint32_t tag_offset) {
-    auto node = std::make_unique<Node>();
-    node->kind = NodeKind::kFilterBlock;
-    node->offset = tag_offset;
+    auto node = make_node(NodeKind::kFilterBlock, tag_offset);
     // The chain starts with a name: {% filter upper | trim %}.
     auto chain = parse_filter_chain(nullptr, /*leading_pipe=*/false);
     if (!chain.is_ok()) return chain.status();
@@ -349,6 +331,13 @@ class Parser {
     if (!body.is_ok()) return body.status();
     node->body = std::move(body).value();
     BITSPLIT_RETURN_IF_ERROR(expect_block_end());
+    return node;
+  }
+
+  static NodePtr make_node(NodeKind kind, uint32_t offset) {
+    auto node = std::make_unique<Node>();
+    node->kind = kind;
+    node->offset = offset;
     return node;
   }
 
