@@ -53,14 +53,17 @@ int numa_nodes() {
 
 }  // namespace
 
-std::string MemoryPlan::summary() const {
-  std::string s = format_bytes(total()) + ": ";
+// "residual 1.02 GiB, draft ..., scratch 2 MiB": the terms of the plan.
+std::string MemoryPlan::terms() const {
+  std::string s;
   if (residual > 0) s += "residual " + format_bytes(residual) + ", draft " + format_bytes(draft) + ", other weights ";
   else s += "weights ";
   s += format_bytes(weights) + ", KV cache (" + std::to_string(n_slots) + " positions) " + format_bytes(kv_cache) +
        ", scratch " + format_bytes(scratch);
   return s;
 }
+
+std::string MemoryPlan::summary() const { return format_bytes(total()) + ": " + terms(); }
 
 std::string SystemMemory::summary() const {
   return format_bytes(available) + " available of " + format_bytes(total) + ", " + std::to_string(numa_nodes) +
@@ -104,8 +107,7 @@ Result<SystemMemory> system_memory() {
 
 Status check_memory(const MemoryPlan& plan, const SystemMemory& memory) {
   if (plan.total() <= memory.available) return Status::ok();
-  return Status::error("the model needs " + format_bytes(plan.total()) + " of RAM (" + plan.summary().substr(
-                           plan.summary().find(": ") + 2) + ") but " + format_bytes(memory.available) +
+  return Status::error("the model needs " + format_bytes(plan.total()) + " of RAM (" + plan.terms() + ") but " + format_bytes(memory.available) +
                        " is available (" + memory.summary() + "); free memory, generate fewer tokens, or use a "
                        "smaller residual (`bitsplit convert --residual 6`)");
 }

@@ -24,6 +24,7 @@ struct MemoryPlan {
   uint64_t total() const { return residual + draft + weights + kv_cache + scratch; }
   // "1.42 GiB: residual 1.02 GiB, draft 0.31 GiB, other weights 80 MiB, KV cache (600 positions) 14 MiB, scratch 2 MiB"
   std::string summary() const;
+  std::string terms() const;  // the summary without the total
 };
 
 struct MemoryPlanOptions {
