@@ -240,16 +240,11 @@ TEST_F(CliBadInput, AModelOverTheAvailableMemoryIsRefusedBeforeLoading) {
   const auto o = run_cli("run -m " + files_["BS"] + " -p hi -n 4", 60);
   ASSERT_EQ(o.code, 0) << o.out;
   EXPECT_NE(o.out.find("memory: "), std::string::npos) << o.out;
-  const std::string cmd = "env BITSPLIT_MEMORY_AVAILABLE=1M " + std::string(BITSPLIT_CLI) + " run -m " + files_["BS"] +
-                          " -p hi -n 4 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string text;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) text.append(buf, n);
-  const int status = pclose(p);
+  const auto refused = bitsplit::testing::run_shell("env BITSPLIT_MEMORY_AVAILABLE=1M " + std::string(BITSPLIT_CLI) +
+                                                    " run -m " + files_["BS"] + " -p hi -n 4 2>&1");
+  const std::string& text = refused.out;
   SCOPED_TRACE(text);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+  EXPECT_EQ(refused.code, 1);
   EXPECT_EQ(count_lines_starting_with(text, "error: "), 1);
   EXPECT_NE(text.find("of RAM"), std::string::npos);
   EXPECT_NE(text.find("1.00 MiB is available"), std::string::npos);
@@ -282,15 +277,11 @@ TEST_F(CliBadInput, AFullDiskLeavesNoPartialOutputAndTheOldFileIntact) {
       "synth --shape tiny -o {OUT}",
   };
   for (const std::string& w : writers) {
-    const std::string cmd = "bash -c 'ulimit -f 8; exec " + std::string(BITSPLIT_CLI) + " " + expand(w) + "' 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    std::string text;
-    char buf[4096];
-    for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) text.append(buf, n);
-    const int status = pclose(p);
+    const auto o = bitsplit::testing::run_shell("bash -c 'ulimit -f 8; exec " + std::string(BITSPLIT_CLI) + " " +
+                                                expand(w) + "' 2>&1");
+    const std::string& text = o.out;
     SCOPED_TRACE(w + "\n" + text);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+    EXPECT_EQ(o.code, 1);
     EXPECT_EQ(count_lines_starting_with(text, "error: "), 1);
     EXPECT_NE(text.find("writing failed after"), std::string::npos);
     EXPECT_TRUE(out.intact());
@@ -315,8 +306,7 @@ TEST_F(CliBadInput, AnInterruptedWriterRemovesItsTemporaryFile) {
     ::kill(pid, sig);
     int status = 0;
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-    std::ifstream in(log);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string text = bitsplit::testing::read_text(log);
     SCOPED_TRACE(text);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + sig) << "status " << status;
     EXPECT_NE(text.find("the partial output was removed"), std::string::npos);
@@ -334,16 +324,14 @@ TEST_F(CliBadInput, AnInterruptedRunPrintsItsSummary) {
   // Wait for generated text (the prompt echo and some tokens after it) before interrupting.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < deadline) {
-    std::ifstream in(log);
-    const std::string so_far((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string so_far = bitsplit::testing::read_text(log);
     if (const size_t at = so_far.find("hello"); at != std::string::npos && so_far.size() > at + 20) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   ::kill(pid, SIGINT);
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  std::ifstream in(log);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = bitsplit::testing::read_text(log);
   SCOPED_TRACE(text);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 130) << "status " << status;
   EXPECT_NE(text.find("generation: "), std::string::npos) << "the summary is printed";

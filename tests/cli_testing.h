@@ -9,6 +9,8 @@
 
 #include <array>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -19,11 +21,8 @@ struct CliOutput {
   std::string out;  // stdout and stderr together
 };
 
-// `bitsplit ARGS` through the shell (ARGS are shell words), killed after `seconds` (a hang
-// is then code 124 from timeout(1)); `out` holds stdout and stderr, or stdout alone.
-inline CliOutput run_cli(const std::string& args, int seconds = 300, bool with_stderr = true) {
-  const std::string cmd = "timeout -s KILL " + std::to_string(seconds) + " " + std::string(BITSPLIT_CLI) + " " + args +
-                          (with_stderr ? " 2>&1" : " 2>/dev/null");
+// A shell command line; `out` is what it wrote to stdout (redirect stderr in the command).
+inline CliOutput run_shell(const std::string& cmd) {
   CliOutput o{-1, {}};
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return o;
@@ -33,6 +32,19 @@ inline CliOutput run_cli(const std::string& args, int seconds = 300, bool with_s
   const int status = pclose(p);
   o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return o;
+}
+
+// `bitsplit ARGS` through the shell (ARGS are shell words), killed after `seconds` (a hang
+// is then code 124 from timeout(1)); `out` holds stdout and stderr, or stdout alone.
+inline CliOutput run_cli(const std::string& args, int seconds = 300, bool with_stderr = true) {
+  return run_shell("timeout -s KILL " + std::to_string(seconds) + " " + std::string(BITSPLIT_CLI) + " " + args +
+                   (with_stderr ? " 2>&1" : " 2>/dev/null"));
+}
+
+// A whole file as text ("" when it cannot be read).
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 // The lines of `text` that start with `prefix`.

@@ -156,6 +156,17 @@ std::unique_ptr<WeightSource> seed_model(const std::string& name) {
   return nullptr;
 }
 
+// `source`'s tensors under the metadata `m`, as an in-memory weight source ("broken.gguf").
+void rewrite_metadata(WeightSource& source, const gguf::Metadata& m, std::unique_ptr<WeightSource>& out) {
+  gguf::Writer w;
+  for (const auto& [k, v] : m.entries()) w.metadata().set(k, v);
+  for (const auto& t : source.tensors()) {
+    auto bytes = source.raw_bytes(t);
+    ASSERT_TRUE(w.add_tensor(t.name, t.type, t.dims, {bytes->begin(), bytes->end()}).is_ok());
+  }
+  out = weights_from_gguf(*gguf::File::parse(gguf::storage_from_bytes(w.to_bytes()), "broken.gguf"));
+}
+
 // Finding (fuzz_model, tests/data/fuzz/model/huge-block-count): block_count = 1.4e12 in a file
 // of 17 KB made Model::load resize its layer table to it (a 1.4 TB allocation) before loading any
 // layer. The block count is now checked against the file's tensors (and bounded to 2^31, as
@@ -165,13 +176,8 @@ TEST(FuzzFindings, BlockCountTheFileCannotHoldIsRejected) {
   ASSERT_TRUE(read_model_config(*source).is_ok());
   gguf::Metadata m = source->metadata();
   m.set("llama.block_count", gguf::Value::u64(uint64_t(1) << 30));
-  gguf::Writer w;
-  for (const auto& [k, v] : m.entries()) w.metadata().set(k, v);
-  for (const auto& t : source->tensors()) {
-    auto bytes = source->raw_bytes(t);
-    ASSERT_TRUE(w.add_tensor(t.name, t.type, t.dims, {bytes->begin(), bytes->end()}).is_ok());
-  }
-  auto broken = weights_from_gguf(*gguf::File::parse(gguf::storage_from_bytes(w.to_bytes()), "broken.gguf"));
+  std::unique_ptr<WeightSource> broken;
+  ASSERT_NO_FATAL_FAILURE(rewrite_metadata(*source, m, broken));
   auto config = read_model_config(*broken);
   ASSERT_FALSE(config.is_ok());
   EXPECT_NE(config.status().message().find("llama.block_count 1073741824 is more layers than the file has tensors"), std::string::npos)
@@ -194,13 +200,8 @@ TEST(FuzzFindings, SplitPlanesAreCheckedBeforeAnythingIsSized) {
 
   gguf::Metadata m = source->metadata();
   m.set("llama.feed_forward_length", gguf::Value::u64(uint64_t(1) << 40));
-  gguf::Writer w;
-  for (const auto& [k, v] : m.entries()) w.metadata().set(k, v);
-  for (const auto& t : source->tensors()) {
-    auto bytes = source->raw_bytes(t);
-    ASSERT_TRUE(w.add_tensor(t.name, t.type, t.dims, {bytes->begin(), bytes->end()}).is_ok());
-  }
-  auto broken = weights_from_gguf(*gguf::File::parse(gguf::storage_from_bytes(w.to_bytes()), "broken.gguf"));
+  std::unique_ptr<WeightSource> broken;
+  ASSERT_NO_FATAL_FAILURE(rewrite_metadata(*source, m, broken));
   auto config = read_model_config(*broken);
   ASSERT_FALSE(config.is_ok());
   EXPECT_NE(config.status().message().find("feed_forward_length is 1099511627776, more than 2^31"), std::string::npos)

@@ -9,6 +9,7 @@
 #include "../text/tokenizer_pretok.h"
 #include "bitsplit/gguf.h"
 #include "bitsplit/tokenizer.h"
+#include "gguf_testing.h"
 #include "test_paths.h"
 
 namespace bitsplit {
@@ -27,34 +28,7 @@ std::string mapped(std::string_view text) {
 // control token and a user-defined one.
 gguf::Metadata small_metadata(const std::vector<std::string>& merges, const std::string& pre = "gpt-2",
                               const std::vector<std::string>& extra_tokens = {}) {
-  std::vector<std::string> tokens;
-  std::vector<int32_t> types;
-  for (int b = 0; b < 256; ++b) {
-    tokens.push_back(gpt2_byte_to_unicode()[size_t(b)]);
-    types.push_back(1);
-  }
-  for (const std::string& m : merges) {
-    const size_t space = m.find(' ', 1);
-    tokens.push_back(m.substr(0, space) + m.substr(space + 1));
-    types.push_back(1);
-  }
-  for (const std::string& t : extra_tokens) {
-    tokens.push_back(t);
-    types.push_back(1);
-  }
-  tokens.push_back("<|endoftext|>");
-  types.push_back(3);
-  tokens.push_back("<|user|>");
-  types.push_back(4);
-  gguf::Metadata m;
-  m.set("tokenizer.ggml.model", Value::string("gpt2"));
-  m.set("tokenizer.ggml.pre", Value::string(pre));
-  m.set("tokenizer.ggml.tokens", Value::string_array(tokens));
-  m.set("tokenizer.ggml.token_type", Value::i32_array(types));
-  m.set("tokenizer.ggml.merges", Value::string_array(merges));
-  m.set("tokenizer.ggml.bos_token_id", Value::u32(uint32_t(tokens.size() - 2)));
-  m.set("tokenizer.ggml.eos_token_id", Value::u32(uint32_t(tokens.size() - 2)));
-  return m;
+  return testing::byte_level_bpe_metadata(merges, pre, extra_tokens);
 }
 
 std::unique_ptr<Tokenizer> make(const gguf::Metadata& m) {

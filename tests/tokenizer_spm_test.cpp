@@ -5,6 +5,7 @@
 
 #include "bitsplit/gguf.h"
 #include "bitsplit/tokenizer.h"
+#include "gguf_testing.h"
 #include "test_paths.h"
 
 namespace bitsplit {
@@ -14,30 +15,10 @@ using gguf::Value;
 
 // A vocabulary with byte fallback for every byte and a few merges.
 std::unique_ptr<Tokenizer> small_tokenizer(bool add_bos = true) {
-  gguf::Metadata m;
-  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>", "<|user|>"};
-  std::vector<float> scores = {0, 0, 0, 0};
-  std::vector<int32_t> types = {2, 3, 3, 4};
-  for (int b = 0; b < 256; ++b) {
-    char name[8];
-    std::snprintf(name, sizeof(name), "<0x%02X>", b);
-    tokens.push_back(name);
-    scores.push_back(0);
-    types.push_back(6);
-  }
-  const std::pair<const char*, float> pieces[] = {
-      {"\xe2\x96\x81", -1}, {"h", -2}, {"e", -2}, {"l", -2}, {"o", -2}, {"w", -2}, {"r", -2}, {"d", -2},
-      {"he", -3}, {"ll", -3}, {"llo", -4}, {"hello", -5}, {"\xe2\x96\x81hello", -6}, {"\xe2\x96\x81w", -7},
-      {"or", -8}, {"\xe2\x96\x81wor", -9}, {"ld", -10}, {"\xc3\xa9", -11}};
-  for (const auto& [piece, score] : pieces) {
-    tokens.push_back(piece);
-    scores.push_back(score);
-    types.push_back(1);
-  }
-  m.set("tokenizer.ggml.model", Value::string("llama"));
-  m.set("tokenizer.ggml.tokens", Value::string_array(tokens));
-  m.set("tokenizer.ggml.scores", Value::f32_array(scores));
-  m.set("tokenizer.ggml.token_type", Value::i32_array(types));
+  gguf::Metadata m = testing::spm_byte_fallback_metadata(
+      {{"\xe2\x96\x81", -1}, {"h", -2}, {"e", -2}, {"l", -2}, {"o", -2}, {"w", -2}, {"r", -2}, {"d", -2},
+       {"he", -3}, {"ll", -3}, {"llo", -4}, {"hello", -5}, {"\xe2\x96\x81hello", -6}, {"\xe2\x96\x81w", -7},
+       {"or", -8}, {"\xe2\x96\x81wor", -9}, {"ld", -10}, {"\xc3\xa9", -11}});
   m.set("tokenizer.ggml.add_bos_token", Value::boolean(add_bos));
   auto t = Tokenizer::from_metadata(m);
   BITSPLIT_CHECK(t.is_ok(), t.status().message());

@@ -19,6 +19,7 @@
 #include "../../text/tokenizer_pretok.h"
 #include "bitsplit/gguf.h"
 #include "bitsplit/tokenizer.h"
+#include "../gguf_testing.h"
 #include "harness_common.h"
 
 namespace bitsplit::fuzz {
@@ -107,59 +108,15 @@ inline void check_sample_texts(const Tokenizer& t) {
 // --- encode with real vocabularies -----------------------------------------------------------
 
 inline gguf::Metadata builtin_spm_metadata() {
-  using gguf::Value;
-  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>", "<|user|>"};
-  std::vector<float> scores = {0, 0, 0, 0};
-  std::vector<int32_t> types = {2, 3, 3, 4};
-  for (int b = 0; b < 256; ++b) {
-    char name[8];
-    std::snprintf(name, sizeof(name), "<0x%02X>", b);
-    tokens.push_back(name);
-    scores.push_back(0);
-    types.push_back(6);
-  }
   const char* pieces[] = {"\xe2\x96\x81", "h", "e", "l", "o", "w", "r", "d", "he", "ll", "llo", "hello",
                           "\xe2\x96\x81hello", "\xe2\x96\x81w", "or", "\xe2\x96\x81wor", "ld", "\xc3\xa9"};
-  for (size_t i = 0; i < std::size(pieces); ++i) {
-    tokens.push_back(pieces[i]);
-    scores.push_back(-float(i + 1));
-    types.push_back(1);
-  }
-  gguf::Metadata m;
-  m.set("tokenizer.ggml.model", Value::string("llama"));
-  m.set("tokenizer.ggml.tokens", Value::string_array(tokens));
-  m.set("tokenizer.ggml.scores", Value::f32_array(scores));
-  m.set("tokenizer.ggml.token_type", Value::i32_array(types));
-  return m;
+  std::vector<std::pair<std::string, float>> scored;
+  for (size_t i = 0; i < std::size(pieces); ++i) scored.emplace_back(pieces[i], -float(i + 1));
+  return testing::spm_byte_fallback_metadata(scored);
 }
 
 inline gguf::Metadata builtin_bpe_metadata() {
-  using gguf::Value;
-  std::vector<std::string> tokens;
-  std::vector<int32_t> types;
-  for (int b = 0; b < 256; ++b) {
-    tokens.push_back(gpt2_byte_to_unicode()[size_t(b)]);
-    types.push_back(1);
-  }
-  const std::vector<std::string> merges = {"h e", "l l", "he ll", "hell o", "\xc4\xa0 hello", "1 2", "12 3"};
-  for (const std::string& merge : merges) {
-    const size_t space = merge.find(' ', 1);
-    tokens.push_back(merge.substr(0, space) + merge.substr(space + 1));
-    types.push_back(1);
-  }
-  tokens.push_back("<|endoftext|>");
-  types.push_back(3);
-  tokens.push_back("<|user|>");
-  types.push_back(4);
-  gguf::Metadata m;
-  m.set("tokenizer.ggml.model", Value::string("gpt2"));
-  m.set("tokenizer.ggml.pre", Value::string("gpt-2"));
-  m.set("tokenizer.ggml.tokens", Value::string_array(tokens));
-  m.set("tokenizer.ggml.token_type", Value::i32_array(types));
-  m.set("tokenizer.ggml.merges", Value::string_array(merges));
-  m.set("tokenizer.ggml.bos_token_id", Value::u32(uint32_t(tokens.size() - 2)));
-  m.set("tokenizer.ggml.eos_token_id", Value::u32(uint32_t(tokens.size() - 2)));
-  return m;
+  return testing::byte_level_bpe_metadata({"h e", "l l", "he ll", "hell o", "\xc4\xa0 hello", "1 2", "12 3"}, "gpt-2");
 }
 
 // The folder of llama.cpp's vocabulary GGUFs, or empty.
