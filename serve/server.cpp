@@ -363,8 +363,10 @@ void Server::Impl::setup_routes() {
   http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
     if (!authorized(req, res)) return;
     if (ready.load()) {
-      std::vector<std::string> names = variants->names();
-      metrics.set_variants(names, names);
+      std::vector<std::string> names = variants->names(), resident;
+      for (const auto& n : names)
+        if (variants->resident(n)) resident.push_back(n);
+      metrics.set_variants(std::move(resident), std::move(names));
     }
     res.set_content(metrics.render(), "text/plain; version=0.0.4");
   });

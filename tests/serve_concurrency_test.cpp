@@ -41,6 +41,7 @@ TEST(ServeConcurrency, ManyClientsOnTheBaseAndAVariant) {
   ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
   VariantRegistry variants(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX});
   ASSERT_TRUE(variants.add("devil", delta).is_ok());
+  ASSERT_TRUE(variants.add("unused", delta).is_ok());  // registered, never requested: not resident
 
   serve::ServerOptions options;
   options.port = 0;
@@ -105,6 +106,15 @@ TEST(ServeConcurrency, ManyClientsOnTheBaseAndAVariant) {
   EXPECT_EQ(mismatches, 0);
   EXPECT_EQ(first_text.size(), 6u);
   EXPECT_NE(first_text["base|And God said"], first_text["devil|And God said"]) << "the variant decodes differently";
+  // The variant that ran is resident and the one never asked for is not; /metrics tells them
+  // apart (router affinity).
+  {
+    httplib::Client client("127.0.0.1", server.port());
+    auto m = client.Get("/metrics");
+    ASSERT_TRUE(m && m->status == 200);
+    EXPECT_NE(m->body.find("running_lora_adapters=\"devil\""), std::string::npos) << m->body;
+    EXPECT_NE(m->body.find("registered=\"devil,unused\""), std::string::npos) << m->body;
+  }
   const std::string metrics = server.metrics().render();
   EXPECT_NE(metrics.find("vllm:num_requests_running{model_name=\"base\"} 0"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("vllm:num_requests_waiting{model_name=\"base\"} 0"), std::string::npos) << metrics;

@@ -92,6 +92,8 @@ class VariantRegistry {
   Status remove(const std::string& name);
   std::vector<std::string> names() const;
   bool contains(const std::string& name) const;
+  // Whether `name`'s sign planes are loaded now (in the cache).
+  bool resident(const std::string& name) const { return cache_.resident(name); }
   VariantCacheStats stats() const { return cache_.stats(); }
 
  private:
