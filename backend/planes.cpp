@@ -4,6 +4,8 @@
 
 #include <tbb/parallel_for.h>
 
+#include <algorithm>
+#include <array>
 #include <cstring>
 
 namespace bitsplit {
@@ -74,6 +76,33 @@ SplitProjection split_projection(const std::vector<float>& w, int64_t rows, int6
   return p;
 }
 
+quant::DraftTensorErrors measure_draft_errors(const std::string& base, const std::vector<float>& w, int64_t rows,
+                                              int64_t cols, int64_t n_layers, const quant::SplitParams& params,
+                                              const float* importance, int64_t max_rows) {
+  constexpr int kWidths = quant::kMaxDraftBits - quant::kMinDraftBits + 1;
+  const int64_t sampled = std::max<int64_t>(1, std::min(rows, max_rows));
+  // Per sampled row, summed in row order afterwards: the result does not depend on the schedule.
+  std::vector<std::array<double, kWidths + 1>> per_row(static_cast<size_t>(sampled));
+  tbb::parallel_for(int64_t{0}, sampled, [&](int64_t s) {
+    const int64_t r = sampled == rows ? s : s * (rows - 1) / std::max<int64_t>(1, sampled - 1);
+    auto& acc = per_row[size_t(s)];
+    acc.fill(0.0);
+    quant::draft_row_errors(w.data() + r * cols, importance, cols, params, acc.data(), &acc[kWidths]);
+  });
+  quant::DraftTensorErrors e;
+  e.name = base;
+  e.rows = rows;
+  e.cols = cols;
+  double signal = 0.0;
+  for (const auto& acc : per_row) {
+    for (int b = 0; b < kWidths; ++b) e.error[b] += acc[size_t(b)];
+    signal += acc[kWidths];
+  }
+  const double weight = quant::draft_class_weight(base, n_layers);
+  for (double& v : e.error) v = signal > 0.0 ? weight * v / signal : 0.0;
+  return e;
+}
+
 std::vector<float> SplitProjection::dequantize(bool with_residual) const {
   const int64_t groups = quant::groups_per_row(in, group);
   const int64_t d_bytes = quant::code_row_bytes(in, group, draft_bits);
@@ -115,7 +144,7 @@ Result<SplitProjection> load_split_planes(const WeightSource& source, const std:
   // metadata: a header cannot make the loader allocate more than the file holds.
   const auto tensors = split_plane_tensors(base, in, f);
   for (const SplitPlaneTensor& st : tensors) BITSPLIT_RETURN_IF_ERROR(check_plane(source, st.name, st.type, st.row, out));
-  SplitProjection p = SplitProjection::sized(out, in, f.group, f.draft_bits, f.residual_bits);
+  SplitProjection p = SplitProjection::sized(out, in, f.group, f.draft_bits_for(base), f.residual_bits);
   // Each plane's bytes are copied as stored (I8 codes, little-endian F16 scales) into the
   // buffers sized for the shape; check_plane has matched the sizes.
   const std::pair<void*, size_t> dest[kSplitPlanes] = {

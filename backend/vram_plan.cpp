@@ -26,7 +26,7 @@ Result<std::vector<DraftPlaneSize>> draft_plane_sizes(const WeightSource& w, int
   if (!split) return Status::error(w.path() + ": not a bit-split model, so it has no draft planes to place");
   std::vector<DraftPlaneSize> sizes;
   for (const std::string& weight : placement_order(n_layers)) {
-    const SplitTensorNames n = split_tensor_names(weight.substr(0, weight.size() - 7));  // drop ".weight"
+    const SplitTensorNames n = split_tensor_names(split_base_name(weight));
     DraftPlaneSize s{weight, 0};
     for (const std::string* t : {&n.draft_codes, &n.draft_scales, &n.draft_offsets}) {
       const gguf::TensorInfo* info = w.find_tensor(*t);

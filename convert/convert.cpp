@@ -22,6 +22,7 @@ struct OutTensor {
   const gguf::TensorInfo* source;  // the tensor whose data this comes from
   std::string base;                // split projections: "blk.0.attn_q" or "output"
   int64_t in = 0, out = 0;
+  int draft_bits = 2;
 };
 
 struct SplitPlanes {
@@ -35,22 +36,26 @@ std::vector<uint8_t> f32_bytes(const std::vector<float>& v) {
   return b;
 }
 
+// The importance-matrix columns for projection `base` (null without a matrix).
+Result<const float*> importance_for(const ConvertOptions& options, const std::string& base, int64_t in) {
+  if (!options.imatrix) return static_cast<const float*>(nullptr);
+  auto it = options.imatrix->find(base + ".weight");
+  if (it == options.imatrix->end()) {
+    return Status::error("importance matrix has no entry for '" + base + ".weight' (was it made for another model?)");
+  }
+  if (int64_t(it->second.size()) != in) {
+    return Status::error("importance matrix entry '" + base + ".weight' has " + std::to_string(it->second.size()) +
+                         " columns, the weight has " + std::to_string(in));
+  }
+  return static_cast<const float*>(it->second.data());
+}
+
 Result<SplitPlanes> split_tensor(const WeightSource& source, const OutTensor& t, const ConvertOptions& options) {
-  const quant::SplitParams& p = options.split;
+  quant::SplitParams p = options.split;
+  p.draft_bits = t.draft_bits;
   BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> w, source.load_f32(*t.source));
   source.release(*t.source);
-  const float* importance = nullptr;
-  if (options.imatrix) {
-    auto it = options.imatrix->find(t.base + ".weight");
-    if (it == options.imatrix->end()) {
-      return Status::error("importance matrix has no entry for '" + t.base + ".weight' (was it made for another model?)");
-    }
-    if (int64_t(it->second.size()) != t.in) {
-      return Status::error("importance matrix entry '" + t.base + ".weight' has " + std::to_string(it->second.size()) +
-                           " columns, the weight has " + std::to_string(t.in));
-    }
-    importance = it->second.data();
-  }
+  BITSPLIT_ASSIGN_OR_RETURN(const float* importance, importance_for(options, t.base, t.in));
   SplitProjection split = split_projection(w, t.out, t.in, p, importance);
   auto half_bytes = [](const std::vector<uint16_t>& h) {
     std::vector<uint8_t> b(h.size() * 2);
@@ -86,7 +91,46 @@ std::string params_description(const ConvertOptions& o) {
   return std::string("fit=") + (p.fit == quant::DraftFit::kOptimized ? "optimized" : "minmax") +
          " search_steps=" + std::to_string(p.search_steps) + " refine_iters=" + std::to_string(p.refine_iters) +
          " draft_objective=" + (p.residual_bits == 6 ? "draft+residual" : "draft") +
-         " imatrix=" + (o.imatrix ? o.imatrix_path : "none");
+         " imatrix=" + (o.imatrix ? o.imatrix_path : "none") +
+         (o.draft_bpw > 0 ? " draft_bpw=" + std::to_string(o.draft_bpw) : std::string());
+}
+
+// The split projections in conversion order: (source tensor, base name); a tied head last.
+std::vector<std::pair<const gguf::TensorInfo*, std::string>> split_sources(const WeightSource& source, bool tied_output) {
+  std::vector<std::pair<const gguf::TensorInfo*, std::string>> v;
+  const gguf::TensorInfo* embd = nullptr;
+  for (const auto& t : source.tensors()) {
+    if (is_split_projection(t.name)) v.emplace_back(&t, split_base_name(t.name));
+    if (t.name == "token_embd.weight") embd = &t;
+  }
+  if (tied_output && embd) v.emplace_back(embd, "output");
+  return v;
+}
+
+// Measures every projection's draft error at 2, 3 and 4 bits and spends the budget.
+Result<quant::DraftAllocation> plan_draft_bits(const WeightSource& source, const ModelConfig& config,
+                                               const ConvertOptions& options,
+                                               const std::function<void(const ConvertProgress&)>& on_progress) {
+  const auto sources = split_sources(source, config.tied_output);
+  ConvertProgress progress;
+  progress.measuring = true;
+  progress.tensors_total = sources.size();
+  for (const auto& [t, base] : sources) progress.bytes_total += t->nbytes;
+  std::vector<quant::DraftTensorErrors> errors;
+  for (const auto& [t, base] : sources) {
+    progress.current = base;
+    if (on_progress) on_progress(progress);
+    if (t->dims.size() != 2) return Status::error("tensor '" + t->name + "' should be 2-D to be split");
+    BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> w, source.load_f32(*t));
+    source.release(*t);
+    BITSPLIT_ASSIGN_OR_RETURN(const float* importance, importance_for(options, base, t->dims[0]));
+    errors.push_back(measure_draft_errors(base, w, t->dims[1], t->dims[0], config.n_layers, options.split, importance));
+    ++progress.tensors_done;
+    progress.bytes_done += t->nbytes;
+  }
+  progress.current.clear();
+  if (on_progress) on_progress(progress);
+  return quant::allocate_draft_bits(errors, options.split.group, options.draft_bpw);
 }
 
 }  // namespace
@@ -105,6 +149,15 @@ Status convert_model(const WeightSource& source, const std::string& out_path, co
   ConvertReport local;
   ConvertReport& rep = report ? *report : local;
   rep = {};
+  SplitFormat format{p.group, p.draft_bits, p.residual_bits, {}};
+  if (options.draft_bpw > 0.0) {
+    // Every projection's bits are chosen; 2 is the default the per-tensor keys override.
+    format.draft_bits = quant::kMinDraftBits;
+    BITSPLIT_ASSIGN_OR_RETURN(rep.draft, plan_draft_bits(source, config, options, on_progress));
+    for (const auto& [base, bits] : rep.draft->bits)
+      if (bits != format.draft_bits) format.draft_bits_by_tensor[base] = bits;
+    rep.measure_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
 
   // Plan every output tensor before writing anything, so a bad tensor fails early.
   std::vector<OutTensor> plan;
@@ -115,10 +168,10 @@ Status convert_model(const WeightSource& source, const std::string& out_path, co
     const int64_t in = t.dims[0], out = t.dims[1];
     constexpr OutKind kinds[kSplitPlanes] = {OutKind::kDraftCodes, OutKind::kDraftScales, OutKind::kDraftOffsets,
                                              OutKind::kResidCodes, OutKind::kResidScales};
-    const auto tensors = split_plane_tensors(base, in, {p.group, p.draft_bits, p.residual_bits});
+    const auto tensors = split_plane_tensors(base, in, format);
     for (int i = 0; i < kSplitPlanes; ++i) {
       BITSPLIT_RETURN_IF_ERROR(writer.add_tensor_info(tensors[size_t(i)].name, tensors[size_t(i)].type, {tensors[size_t(i)].row, out}));
-      plan.push_back({kinds[i], &t, base, in, out});
+      plan.push_back({kinds[i], &t, base, in, out, format.draft_bits_for(base)});
     }
     rep.split_weights += in * out;
     rep.source_types[gguf::tensor_type_name(t.type)] += in * out;
@@ -132,7 +185,7 @@ Status convert_model(const WeightSource& source, const std::string& out_path, co
     }
     rep.source_bytes += t.nbytes;
     if (is_split_projection(t.name)) {
-      BITSPLIT_RETURN_IF_ERROR(add_split(t, t.name.substr(0, t.name.size() - std::string(".weight").size())));
+      BITSPLIT_RETURN_IF_ERROR(add_split(t, split_base_name(t.name)));
     } else if (t.name == "token_embd.weight" && t.dims[0] % quant::BlockQ8_0::kWeights == 0) {
       embd = &t;
       BITSPLIT_RETURN_IF_ERROR(writer.add_tensor_info(t.name, TensorType::Q8_0, t.dims));
@@ -151,10 +204,7 @@ Status convert_model(const WeightSource& source, const std::string& out_path, co
     if (key != "general.alignment" && !is_split_set_key(key)) writer.metadata().set(key, value);
   }
   using gguf::Value;
-  writer.metadata().set("bitsplit.format_version", Value::u32(kSplitFormatVersion));
-  writer.metadata().set("bitsplit.group_size", Value::u32(uint32_t(p.group)));
-  writer.metadata().set("bitsplit.draft_bits", Value::u32(uint32_t(p.draft_bits)));
-  writer.metadata().set("bitsplit.residual_bits", Value::u32(uint32_t(p.residual_bits)));
+  write_split_format(format, writer.metadata());
   writer.metadata().set("bitsplit.quantizer", Value::string(params_description(options)));
   writer.metadata().set("bitsplit.source_sha256", Value::string(rep.source_sha256));
   // The head's planes were split from the embedding: a BitDelta variant's embedding delta

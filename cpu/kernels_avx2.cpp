@@ -94,7 +94,7 @@ struct RowChunk {
 template <int NR, int kBits>
 inline void group_rows(const __m256i* w, int chunks, const RowChunk& rc, int64_t k, int group, __m256 tv, __m256 mv,
                        __m256* facc) {
-  constexpr bool kDraft = kBits == 2;
+  constexpr bool kDraft = kBits <= 4;  // draft codes: 2 or 4 bits (a 3-bit draft is packed as 4)
   const __m256i ones16 = _mm256_set1_epi16(1);
   __m256i acc[NR];
   // 8 bits: the products are of u - 128 (so the -128 sum(q) term is already in them, acc starts
@@ -305,6 +305,10 @@ inline __m256i packed_chunk(const uint8_t* block, int c) {
     const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(block + 64 * (c % kV)));
     const int t = c / kV;
     return _mm256_and_si256(t ? _mm256_srli_epi16(v, 2 * t) : v, _mm256_set1_epi8(3));
+  } else if constexpr (kBits == 4) {
+    constexpr int kN = kGroup / 8;
+    const __m256i n = _mm256_load_si256(reinterpret_cast<const __m256i*>(block + 64 * (c % kN)));
+    return _mm256_and_si256(c / kN ? _mm256_srli_epi16(n, 4) : n, _mm256_set1_epi8(0x0F));
   } else {
     constexpr int kN = kGroup / 8, kV = kGroup / 16;
     const __m256i n = _mm256_load_si256(reinterpret_cast<const __m256i*>(block + 64 * (c % kN)));
@@ -336,7 +340,7 @@ void packed_half(const PackedPlane& p, int64_t t, int half, const QuantizedActiv
 #pragma GCC unroll 32
     for (int c = 0; c < kChunks; ++c) w[c] = packed_chunk<kBits, kGroup>(block, c);
     const __m256 tv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + k * 16)));
-    const __m256 mv = kBits == 2 ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(of + k * 16)))
+    const __m256 mv = kBits <= 4 ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(of + k * 16)))
                                  : _mm256_setzero_ps();
     group_rows<NR, kBits>(w, kChunks, rc, k, kGroup, tv, mv, facc);
     if constexpr (kDelta) {
@@ -387,8 +391,14 @@ void residual_packed_avx2(const PackedPlane& r, const QuantizedActivations& qa, 
 
 void draft_packed_avx2(const PackedPlane& d, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end, float* y,
                        const SignPlaneView* delta) {
-  if (delta) packed_any_group<2, true>(d, qa, o_begin, o_end, y, delta);
-  else packed_any_group<2, false>(d, qa, o_begin, o_end, y, nullptr);
+  if (d.stored_bits() == 4) {
+    if (delta) packed_any_group<4, true>(d, qa, o_begin, o_end, y, delta);
+    else packed_any_group<4, false>(d, qa, o_begin, o_end, y, nullptr);
+  } else if (delta) {
+    packed_any_group<2, true>(d, qa, o_begin, o_end, y, delta);
+  } else {
+    packed_any_group<2, false>(d, qa, o_begin, o_end, y, nullptr);
+  }
 }
 
 // The reference quantiser's arithmetic on 8 lanes (see quantize_activations_ref).

@@ -30,6 +30,10 @@ inline __m512i chunk(const uint8_t* block, int c) {
     const __m512i v = _mm512_load_si512(block + 64 * (c % kV));
     const int t = c / kV;
     return _mm512_and_si512(t ? _mm512_srli_epi16(v, unsigned(2 * t)) : v, _mm512_set1_epi8(3));
+  } else if constexpr (kBits == 4) {  // nibble vectors: chunk c is at bits 4 * (c / kN) of vector c % kN
+    constexpr int kN = kGroup / 8;
+    const __m512i n = _mm512_load_si512(block + 64 * (c % kN));
+    return _mm512_and_si512(c / kN ? _mm512_srli_epi16(n, 4) : n, _mm512_set1_epi8(0x0F));
   } else {
     constexpr int kN = kGroup / 8, kV = kGroup / 16;
     const __m512i n = _mm512_load_si512(block + 64 * (c % kN));
@@ -70,7 +74,7 @@ void transpose_signs(const SignPlaneView& s, int64_t o0, int valid, int64_t dwor
 template <int NR, int kBits, int kGroup, bool kDelta>
 void tile_rows(const PackedPlane& p, int64_t t, const RowChunk& rc, int valid, int64_t r0, float* y,
                const SignPlaneView* delta, const uint32_t* tile_signs) {
-  constexpr bool kDraft = kBits == 2;
+  constexpr bool kDraft = kBits <= 4;  // draft codes: 2 or 4 bits (a 3-bit draft is packed as 4)
   constexpr int kChunks = kGroup / 4;
   // Independent vpdpbusd chains to cover its latency when there are few activation rows.
   constexpr int kSplit = NR == 1 ? 4 : NR <= 3 ? 2 : 1;
@@ -201,8 +205,14 @@ void residual_packed_avx512(const PackedPlane& r, const QuantizedActivations& qa
 
 void draft_packed_avx512(const PackedPlane& d, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
                          float* y, const SignPlaneView* delta) {
-  if (delta) packed_any_group<2, true>(d, qa, o_begin, o_end, y, delta);
-  else packed_any_group<2, false>(d, qa, o_begin, o_end, y, nullptr);
+  if (d.stored_bits() == 4) {
+    if (delta) packed_any_group<4, true>(d, qa, o_begin, o_end, y, delta);
+    else packed_any_group<4, false>(d, qa, o_begin, o_end, y, nullptr);
+  } else if (delta) {
+    packed_any_group<2, true>(d, qa, o_begin, o_end, y, delta);
+  } else {
+    packed_any_group<2, false>(d, qa, o_begin, o_end, y, nullptr);
+  }
 }
 
 }  // namespace bitsplit::cpu::detail

@@ -29,6 +29,9 @@ CodeSlot code_slot(int group, int bits, int l, int i) {
   } else if (bits == 2) {
     s.byte = 64 * (c % (group / 16)) + lane_byte;
     s.shift = 2 * (c / (group / 16));
+  } else if (bits == 4) {  // nibble vectors
+    s.byte = 64 * (c % (group / 8)) + lane_byte;
+    s.shift = 4 * (c / (group / 8));
   } else {  // 6: nibble vectors, then the 2-bit vectors of the top bits
     s.byte = 64 * (c % (group / 8)) + lane_byte;
     s.shift = 4 * (c / (group / 8));
@@ -67,12 +70,14 @@ void group_dwords(const uint8_t* src, int group, int bits, uint32_t* d) {
   // Chunk c of a k-bit plane of `plane_bytes` bytes per group.
   auto part = [&](const uint8_t* plane, int plane_bytes, int k, int c) {
     const int at = 4 * c, t = at / plane_bytes;
-    const uint32_t mask = k == 4 ? 0x0F0F0F0Fu : 0x03030303u;
+    const uint32_t mask = k == 4 ? 0x0F0F0F0Fu : k == 2 ? 0x03030303u : 0x01010101u;
     return (load(plane + at % plane_bytes) >> (k * t)) & mask;
   };
   for (int c = 0; c < group / 4; ++c) {
     if (bits == 8) d[c] = load(src + 4 * c);
     else if (bits == 2) d[c] = part(src, group / 4, 2, c);
+    else if (bits == 4) d[c] = part(src, group / 2, 4, c);
+    else if (bits == 3) d[c] = part(src, group / 4, 2, c) | part(src + group / 4, group / 8, 1, c) << 2;
     else d[c] = part(src, group / 2, 4, c) | part(src + group / 2, group / 4, 2, c) << 4;
   }
 }
@@ -105,6 +110,8 @@ void fill(CpuContext& ctx, PackedPlane& p, const uint8_t* codes, const uint16_t*
             for (int c = 0; c < chunks; ++c) v[nv++] = d[c];
           } else if (p.bits == 2) {
             for (int j = 0; j < kV; ++j) v[nv++] = d[j] | d[j + kV] << 2 | d[j + 2 * kV] << 4 | d[j + 3 * kV] << 6;
+          } else if (p.bits == 4 || p.bits == 3) {
+            for (int j = 0; j < kN; ++j) v[nv++] = d[j] | d[j + kN] << 4;
           } else {
             for (int j = 0; j < kN; ++j) v[nv++] = (d[j] & 0x0F0F0F0Fu) | (d[j + kN] & 0x0F0F0F0Fu) << 4;
             for (int j = 0; j < kV; ++j)
@@ -123,7 +130,8 @@ void fill(CpuContext& ctx, PackedPlane& p, const uint8_t* codes, const uint16_t*
 }  // namespace
 
 bool PackedPlane::supported(int group, int bits, bool draft) {
-  return (group == 32 || group == 64 || group == 128) && (draft ? bits == 2 : (bits == 8 || bits == 6));
+  return (group == 32 || group == 64 || group == 128) &&
+         (draft ? (bits == 2 || bits == 3 || bits == 4) : (bits == 8 || bits == 6));
 }
 
 PackedPlane PackedPlane::pack(CpuContext& ctx, const ResidualPlaneView& r) {
@@ -142,11 +150,11 @@ void PackedPlane::unpack_group(int64_t o, int64_t k, uint8_t* codes) const {
   const uint8_t* block = tile(o / kRows) + k * code_block_bytes();
   const int l = int(o % kRows);
   for (int i = 0; i < group; ++i) {
-    const CodeSlot s = code_slot(group, bits, l, i);
+    const CodeSlot s = code_slot(group, stored_bits(), l, i);
     if (bits == 6) {
       codes[i] = uint8_t((block[s.byte] >> s.shift & 15) | (block[s.hi_byte] >> s.hi_shift & 3) << 4);
     } else {
-      codes[i] = uint8_t(block[s.byte] >> s.shift & ((1 << bits) - 1));
+      codes[i] = uint8_t(block[s.byte] >> s.shift & ((1 << stored_bits()) - 1));
     }
   }
 }

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
+#include <cstdlib>
 
 namespace bitsplit {
 namespace {
@@ -47,11 +49,16 @@ struct Scheme {
 };
 
 // Weights-only view of a bit-split scheme: D (+ R) dequantised to f32, f32 activations.
-WeightTransform split_transform(int group, int residual_bits, bool keep_residual, const ImportanceMatrix* imatrix) {
+WeightTransform split_transform(int group, int residual_bits, bool keep_residual, const ImportanceMatrix* imatrix,
+                                const std::map<std::string, int>* draft_bits) {
   return [=](const std::string& name, const std::vector<float>& w, int64_t rows, int64_t cols) {
     quant::SplitParams p;
     p.group = group;
     p.residual_bits = residual_bits;
+    if (draft_bits) {
+      auto it = draft_bits->find(split_base_name(name));
+      if (it != draft_bits->end()) p.draft_bits = it->second;
+    }
     const float* importance = nullptr;
     if (imatrix) {
       auto it = imatrix->find(name);
@@ -61,7 +68,7 @@ WeightTransform split_transform(int group, int residual_bits, bool keep_residual
   };
 }
 
-std::vector<Scheme> make_schemes(const EvalOptions& o) {
+std::vector<Scheme> make_schemes(const EvalOptions& o, const std::map<std::string, int>* draft_bits) {
   const int g = o.group;
   auto plane_bytes = [g](int bits, int scale_bytes) {
     return [=](int64_t cols) {
@@ -82,8 +89,8 @@ std::vector<Scheme> make_schemes(const EvalOptions& o) {
       {"draft(R6)", nullptr, true, false, plane_bytes(2, 4), none, 6, Pass::kDraft},
       {"D+R6", nullptr, true, true, plane_bytes(2, 4), plane_bytes(6, 2), 6, Pass::kTarget},
       {"D+R8", nullptr, true, true, plane_bytes(2, 4), plane_bytes(8, 2), 8, Pass::kTarget},
-      {"D+R6/w", split_transform(g, 6, true, o.imatrix), true, true, plane_bytes(2, 4), plane_bytes(6, 2)},
-      {"D+R8/w", split_transform(g, 8, true, o.imatrix), true, true, plane_bytes(2, 4), plane_bytes(8, 2)},
+      {"D+R6/w", split_transform(g, 6, true, o.imatrix, draft_bits), true, true, plane_bytes(2, 4), plane_bytes(6, 2)},
+      {"D+R8/w", split_transform(g, 8, true, o.imatrix, draft_bits), true, true, plane_bytes(2, 4), plane_bytes(8, 2)},
       {"Q8_0",
        [](const std::string&, const std::vector<float>& w, int64_t rows, int64_t cols) {
          return per_row(w, rows, cols, q8_0_roundtrip_row);
@@ -114,6 +121,41 @@ std::vector<std::pair<int64_t, int64_t>> projection_shapes(const ModelConfig& c)
   }
   s.push_back({c.n_vocab, c.n_embd});
   return s;
+}
+
+// Every split projection of the model: base name ("blk.3.attn_v", "output") and weights, in
+// projection_shapes' order.
+std::vector<std::pair<std::string, const std::vector<float>*>> split_projections(const Model& m) {
+  std::vector<std::pair<std::string, const std::vector<float>*>> v;
+  for (int64_t l = 0; l < m.config().n_layers; ++l) {
+    const LayerWeights& w = m.layer(l);
+    const std::string b = "blk." + std::to_string(l) + ".";
+    v.insert(v.end(), {{b + "attn_q", &w.wq}, {b + "attn_k", &w.wk}, {b + "attn_v", &w.wv}, {b + "attn_output", &w.wo},
+                       {b + "ffn_gate", &w.w_gate}, {b + "ffn_up", &w.w_up}, {b + "ffn_down", &w.w_down}});
+  }
+  v.push_back({"output", &m.output()});
+  return v;
+}
+
+// The per-tensor draft bits `convert --draft-bpw` would choose for this model.
+Result<quant::DraftAllocation> allocate_model_draft_bits(const Model& model, const EvalOptions& o) {
+  const ModelConfig& c = model.config();
+  const auto shapes = projection_shapes(c);
+  const auto projections = split_projections(model);
+  std::vector<quant::DraftTensorErrors> errors;
+  quant::SplitParams p;
+  p.group = o.group;
+  for (size_t i = 0; i < projections.size(); ++i) {
+    const auto& [base, w] = projections[i];
+    const auto [rows, cols] = shapes[i];
+    const float* importance = nullptr;
+    if (o.imatrix) {
+      auto it = o.imatrix->find(base + ".weight");
+      if (it != o.imatrix->end() && int64_t(it->second.size()) == cols) importance = it->second.data();
+    }
+    errors.push_back(measure_draft_errors(base, *w, rows, cols, c.n_layers, p, importance));
+  }
+  return quant::allocate_draft_bits(errors, o.group, o.draft_bpw);
 }
 
 
@@ -248,7 +290,17 @@ Result<EvalReport> evaluate_quality(const Model& model, const std::vector<int32_
   const auto embed_q8 = [&](const std::string&, const std::vector<float>& w, int64_t rows, int64_t cols) {
     return per_row(w, rows, cols, q8_0_roundtrip_row);
   };
-  std::vector<Scheme> schemes = make_schemes(o);
+  std::optional<quant::DraftAllocation> draft;
+  if (o.draft_bpw > 0.0) {
+    BITSPLIT_ASSIGN_OR_RETURN(quant::DraftAllocation a, allocate_model_draft_bits(model, o));
+    draft = std::move(a);
+  }
+  std::vector<Scheme> schemes = make_schemes(o, draft ? &draft->bits : nullptr);
+  if (draft) {
+    // The bit-split schemes' VRAM tier is the mixed draft (bits per weight from the allocation).
+    for (Scheme& s : schemes)
+      if (s.split_residual_bits != 0 || s.name.starts_with("D+R")) s.vram_row_bytes = nullptr;
+  }
   std::vector<Model> models;
   auto cpu_context = std::make_shared<cpu::CpuContext>();
   std::map<int, size_t> split_models;  // residual bits -> index in models (draft and target share one)
@@ -267,7 +319,7 @@ Result<EvalReport> evaluate_quality(const Model& model, const std::vector<int32_
       p.group = o.group;
       p.residual_bits = s.split_residual_bits;
       it = split_models.emplace(s.split_residual_bits, models.size()).first;
-      models.push_back(model.with_split_planes(p, o.imatrix, embed_q8, cpu_context));
+      models.push_back(model.with_split_planes(p, o.imatrix, embed_q8, cpu_context, draft ? &draft->bits : nullptr));
     }
     model_of[i] = it->second;
   }
@@ -276,6 +328,7 @@ Result<EvalReport> evaluate_quality(const Model& model, const std::vector<int32_
   for (size_t i = 0; i < schemes.size(); ++i) scored_models.push_back({schemes[i].name, &models[model_of[i]], schemes[i].pass});
   BITSPLIT_ASSIGN_OR_RETURN(ScoreReport scores, score_against(model, scored_models, tokens, o.ctx, o.bos, o.max_tokens, on_progress));
   EvalReport report;
+  if (draft) report.draft_bits = describe_draft_bits(draft->bits, draft->bits_per_weight);
   report.tokens = scores.tokens;
   report.windows = scores.windows;
   report.f32_perplexity = scores.reference_perplexity;
@@ -287,10 +340,10 @@ Result<EvalReport> evaluate_quality(const Model& model, const std::vector<int32_
     row.scheme = schemes[s].name;
     double vram = 0, ram = 0;
     for (const auto& [rows, cols] : shapes) {
-      vram += double(rows) * schemes[s].vram_row_bytes(cols);
+      if (schemes[s].vram_row_bytes) vram += double(rows) * schemes[s].vram_row_bytes(cols);
       ram += double(rows) * schemes[s].ram_row_bytes(cols);
     }
-    row.vram_bits_per_weight = 8.0 * vram / weights;
+    row.vram_bits_per_weight = schemes[s].vram_row_bytes ? 8.0 * vram / weights : draft->bits_per_weight;
     row.ram_bits_per_weight = 8.0 * ram / weights;
     row.perplexity = scores.rows[s].perplexity;
     row.kl_mean = scores.rows[s].kl_mean;

@@ -1,5 +1,8 @@
 // Naming and metadata of bit-split planes in converted files.
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "bitsplit/split_format.h"
 
@@ -8,9 +11,10 @@ namespace bitsplit {
 Result<std::optional<SplitFormat>> read_split_format(const gguf::Metadata& m) {
   if (!m.contains("bitsplit.format_version")) return std::optional<SplitFormat>();
   BITSPLIT_ASSIGN_OR_RETURN(int64_t version, m.get_int("bitsplit.format_version"));
-  if (version != kSplitFormatVersion) {
-    return Status::error("bitsplit.format_version " + std::to_string(version) + " is not supported (this build reads " +
-                         std::to_string(kSplitFormatVersion) + "); convert the model again");
+  if (version != 1 && version != kSplitFormatVersion) {
+    return Status::error("bitsplit.format_version " + std::to_string(version) +
+                         " is not supported (this build reads versions 1 to " + std::to_string(kSplitFormatVersion) +
+                         "); convert the model again with this build");
   }
   SplitFormat f;
   BITSPLIT_ASSIGN_OR_RETURN(int64_t group, m.get_int("bitsplit.group_size"));
@@ -22,7 +26,67 @@ Result<std::optional<SplitFormat>> read_split_format(const gguf::Metadata& m) {
   f.group = int(group);
   f.draft_bits = int(draft);
   f.residual_bits = int(residual);
+  if (m.contains("bitsplit.draft_bits.tensors") || m.contains("bitsplit.draft_bits.values")) {
+    BITSPLIT_ASSIGN_OR_RETURN(auto names, m.get_string_array("bitsplit.draft_bits.tensors"));
+    BITSPLIT_ASSIGN_OR_RETURN(auto values, m.get_int_array("bitsplit.draft_bits.values"));
+    if (names.size() != values.size()) {
+      return Status::error("bitsplit.draft_bits.tensors has " + std::to_string(names.size()) +
+                           " names but bitsplit.draft_bits.values has " + std::to_string(values.size()) + " values");
+    }
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (values[i] != 2 && values[i] != 3 && values[i] != 4) {
+        return Status::error("bitsplit.draft_bits.values: '" + names[i] + "' has " + std::to_string(values[i]) +
+                             " draft bits (2, 3 or 4 expected)");
+      }
+      if (!f.draft_bits_by_tensor.emplace(names[i], int(values[i])).second) {
+        return Status::error("bitsplit.draft_bits.tensors names '" + names[i] + "' twice");
+      }
+    }
+  }
   return std::optional<SplitFormat>(f);
+}
+
+void write_split_format(const SplitFormat& f, gguf::Metadata& m) {
+  using gguf::Value;
+  m.set("bitsplit.format_version", Value::u32(kSplitFormatVersion));
+  m.set("bitsplit.group_size", Value::u32(uint32_t(f.group)));
+  m.set("bitsplit.draft_bits", Value::u32(uint32_t(f.draft_bits)));
+  m.set("bitsplit.residual_bits", Value::u32(uint32_t(f.residual_bits)));
+  if (f.draft_bits_by_tensor.empty()) return;
+  std::vector<std::string> names;
+  std::vector<int32_t> values;
+  for (const auto& [name, bits] : f.draft_bits_by_tensor) {
+    names.push_back(name);
+    values.push_back(bits);
+  }
+  m.set("bitsplit.draft_bits.tensors", Value::string_array(names));
+  m.set("bitsplit.draft_bits.values", Value::i32_array(values));
+}
+
+std::string describe_draft_bits(const std::map<std::string, int>& bits, double bits_per_weight) {
+  std::map<int, int> count;
+  std::vector<std::string> widest;
+  int top = 0;
+  for (const auto& [name, b] : bits) top = std::max(top, b);
+  for (const auto& [name, b] : bits) {
+    ++count[b];
+    if (b == top) widest.push_back(name);
+  }
+  char head[64];
+  std::snprintf(head, sizeof head, "draft %.2f bits/weight:", bits_per_weight);
+  std::string s = head;
+  const char* sep = " ";
+  for (const auto& [b, n] : count) {
+    s.append(sep).append(std::to_string(b)).append("-bit x").append(std::to_string(n));
+    sep = ", ";
+  }
+  if (count.size() > 1) {
+    s.append(" (").append(std::to_string(top)).append("-bit:");
+    for (size_t i = 0; i < widest.size() && i < 6; ++i) s += std::string(i ? ", " : " ") + widest[i];
+    if (widest.size() > 6) s += ", ...";
+    s += ")";
+  }
+  return s;
 }
 
 SplitTensorNames split_tensor_names(const std::string& base) {
@@ -35,7 +99,7 @@ std::array<SplitPlaneTensor, kSplitPlanes> split_plane_tensors(const std::string
   const SplitTensorNames n = split_tensor_names(base);
   const int64_t groups = quant::groups_per_row(in, f.group);
   using gguf::TensorType;
-  return {{{n.draft_codes, TensorType::I8, quant::code_row_bytes(in, f.group, f.draft_bits)},
+  return {{{n.draft_codes, TensorType::I8, quant::code_row_bytes(in, f.group, f.draft_bits_for(base))},
            {n.draft_scales, TensorType::F16, groups},
            {n.draft_offsets, TensorType::F16, groups},
            {n.resid_codes, TensorType::I8, quant::code_row_bytes(in, f.group, f.residual_bits)},

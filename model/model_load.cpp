@@ -144,7 +144,8 @@ const SplitProjection* Model::split(const std::string& weight) const {
 
 Model Model::with_split_planes(const quant::SplitParams& params,
                                const std::map<std::string, std::vector<float>>* importance,
-                               const WeightTransform& embedding, std::shared_ptr<cpu::CpuContext> cpu) const {
+                               const WeightTransform& embedding, std::shared_ptr<cpu::CpuContext> cpu,
+                               const std::map<std::string, int>* draft_bits) const {
   BITSPLIT_CHECK(!has_planes(), "the model already has planes");
   std::map<std::string, SplitProjection> planes;
   // Splits each projection and leaves an empty f32 matrix in its place.
@@ -155,7 +156,12 @@ Model Model::with_split_planes(const quant::SplitParams& params,
       auto it = importance->find(name);
       if (it != importance->end() && int64_t(it->second.size()) == cols) imp = it->second.data();
     }
-    SplitProjection p = split_projection(w, rows, cols, params, imp);
+    quant::SplitParams tensor_params = params;
+    if (draft_bits) {
+      auto it = draft_bits->find(split_base_name(name));
+      if (it != draft_bits->end()) tensor_params.draft_bits = it->second;
+    }
+    SplitProjection p = split_projection(w, rows, cols, tensor_params, imp);
     planes.emplace(name, std::move(p));
     return std::vector<float>();
   };

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "bitsplit/convert.h"
 #include "bitsplit/model.h"
@@ -199,6 +200,105 @@ TEST_F(ConvertTest, ErrorsAreClearAndLeaveNothingBehind) {
   EXPECT_NE(st.message().find("'extra.weight' has type IQ2_XXS"), std::string::npos) << st.message();
   EXPECT_FALSE(fs::exists(path("f.gguf")));
   EXPECT_FALSE(fs::exists(path("f.gguf.tmp")));
+}
+
+// --draft-bpw: every projection gets the bits the budget allocation chose, the file says which
+// (per-tensor keys, format version 2), the planes have those widths, the total stays within the
+// budget, and the model loads and runs with a draft closer to the target than the all-2-bit one.
+TEST_F(ConvertTest, DraftBudgetGivesPerTensorBitsWithinTheBudget) {
+  testing::TinyModelSpec spec;
+  spec.embd = 64;
+  spec.ff = 128;
+  spec.vocab = 64;
+  auto source = open_weights(write_tiny(spec));
+  ASSERT_TRUE(source.is_ok());
+  ConvertOptions o;
+  o.draft_bpw = 3.2;
+  ConvertReport report;
+  int measuring = 0;
+  ASSERT_TRUE(convert_model(**source, path("mixed.gguf"), o, [&](const ConvertProgress& p) { measuring += p.measuring; },
+                            &report).is_ok());
+  EXPECT_GT(measuring, 0);
+  ASSERT_TRUE(report.draft.has_value());
+  EXPECT_LE(report.draft->bits_per_weight, 3.2);
+  EXPECT_GT(report.draft->bits_per_weight, 3.0);  // the budget is spent, not left unused
+  auto converted = open_weights(path("mixed.gguf"));
+  ASSERT_TRUE(converted.is_ok()) << converted.status().message();
+  auto format = read_split_format((*converted)->metadata());
+  ASSERT_TRUE(format.is_ok() && format->has_value()) << format.status().message();
+  EXPECT_EQ(*(*converted)->metadata().get_int("bitsplit.format_version"), 2);
+  std::set<int> widths;
+  double vram_bits = 0, weights = 0;
+  for (const auto& [base, bits] : report.draft->bits) {
+    EXPECT_EQ((*format)->draft_bits_for(base), bits) << base;
+    widths.insert(bits);
+    const auto* codes = (*converted)->find_tensor(base + ".draft_codes");
+    ASSERT_NE(codes, nullptr) << base;
+    const auto* scales = (*converted)->find_tensor(base + ".draft_scales");
+    const int64_t in = codes->dims[0] * 8 / bits;  // widths here are multiples of 64
+    EXPECT_EQ(codes->dims[0], quant::code_row_bytes(in, 64, bits)) << base;
+    vram_bits += 8.0 * double(codes->nbytes + 2 * scales->nbytes);
+    weights += double(in * codes->dims[1]);
+  }
+  EXPECT_GT(widths.size(), 1u) << "a budget between 2.5 and 4.5 should mix widths";
+  EXPECT_NEAR(vram_bits / weights, report.draft->bits_per_weight, 1e-9);
+
+  // Loads; the target is D + R whatever D's width (close to the uniform file's target), and
+  // the mixed draft is closer to the target than an all-2-bit draft.
+  ASSERT_TRUE(convert_model(**source, path("two.gguf"), {}, nullptr, nullptr).is_ok());
+  auto two = open_weights(path("two.gguf"));
+  ASSERT_TRUE(two.is_ok());
+  auto target = logits_of(**converted, {});
+  auto target2 = logits_of(**two, {});
+  auto draft = logits_of(**converted, {.draft_only = true});
+  auto draft2 = logits_of(**two, {.draft_only = true});
+  ASSERT_TRUE(target.is_ok() && target2.is_ok() && draft.is_ok() && draft2.is_ok());
+  double d_mixed = 0, d_two = 0, d_targets = 0, scale = 0;
+  for (size_t i = 0; i < target->size(); ++i) {
+    d_mixed += std::pow(double((*draft)[i]) - (*target)[i], 2);
+    d_two += std::pow(double((*draft2)[i]) - (*target)[i], 2);
+    d_targets = std::max(d_targets, std::fabs(double((*target)[i]) - (*target2)[i]));
+    scale = std::max(scale, std::fabs(double((*target)[i])));
+  }
+  EXPECT_LT(d_mixed, d_two);
+  EXPECT_LE(d_targets, 0.03 * scale);
+
+  // A budget below the all-2-bit draft is refused before anything is written.
+  o.draft_bpw = 2.0;
+  const Status st = convert_model(**source, path("small.gguf"), o, nullptr, nullptr);
+  EXPECT_NE(st.message().find("below the smallest draft"), std::string::npos) << st.message();
+  EXPECT_FALSE(fs::exists(path("small.gguf")));
+}
+
+// Files written before per-tensor draft bits (format version 1) still load.
+TEST_F(ConvertTest, FormatVersionOneStillLoads) {
+  auto source = open_weights(write_tiny({}));
+  ASSERT_TRUE(convert_model(**source, path("v2.gguf"), {}, nullptr, nullptr).is_ok());
+  gguf::Metadata m;
+  m.set("bitsplit.format_version", gguf::Value::u32(1));
+  m.set("bitsplit.group_size", gguf::Value::u32(64));
+  m.set("bitsplit.draft_bits", gguf::Value::u32(2));
+  m.set("bitsplit.residual_bits", gguf::Value::u32(8));
+  auto f = read_split_format(m);
+  ASSERT_TRUE(f.is_ok() && f->has_value());
+  EXPECT_EQ((*f)->draft_bits_for("blk.0.attn_q"), 2);
+  m.set("bitsplit.format_version", gguf::Value::u32(3));
+  f = read_split_format(m);
+  ASSERT_FALSE(f.is_ok());
+  EXPECT_NE(f.status().message().find("versions 1 to 2"), std::string::npos) << f.status().message();
+  // Per-tensor keys that disagree are named.
+  m.set("bitsplit.format_version", gguf::Value::u32(2));
+  m.set("bitsplit.draft_bits.tensors", gguf::Value::string_array({"blk.0.attn_v", "output"}));
+  m.set("bitsplit.draft_bits.values", gguf::Value::i32_array({4}));
+  EXPECT_NE(read_split_format(m).status().message().find("2 names but"), std::string::npos);
+  m.set("bitsplit.draft_bits.values", gguf::Value::i32_array({4, 5}));
+  EXPECT_NE(read_split_format(m).status().message().find("'output' has 5 draft bits"), std::string::npos);
+  m.set("bitsplit.draft_bits.values", gguf::Value::i32_array({4, 3}));
+  f = read_split_format(m);
+  ASSERT_TRUE(f.is_ok() && f->has_value()) << f.status().message();
+  EXPECT_EQ((*f)->draft_bits_for("output"), 3);
+  EXPECT_EQ((*f)->draft_bits_for("blk.0.attn_v"), 4);
+  EXPECT_EQ((*f)->draft_bits_for("blk.0.attn_q"), 2);
 }
 
 TEST(SplitNames, WhichTensorsAreSplit) {

@@ -52,8 +52,8 @@ TEST(CpuKernels, QuantizerFollowsTheDefinition) {
 // tails in both directions (out not a multiple of 16, in not a multiple of the group).
 TEST(CpuKernels, PackedPlaneHoldsTheFileLayoutValues) {
   for (int group : {32, 64, 128}) {
-    for (int bits : {8, 6, 2}) {
-      const bool draft = bits == 2;
+    for (int bits : {8, 6, 4, 3, 2}) {
+      const bool draft = bits <= 4;
       const KernelCase c{.kernel = draft ? Kernel::kDraft : Kernel::kResidual, .bits = bits, .out = 37,
                          .in = 3 * group - 5, .group = group, .seed = uint32_t(group * 3 + bits)};
       const CaseWeights w(c);
@@ -75,7 +75,9 @@ TEST(CpuKernels, PackedPlaneHoldsTheFileLayoutValues) {
       }
     }
   }
-  EXPECT_FALSE(PackedPlane::supported(64, 3, true));
+  EXPECT_TRUE(PackedPlane::supported(64, 3, true));
+  EXPECT_FALSE(PackedPlane::supported(64, 6, true));
+  EXPECT_FALSE(PackedPlane::supported(64, 4, false));
   EXPECT_FALSE(PackedPlane::supported(48, 8, false));
 }
 

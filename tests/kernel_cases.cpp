@@ -26,8 +26,8 @@ KernelCase make(Kernel kernel, int bits, Codes codes, Signs signs, int64_t out, 
 }
 
 // Plain planes: widths below one group (1, 3, 7), one group (64) and tails (111, 1023); outputs
-// 1, 5, 17, 64 (partial 16-row tiles); batches 1, 5, 16, 17. Drafts of 3 and 4 bits (the scalar
-// kernel on every tier) with random codes only.
+// 1, 5, 17, 64 (partial 16-row tiles); batches 1, 5, 16, 17. Drafts of 3 and 4 bits (packed as
+// nibbles; the file-layout SIMD entry points fall back to the scalar kernel) with random codes only.
 void add_plane_cases(std::vector<KernelCase>& v) {
   const std::pair<Kernel, int> kinds[] = {{Kernel::kDraft, 2}, {Kernel::kDraft, 3}, {Kernel::kDraft, 4},
                                           {Kernel::kResidual, 8}, {Kernel::kResidual, 6}};
@@ -42,8 +42,8 @@ void add_plane_cases(std::vector<KernelCase>& v) {
 
 // Sign planes fused into the draft: widths off multiples of 8 and of the group (the last group's
 // sign bytes are fewer than its share; 12 and 36 end mid-byte in the second or fifth byte) and
-// 256, where every span of sign bytes is whole; every batch of 1..17 rows for the SIMD 2-bit
-// kernels, 1, 5, 17 for 3 and 4 bits (the scalar path).
+// 256, where every span of sign bytes is whole; every batch of 1..17 rows for 2 and 4 bits,
+// 1, 5, 17 for 3 bits (packed like 4).
 void add_sign_cases(std::vector<KernelCase>& v) {
   for (int group : kGroups)
     for (int bits : {2, 3, 4})
@@ -51,7 +51,7 @@ void add_sign_cases(std::vector<KernelCase>& v) {
         for (int64_t in : {1, 7, 12, 36, 100, 111, 200, 256, 1023})
           for (int64_t out : {1, 5, 17, 33})
             v.push_back(make(Kernel::kDraft, bits, Codes::kRandom, signs, out, in, group,
-                             bits == 2 ? one_to(17) : std::vector<int64_t>{1, 5, 17}));
+                             bits != 3 ? one_to(17) : std::vector<int64_t>{1, 5, 17}));
 }
 
 // Long 2-bit rows at group 64, the CUDA kernels' shapes: more groups than a warp has lanes and

@@ -179,3 +179,113 @@ TEST(BitsplitQuantizer, ConstantAndZeroGroups) {
 
 }  // namespace
 }  // namespace bitsplit::quant
+
+// ---- draft precision under a budget (quant.h) ----
+namespace bitsplit::quant {
+namespace {
+
+DraftTensorErrors tensor(const std::string& name, int64_t rows, int64_t cols, double e2, double e3, double e4) {
+  DraftTensorErrors t;
+  t.name = name;
+  t.rows = rows;
+  t.cols = cols;
+  t.error[0] = e2;
+  t.error[1] = e3;
+  t.error[2] = e4;
+  return t;
+}
+
+double bits_per_weight(const std::vector<DraftTensorErrors>& ts, const DraftAllocation& a, int group) {
+  double bytes = 0, weights = 0;
+  for (const auto& t : ts) {
+    bytes += double(draft_plane_bytes(t.rows, t.cols, group, a.bits.at(t.name)));
+    weights += double(t.rows * t.cols);
+  }
+  return 8.0 * bytes / weights;
+}
+
+TEST(DraftBudget, StaysWithinTheBudgetAndSpendsItWhereTheErrorDropsMost) {
+  // Same shapes; "hot" loses 10x more error per added bit than "cold".
+  const std::vector<DraftTensorErrors> ts = {tensor("cold", 64, 256, 0.10, 0.03, 0.01),
+                                             tensor("hot", 64, 256, 1.00, 0.30, 0.10)};
+  // Budget for one tensor at 3 bits: 2.5 / 3.5 bits per weight at group 64 -> 3.0 on average.
+  auto a = allocate_draft_bits(ts, 64, 3.0);
+  ASSERT_TRUE(a.is_ok()) << a.status().message();
+  EXPECT_EQ(a->bits.at("hot"), 3);
+  EXPECT_EQ(a->bits.at("cold"), 2);
+  EXPECT_DOUBLE_EQ(a->bits_per_weight, 3.0);
+  EXPECT_DOUBLE_EQ(a->bits_per_weight, bits_per_weight(ts, *a, 64));
+  EXPECT_DOUBLE_EQ(a->weighted_error, 0.10 + 0.30);
+  // Slightly less than that: nothing fits but all-2-bit.
+  a = allocate_draft_bits(ts, 64, 2.99);
+  ASSERT_TRUE(a.is_ok());
+  EXPECT_EQ(a->bits.at("hot"), 2);
+  EXPECT_DOUBLE_EQ(a->bits_per_weight, 2.5);
+}
+
+TEST(DraftBudget, SmallTensorsAreCheapToUpgrade) {
+  // Equal error at every width; "small" costs a quarter of the bytes, so it goes up first.
+  const std::vector<DraftTensorErrors> ts = {tensor("big", 256, 256, 1.0, 0.3, 0.1),
+                                             tensor("small", 64, 256, 1.0, 0.3, 0.1)};
+  auto a = allocate_draft_bits(ts, 64, 2.95);  // room for small -> 4 bits (+2 x 64 x 256 bits = 2.9), not big -> 3
+  ASSERT_TRUE(a.is_ok());
+  EXPECT_EQ(a->bits.at("small"), 4);
+  EXPECT_EQ(a->bits.at("big"), 2);
+  EXPECT_DOUBLE_EQ(a->bits_per_weight, 2.9);
+}
+
+TEST(DraftBudget, MoreBudgetNeverMeansMoreError) {
+  std::vector<DraftTensorErrors> ts;
+  for (int i = 0; i < 12; ++i) {
+    const double s = 0.5 + 0.37 * i;
+    ts.push_back(tensor("t" + std::to_string(i), 32 * (1 + i % 4), 64 * (1 + i % 3), s, s * (0.2 + 0.05 * (i % 5)), s * 0.05));
+  }
+  double previous = INFINITY;
+  for (double budget = 2.5; budget <= 4.6; budget += 0.1) {
+    auto a = allocate_draft_bits(ts, 64, budget);
+    ASSERT_TRUE(a.is_ok()) << budget;
+    EXPECT_LE(a->bits_per_weight, budget + 1e-9);
+    EXPECT_DOUBLE_EQ(a->bits_per_weight, bits_per_weight(ts, *a, 64));
+    EXPECT_LE(a->weighted_error, previous + 1e-12) << budget;
+    previous = a->weighted_error;
+  }
+  auto all4 = allocate_draft_bits(ts, 64, 4.5);
+  ASSERT_TRUE(all4.is_ok());
+  for (const auto& [name, bits] : all4->bits) EXPECT_EQ(bits, 4) << name;
+}
+
+TEST(DraftBudget, ImpossibleBudgetsAreClearErrors) {
+  const std::vector<DraftTensorErrors> ts = {tensor("a", 64, 100, 1, 0.5, 0.1)};  // 100 -> padded to 128
+  auto a = allocate_draft_bits(ts, 64, 2.5);
+  ASSERT_FALSE(a.is_ok());
+  EXPECT_NE(a.status().message().find("below the smallest draft (3.200"), std::string::npos) << a.status().message();
+  EXPECT_FALSE(allocate_draft_bits(ts, 64, 0.0).is_ok());
+  EXPECT_FALSE(allocate_draft_bits(ts, 64, NAN).is_ok());
+}
+
+TEST(DraftBudget, RowErrorsFallWithBitsAndFollowTheImportance) {
+  std::vector<float> w(192);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = std::sin(0.37f * float(i)) * (1.0f + 0.01f * float(i % 17));
+  SplitParams p;
+  double err[3] = {}, signal = 0;
+  draft_row_errors(w.data(), nullptr, int64_t(w.size()), p, err, &signal);
+  EXPECT_GT(err[0], err[1]);
+  EXPECT_GT(err[1], err[2]);
+  EXPECT_GT(err[2], 0.0);
+  double sum_sq = 0;
+  for (float v : w) sum_sq += double(v) * v;
+  EXPECT_NEAR(signal, sum_sq, 1e-9 * sum_sq);
+  // Zero importance on the second half: only the first half's error and signal count.
+  std::vector<float> imp(w.size(), 1.0f);
+  std::fill(imp.begin() + 96, imp.end(), 0.0f);
+  double err_half[3] = {}, signal_half = 0;
+  draft_row_errors(w.data(), imp.data(), int64_t(w.size()), p, err_half, &signal_half);
+  EXPECT_LT(signal_half, signal);
+  EXPECT_LT(err_half[0], err[0]);
+  EXPECT_GT(draft_class_weight("blk.3.attn_v", 30), draft_class_weight("blk.3.attn_q", 30));
+  EXPECT_GT(draft_class_weight("blk.0.attn_q", 30), draft_class_weight("blk.3.attn_q", 30));
+  EXPECT_EQ(draft_class_weight("output", 30), 75.0);
+}
+
+}  // namespace
+}  // namespace bitsplit::quant

@@ -25,10 +25,11 @@ struct Pair {
 
 // Converts a model to a temporary bit-split file and loads its target and draft: with the
 // plane kernels (the engine's path) or as f32 reconstructions of D + R and D.
-Pair converted(const WeightSource& source, int residual_bits = 8, bool planes = true) {
+Pair converted(const WeightSource& source, int residual_bits = 8, bool planes = true, double draft_bpw = 0.0) {
   const fs::path path = fs::temp_directory_path() / ("bitsplit_spec_" + std::to_string(::getpid()) + ".gguf");
   ConvertOptions o;
   o.split.residual_bits = residual_bits;
+  o.draft_bpw = draft_bpw;
   Status st = convert_model(source, path.string(), o, nullptr, nullptr);
   BITSPLIT_CHECK(st.is_ok(), st.message());
   auto w = open_weights(path.string());
@@ -214,6 +215,23 @@ TEST(Speculative, GreedyEqualsPlainTargetOnFixtureModels) {
     const Pair p = converted(*source);
     expect_lossless(p, {tok->encode("And it came to pass"), tok->encode("WAR, n.")}, 230);
     expect_lossless_auto_and_lookup(p, {tok->encode("And it came to pass"), tok->encode("WAR, n.")}, 200);
+  }
+}
+
+// A mixed-precision draft (2-, 3- and 4-bit projections, --draft-bpw) changes what is drafted,
+// never what is output.
+TEST(Speculative, GreedyEqualsPlainWithAMixedDraft) {
+  const std::string path = testing::source_dir() + "/tests/models/bible-devil.gguf";
+  BITSPLIT_REQUIRE_FILE(path);
+  auto [source, tok] = open_with_tokenizer(path);
+  for (int residual : {8, 6}) {
+    const Pair p = converted(*source, residual, true, 3.25);
+    std::set<int> widths;
+    for (int64_t l = 0; l < p.draft.config().n_layers; ++l)
+      for (const char* w : {"attn_q", "attn_v", "ffn_down", "ffn_up"})
+        widths.insert(p.draft.split("blk." + std::to_string(l) + "." + w + ".weight")->draft_bits);
+    EXPECT_GT(widths.size(), 1u) << "the budget should mix draft widths";
+    expect_lossless(p, {tok->encode("WAR, n."), tok->encode("And it came to pass")}, 120);
   }
 }
 

@@ -19,6 +19,7 @@ namespace {
 struct ConvertArgs {
   std::string in, out, imatrix;
   int group = 64, residual = 8, draft_bits = 2, threads = 0;
+  double draft_bpw = 0.0;
   std::string fit = "optimized";
   std::string split_max_size;
   uint64_t split_max_tensors = 0;
@@ -41,6 +42,7 @@ int convert(const ConvertArgs& a) {
   options.split.residual_bits = a.residual;
   options.split.draft_bits = a.draft_bits;
   options.split.fit = a.fit == "minmax" ? quant::DraftFit::kMinMax : quant::DraftFit::kOptimized;
+  options.draft_bpw = a.draft_bpw;
   ImportanceMatrix imatrix;
   if (!a.imatrix.empty()) {
     auto m = read_imatrix(a.imatrix);
@@ -49,10 +51,10 @@ int convert(const ConvertArgs& a) {
     options.imatrix = &imatrix;
     options.imatrix_path = a.imatrix;
   }
-  ProgressBar bar("convert");
+  ProgressBar measure_bar("measure draft errors"), bar("convert");
   ConvertReport report;
   const Status st = convert_model(**source, a.out, options, [&](const ConvertProgress& p) {
-    bar.update(double(p.tensors_done), double(p.tensors_total), double(p.bytes_done), p.current);
+    (p.measuring ? measure_bar : bar).update(double(p.tensors_done), double(p.tensors_total), double(p.bytes_done), p.current);
   }, &report);
   if (!st) return report_error(st.message());
   std::string types;
@@ -61,9 +63,12 @@ int convert(const ConvertArgs& a) {
                                   ? report.output_paths.front() + " .. " + report.output_paths.back() + " (" +
                                         std::to_string(report.output_paths.size()) + " parts; run the first)"
                                   : a.out;
-  std::fprintf(stderr, "wrote %s: %.2f MiB from %.2f MiB in %.1f s (group %d, %d-bit draft, %d-bit residual)\n",
+  std::string draft = std::to_string(a.draft_bits) + "-bit draft";
+  if (report.draft) draft = describe_draft_bits(report.draft->bits, report.draft->bits_per_weight);
+  std::fprintf(stderr, "wrote %s: %.2f MiB from %.2f MiB in %.1f s (group %d, %s, %d-bit residual)\n",
                written.c_str(), double(report.output_bytes) / (1 << 20), double(report.source_bytes) / (1 << 20),
-               report.seconds, a.group, a.draft_bits, a.residual);
+               report.seconds, a.group, draft.c_str(), a.residual);
+  if (report.draft) std::fprintf(stderr, "draft budget: measuring the errors took %.1f s\n", report.measure_seconds);
   std::fprintf(stderr, "split projections: %lld weights, source types: %s\n", (long long)report.split_weights,
                types.c_str());
   if (types.find("F32") == std::string::npos && types.find("F16") == std::string::npos &&
@@ -129,7 +134,12 @@ void add_convert_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--group", a->group, "Weights per group along the input dimension")
       ->capture_default_str()->check(CLI::IsMember({32, 64, 128}));
   cmd->add_option("--residual", a->residual, "Residual plane bits")->capture_default_str()->check(CLI::IsMember({6, 8}));
-  cmd->add_option("--draft-bits", a->draft_bits, "Draft plane bits")->capture_default_str()->check(CLI::IsMember({2, 3, 4}));
+  auto* bits = cmd->add_option("--draft-bits", a->draft_bits, "Draft plane bits of every projection")
+                   ->capture_default_str()->check(CLI::IsMember({2, 3, 4}));
+  cmd->add_option("--draft-bpw", a->draft_bpw,
+                  "Draft budget in VRAM bits per weight (codes, scales and offsets): each projection gets 2, 3 or 4 "
+                  "bits where they cut the draft's error most (2.5 = all 2-bit at group 64, 4.5 = all 4-bit)")
+      ->check(real_above(0.0))->excludes(bits)->type_name("BITS");
   cmd->add_option("--fit", a->fit, "Draft scale/offset fit")->capture_default_str()
       ->check(CLI::IsMember({"optimized", "minmax"}));
   cmd->add_option("--imatrix", a->imatrix, "Importance matrix from `bitsplit imatrix`")->check(CLI::ExistingFile);

@@ -18,6 +18,7 @@ struct EvalArgs {
   std::string model, text, imatrix, base, distill;
   int ctx = 128, group = 64, threads = 0;
   int64_t max_tokens = 0;
+  double draft_bpw = 0.0;
   bool json = false;
   std::vector<std::string> schemes;
 };
@@ -111,6 +112,7 @@ int eval(const EvalArgs& a) {
   o.max_tokens = a.max_tokens;
   o.bos = loaded->tokenizer->vocab().bos;
   o.schemes = a.schemes;
+  o.draft_bpw = a.draft_bpw;
   if (!a.imatrix.empty()) {
     auto m = read_imatrix(a.imatrix);
     if (!m) return report_error(m.status().message());
@@ -134,6 +136,8 @@ int eval(const EvalArgs& a) {
     j["ctx"] = a.ctx;
     j["group"] = a.group;
     j["imatrix"] = a.imatrix.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.imatrix);
+    j["draft_bpw"] = a.draft_bpw > 0 ? nlohmann::json(a.draft_bpw) : nlohmann::json(nullptr);
+    if (!report->draft_bits.empty()) j["draft_bits"] = report->draft_bits;
     j["source_types"] = source_types;
     j["reference"] = quantised_source ? "dequantised source weights" : "f32 source weights";
     j["tokens"] = report->tokens;
@@ -153,6 +157,7 @@ int eval(const EvalArgs& a) {
   if (quantised_source) {
     std::printf("note: source projections are %s; the reference is the dequantised source\n", source_types.c_str());
   }
+  if (!report->draft_bits.empty()) std::printf("bit-split schemes: %s\n", report->draft_bits.c_str());
   std::printf("reference perplexity (f32): %.4f\n\n", report->f32_perplexity);
   std::printf("| scheme    | VRAM bits/w | RAM bits/w | perplexity | KL mean   | KL p99    | top-1 agree |\n");
   std::printf("|-----------|-------------|------------|------------|-----------|-----------|-------------|\n");
@@ -177,6 +182,9 @@ void add_eval_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-tokens", a->max_tokens, "Stop after this many predictions (0 = whole text)")
       ->capture_default_str()->check(whole_at_least(0));
   cmd->add_option("--imatrix", a->imatrix, "Importance matrix for the bit-split schemes")->check(CLI::ExistingFile);
+  cmd->add_option("--draft-bpw", a->draft_bpw,
+                  "Give the bit-split schemes' drafts per-tensor bits within this budget, as `convert --draft-bpw` does")
+      ->check(real_above(0.0))->type_name("BITS");
   cmd->add_option("--scheme", a->schemes, "Only these schemes (repeatable): draft(R8), draft(R6), D+R6, D+R8, D+R6/w, "
                                           "D+R8/w, Q8_0, Q8_0/a8, minmax2, minmax4");
   cmd->add_option("--base", a->base,

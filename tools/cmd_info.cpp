@@ -122,8 +122,23 @@ int info(const InfoOptions& o) {
         if (t.name.ends_with(".resid_codes") || t.name.ends_with(".resid_scales")) ram += t.nbytes;
       }
       const SplitFormat& f = **split;
-      std::printf("bit-split:     group %d, %d-bit draft plane %s (VRAM tier), %d-bit residual plane %s (RAM tier)\n",
-                  f.group, f.draft_bits, format_bytes(vram).c_str(), f.residual_bits, format_bytes(ram).c_str());
+      if (f.draft_bits_by_tensor.empty()) {
+        std::printf("bit-split:     group %d, %d-bit draft plane %s (VRAM tier), %d-bit residual plane %s (RAM tier)\n",
+                    f.group, f.draft_bits, format_bytes(vram).c_str(), f.residual_bits, format_bytes(ram).c_str());
+      } else {
+        // Bits per weight over the projections' padded widths (draft code bytes -> weights).
+        std::map<std::string, int> bits;
+        double weights = 0;
+        for (const auto& t : w.tensors()) {
+          if (!t.name.ends_with(".draft_codes") || t.dims.size() != 2) continue;
+          const std::string base = t.name.substr(0, t.name.size() - std::string(".draft_codes").size());
+          bits[base] = f.draft_bits_for(base);
+          weights += double(t.dims[0]) * 8.0 / bits[base] * double(t.dims[1]);
+        }
+        std::printf("bit-split:     group %d, mixed draft plane %s (VRAM tier), %d-bit residual plane %s (RAM tier)\n",
+                    f.group, format_bytes(vram).c_str(), f.residual_bits, format_bytes(ram).c_str());
+        std::printf("draft bits:    %s\n", describe_draft_bits(bits, weights > 0 ? 8.0 * double(vram) / weights : 0.0).c_str());
+      }
       if (auto sha = w.metadata().get_string("bitsplit.source_sha256")) std::printf("source sha256: %s\n", sha->c_str());
       // Where the draft planes would go: the budget asked for, else the device's default.
       std::optional<uint64_t> budget;

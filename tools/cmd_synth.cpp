@@ -268,7 +268,7 @@ int synth(const SynthArgs& a) {
       const int64_t in = p.dims[0], rows = p.dims[1];
       constexpr Kind kinds[kSplitPlanes] = {Kind::kDraftCodes, Kind::kDraftScales, Kind::kDraftOffsets, Kind::kResidCodes,
                                             Kind::kResidScales};
-      const auto tensors = split_plane_tensors(p.name.substr(0, p.name.size() - std::string(".weight").size()), in,
+      const auto tensors = split_plane_tensors(split_base_name(p.name), in,
                                                {a.group, a.draft_bits, a.residual});
       for (int k = 0; k < kSplitPlanes && st; ++k) {
         const SplitPlaneTensor& t = tensors[size_t(k)];

@@ -78,7 +78,7 @@ std::vector<uint8_t> tiny_split_model(int group, int draft_bits, int residual_bi
       BITSPLIT_CHECK(w.add_tensor(t.name, t.type, t.dims, {b.begin(), b.end()}).is_ok());
       continue;
     }
-    const std::string base = t.name.substr(0, t.name.size() - std::string(".weight").size());
+    const std::string base = split_base_name(t.name);
     const int64_t in = t.dims[0], out = t.dims[1];
     for (const auto& plane : split_plane_tensors(base, in, format)) {
       std::vector<uint8_t> bytes;

@@ -51,6 +51,12 @@ struct SplitProjection {
 SplitProjection split_projection(const std::vector<float>& w, int64_t rows, int64_t cols, const quant::SplitParams& params,
                                  const float* importance);
 
+// E(2), E(3), E(4) of W [rows x cols] (quant.h, "draft precision under a budget") from at most
+// max_rows evenly spaced rows (rows in parallel; the sum does not depend on the schedule).
+quant::DraftTensorErrors measure_draft_errors(const std::string& base, const std::vector<float>& w, int64_t rows,
+                                              int64_t cols, int64_t n_layers, const quant::SplitParams& params,
+                                              const float* importance, int64_t max_rows = 256);
+
 // Reads one split projection's planes (checking every tensor's type and shape).
 Result<SplitProjection> load_split_planes(const WeightSource& source, const std::string& base, int64_t in, int64_t out,
                                           const SplitFormat& format);

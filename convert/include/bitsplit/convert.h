@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,12 +25,16 @@ struct ConvertOptions {
   // With a limit: the output is a split set OUT-00001-of-0000N.gguf ... (OUT: out_path without
   // its .gguf), cut by these limits (split_gguf.h); without: one file at out_path.
   SplitLimits output_split;
+  // > 0: each projection gets its own draft bits (2, 3 or 4; split.draft_bits is ignored) so the
+  // draft's VRAM bits per weight stay within this budget (quant.h, "draft precision under a budget").
+  double draft_bpw = 0.0;
 };
 
 struct ConvertProgress {
   size_t tensors_done = 0, tensors_total = 0;
   uint64_t bytes_done = 0, bytes_total = 0;  // source tensor bytes
   std::string current;                       // tensor being converted
+  bool measuring = false;                    // the draft budget's error measurement (before writing)
 };
 
 struct ConvertReport {
@@ -41,6 +46,8 @@ struct ConvertReport {
   std::string source_sha256;
   std::vector<std::string> output_paths;  // the file, or the parts of a split set
   double seconds = 0.0;
+  double measure_seconds = 0.0;                  // of which measuring the draft budget's errors
+  std::optional<quant::DraftAllocation> draft;   // with ConvertOptions::draft_bpw
 };
 
 // Converts `source` into a bit-split GGUF at out_path (written under a temporary name and

@@ -181,6 +181,7 @@ void sign_delta_accumulate(CpuContext& ctx, const SignPlaneView& s, const Quanti
 //       2 bits: vector j holds chunks j + t * g/16 at bits 2t (t = 0..3);
 //       6 bits: g/8 nibble vectors (vector j: chunk j low nibble, chunk j + g/8 high nibble) of
 //               the low 4 bits, then g/16 vectors of the top 2 bits arranged as for 2 bits;
+//       4 bits (draft; a 3-bit draft is stored this way too): the g/8 nibble vectors alone;
 //   then the 16 fp16 scales of every group (k-major), then (draft) the 16 fp16 offsets of every
 //   group; the tile is padded to a multiple of 64 bytes.
 // An AVX2 tier reads each 64-byte vector as two halves of 8 rows.
@@ -191,12 +192,14 @@ struct PackedPlane {
   bool draft = false;
   PlaneBuffer buffer;
 
-  // Shapes the layout covers: g = 32, 64, 128; residual 8 or 6 bits; draft 2 bits.
+  // Shapes the layout covers: g = 32, 64, 128; residual 8 or 6 bits; draft 2, 3 or 4 bits.
   static bool supported(int group, int bits, bool draft);
   static PackedPlane pack(CpuContext& ctx, const ResidualPlaneView& r);
   static PackedPlane pack(CpuContext& ctx, const DraftPlaneView& d);
   const uint8_t* tile(int64_t t) const { return buffer.data() + t * tile_bytes; }
-  int64_t code_block_bytes() const { return 2 * int64_t(group) * bits; }  // 16 rows x g x bits / 8
+  // Bits per code in the layout: a 3-bit draft takes 4 (nibbles unpack with one shift and mask).
+  int stored_bits() const { return bits == 3 ? 4 : bits; }
+  int64_t code_block_bytes() const { return 2 * int64_t(group) * stored_bits(); }  // 16 rows x g x bits / 8
   // The codes of (row o, group k) in natural order, and its fp16 scale / offset (for the scalar
   // tier and tests; the SIMD tiers read the layout directly).
   void unpack_group(int64_t o, int64_t k, uint8_t* codes) const;

@@ -24,6 +24,9 @@ struct EvalOptions {
   int32_t bos = -1;           // token that starts every window (-1: none)
   const ImportanceMatrix* imatrix = nullptr;
   std::vector<std::string> schemes;  // empty = all of eval_scheme_names()
+  // > 0: the bit-split schemes' draft planes get per-tensor bits within this VRAM budget, as
+  // `bitsplit convert --draft-bpw` chooses them (measured on this model's weights).
+  double draft_bpw = 0.0;
 };
 
 struct EvalRow {
@@ -33,6 +36,7 @@ struct EvalRow {
 };
 
 struct EvalReport {
+  std::string draft_bits;   // with draft_bpw: the mix chosen (describe_draft_bits)
   int64_t tokens = 0;       // scored predictions
   int64_t windows = 0;
   double f32_perplexity = 0;

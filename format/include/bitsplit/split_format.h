@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -15,14 +16,28 @@
 
 namespace bitsplit {
 
-inline constexpr uint32_t kSplitFormatVersion = 1;
+// 2 added per-tensor draft bits (bitsplit.draft_bits.tensors / .values); version 1 files,
+// where every projection has bitsplit.draft_bits, still load.
+inline constexpr uint32_t kSplitFormatVersion = 2;
 
 // What a converted file's bitsplit.* metadata says about its planes.
 struct SplitFormat {
   int group = 64;
-  int draft_bits = 2;
+  int draft_bits = 2;  // every projection's, unless draft_bits_by_tensor names it
   int residual_bits = 8;
+  std::map<std::string, int> draft_bits_by_tensor;  // base name ("blk.3.attn_v") -> 2, 3 or 4
+  int draft_bits_for(const std::string& base) const {
+    auto it = draft_bits_by_tensor.find(base);
+    return it == draft_bits_by_tensor.end() ? draft_bits : it->second;
+  }
 };
+
+// "draft 2.98 bits/weight: 2-bit x150, 3-bit x40, 4-bit x21 (4-bit: output, blk.0.attn_v, ...)":
+// the mix of draft bits over the projections (base name -> bits), for convert and info.
+std::string describe_draft_bits(const std::map<std::string, int>& bits, double bits_per_weight);
+
+// Writes f's bitsplit.* keys (format version, group, bits, per-tensor draft bits).
+void write_split_format(const SplitFormat& f, gguf::Metadata& metadata);
 
 // nullopt for an ordinary (unconverted) model; an error for inconsistent bitsplit.* keys.
 Result<std::optional<SplitFormat>> read_split_format(const gguf::Metadata& metadata);
@@ -44,6 +59,11 @@ struct SplitPlaneTensor {
 };
 std::array<SplitPlaneTensor, kSplitPlanes> split_plane_tensors(const std::string& base, int64_t in,
                                                                 const SplitFormat& format);
+
+// "blk.3.attn_v.weight" -> "blk.3.attn_v" (the base name plane tensors and per-tensor keys use).
+inline std::string split_base_name(const std::string& weight) {
+  return weight.ends_with(".weight") ? weight.substr(0, weight.size() - 7) : weight;
+}
 
 // True for the 2-D projections that are split (attention, FFN, output head).
 bool is_split_projection(const std::string& tensor_name);

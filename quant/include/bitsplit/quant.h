@@ -6,7 +6,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "bitsplit/status.h"
 
@@ -253,6 +256,50 @@ void dequantize_draft_row_ref(const uint8_t* codes, const uint16_t* scales, cons
 // r_i for the row (padding dropped).
 void dequantize_residual_row_ref(const uint8_t* codes, const uint16_t* scales, int64_t in, int group, int bits,
                                  float* out);
+
+// ---- draft precision under a budget (docs/FORMAT.md, "Mixed-precision drafts") ----
+//
+// `convert --draft-bpw B` gives each split projection its own draft bits (2, 3 or 4) so that
+// the draft's VRAM bits per weight (codes + fp16 scale and offset per group, padding counted,
+// over every split projection) stay within B, spending the bits where they cut the most
+// error. A tensor's error at b bits is its relative draft error
+//   E(b) = sum_ij imp_j (w_ij - d_ij)^2 / sum_ij imp_j w_ij^2
+// (imp = importance-matrix column weights, or 1), measured on a sample of its rows, times a
+// class weight: how much KL a unit of relative error in that kind of tensor costs. Measured
+// on SmolLM2-135M by putting one class at 2 bits and the rest at 4 (docs/QUALITY.md): per
+// tensor, attn_v and ffn_down cost ~3.5x attn_q/k/output, ffn_gate/up ~1.25x, and the output
+// head ~2.5x a whole class of layer tensors, i.e. 2.5 x n_layers one layer tensor; the first
+// block's tensors count twice.
+inline constexpr int kMinDraftBits = 2, kMaxDraftBits = 4;
+
+struct DraftTensorErrors {
+  std::string name;  // the projection's base name ("blk.3.attn_v", "output")
+  int64_t rows = 0, cols = 0;
+  double error[kMaxDraftBits - kMinDraftBits + 1] = {};  // E(b) for b = 2, 3, 4, class weight included
+};
+
+// The draft bits of every projection and what they add up to.
+struct DraftAllocation {
+  std::map<std::string, int> bits;  // base name -> 2, 3 or 4
+  double bits_per_weight = 0.0;     // VRAM bits per weight over the projections
+  double weighted_error = 0.0;      // sum of E(b) at the chosen bits
+};
+
+// Class weight of a projection by base name in a model of n_layers blocks (see above).
+double draft_class_weight(const std::string& base, int64_t n_layers);
+// VRAM bytes of a [rows x cols] draft plane at `bits`.
+int64_t draft_plane_bytes(int64_t rows, int64_t cols, int group, int bits);
+// One row's share of E(b): adds sum_j imp_j (w_j - d_j)^2 at b = 2, 3, 4 to err[0..2] and
+// sum_j imp_j w_j^2 to *signal (imp = importance, or 1 when null). backend/ split_projection's
+// neighbour measure_draft_errors runs it over a sample of rows in parallel.
+void draft_row_errors(const float* w, const float* importance, int64_t in, const SplitParams& p,
+                      double err[kMaxDraftBits - kMinDraftBits + 1], double* signal);
+// Greedy allocation: starts every tensor at 2 bits and repeatedly upgrades the one whose next
+// bit buys the largest error drop per byte, while the total stays within budget_bpw. Errors: a
+// budget below the all-2-bit size (the message states that size). A budget at or above the
+// all-4-bit size gives every tensor 4 bits.
+Result<DraftAllocation> allocate_draft_bits(const std::vector<DraftTensorErrors>& tensors, int group,
+                                            double budget_bpw);
 
 // Baseline: plain asymmetric min/max quantisation at `bits` with fp16 scale and offset
 // per group, returned dequantised (what "plain 2-bit / 4-bit" means in bitsplit eval).
