@@ -28,9 +28,9 @@ class CudaBackend final : public Backend {
   // Planes arrive in placement order (Model::load); they go to VRAM while the budget lasts,
   // and from the first that does not fit on, the CPU drafts them: vram_plan.h's plan_vram over
   // the planes seen so far decides (a few hundred planes, once, at load time). prepare() gets
-  // no weight name, so a plane is named by its position among the 2-bit planes and its shape.
+  // no weight name, so a plane is named by its position and its shape. Planes of 2, 3 and 4 bits
+  // all go (a mixed-precision draft, `convert --draft-bpw`).
   Status prepare(const SplitProjection& p) override {
-    if (p.draft_bits != 2) return Status::ok();  // computed on the CPU
     const uint64_t bytes = p.draft_codes.size() + 2 * (p.draft_scales.size() + p.draft_offsets.size());
     planes_.push_back({"plane " + std::to_string(planes_.size() + 1) + " in placement order (" + std::to_string(p.out) +
                            " x " + std::to_string(p.in) + ")",
@@ -49,7 +49,7 @@ class CudaBackend final : public Backend {
 
   Status target_matmul(const SplitProjection& p, const cpu::QuantizedActivations& x, float* y,
                        const cpu::SignPlaneView* delta, const std::function<void()>& residual_work) override {
-    if (p.draft_bits != 2 || !gpu_->resident(&p)) {
+    if (!gpu_->resident(&p)) {
       p.cpu_draft_matmul(*cpu_, x, y, delta);
       residual_work();
       return Status::ok();
@@ -70,7 +70,7 @@ class CudaBackend final : public Backend {
   // variant's device draft); the signs leave VRAM when the last copy goes.
   Result<std::shared_ptr<const void>> make_signs_resident(const SplitProjection& p,
                                                           const cpu::SignPlaneView& d) override {
-    if (p.draft_bits != 2 || !gpu_->resident(&p)) return std::shared_ptr<const void>();  // signs fused on the CPU
+    if (!gpu_->resident(&p)) return std::shared_ptr<const void>();  // signs fused on the CPU
     std::lock_guard<std::mutex> lock(signs_mu_);
     std::weak_ptr<const void>& entry = signs_[d.signs];
     if (auto held = entry.lock()) return held;
@@ -132,7 +132,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<cpu::CpuContext> cpu_;
   int device_;
   uint64_t budget_;
-  std::vector<DraftPlaneSize> planes_;  // every 2-bit plane prepared, in order
+  std::vector<DraftPlaneSize> planes_;  // every draft plane prepared, in order
   std::shared_ptr<DeviceDraft> cached_;  // the base's device draft, for the next generation
   const void* cached_key_ = nullptr;
   std::mutex signs_mu_;

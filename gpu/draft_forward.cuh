@@ -19,13 +19,14 @@
 
 namespace bitsplit::gpu::kernels {
 
-// A 2-bit draft plane on the device (docs/FORMAT.md "Bit-split planes").
+// A draft plane of 2, 3 or 4 bits on the device (docs/FORMAT.md "Bit-split planes").
 struct PlaneDev {
   const uint8_t* codes = nullptr;
   const uint16_t* scales = nullptr;
   const uint16_t* offsets = nullptr;
   int64_t out = 0, in = 0, groups = 0;
   int group = 0;
+  int bits = 2;
   // A variant's sign plane fused into the kernel (rows padded to whole groups), or null.
   const uint8_t* signs = nullptr;
   const float* alpha = nullptr;
@@ -150,13 +151,13 @@ inline void quantize_input(const ShapeDev& s, const float* x, int64_t rows, int6
 // y [rows x out] = D · X for the activations last quantised (their width is the plane's in).
 inline void matmul(const PlaneDev& p, int64_t rows, const ScratchDev& t, float* y, Stream stream, bool g64) {
   (void)stream;
-  if (g64 && p.group == 64 && g64_rows_per_pass(p.groups) > 0) {
+  if (g64 && p.bits == 2 && p.group == 64 && g64_rows_per_pass(p.groups) > 0) {
     BS_LAUNCH_SHARED(draft_matmul_g64, blocks_for(p.out, kG64Warps), kG64Threads, g64_shared_bytes(p.groups), stream,
                      p.codes, p.scales, p.offsets, p.out, p.groups, t.qa, t.qa_scale, t.qa_sum, rows,
                      p.groups * p.group, p.signs, p.alpha, p.alpha_per_row, y);
     return;
   }
-  BS_LAUNCH(draft_matmul, p.out, kMatmulThreads, stream, p.codes, p.scales, p.offsets, p.out, p.groups, p.group, t.qa,
+  BS_LAUNCH(draft_matmul, p.out, kMatmulThreads, stream, p.codes, p.scales, p.offsets, p.out, p.groups, p.group, p.bits, t.qa,
             t.qa_scale, t.qa_sum, rows, p.groups * p.group, p.signs, p.alpha, p.alpha_per_row, y);
 }
 

@@ -117,7 +117,17 @@ BS_DEVICE float round_half_away(float v) {
 }
 
 // ---------------------------------------------------------------------------------------
-// The 2-bit draft plane times int8 activations, exactly cpu::draft_matmul_ref: per group an
+// Code j of a group's `bits`-bit codes in the file layout (docs/FORMAT.md "Bit-split planes": bit
+// planes of 4, 2 and 1 bits, lowest first; in a k-bit plane of P bytes, byte i holds the weights
+// i + t * P at bit t * k): 2 = [2], 3 = [2][1], 4 = [4].
+BS_DEVICE int32_t draft_code(const uint8_t* g, int group, int bits, int j) {
+  if (bits == 4) return int32_t(g[j % (group / 2)] >> (4 * (j / (group / 2)))) & 15;
+  const int32_t lo = int32_t(g[j % (group / 4)] >> (2 * (j / (group / 4)))) & 3;
+  if (bits == 2) return lo;
+  return lo | (int32_t(g[group / 4 + j % (group / 8)] >> (j / (group / 8))) & 1) << 2;
+}
+
+// The draft plane (2, 3 or 4 bits) times int8 activations, exactly cpu::draft_matmul_ref: per group an
 // exact integer dot product, then inner = fma(s, float(Sq), m * float(Sx)) and
 // acc = fma(s_x, inner, acc) in group order. With a BitDelta sign plane (FORMAT.md "Kernel
 // arithmetic" step 5) the signs are read in the same pass: Ss = Σq − 2·Σ_{bit set} q per group,
@@ -126,27 +136,31 @@ BS_DEVICE float round_half_away(float v) {
 // n, n + blockDim, ..., so each output element is accumulated by one thread in the reference's
 // order. Sign rows are padded to whole groups (group / 8 bytes each, zero past `in`).
 BS_KERNEL void draft_matmul(const uint8_t* BS_RESTRICT codes, const uint16_t* BS_RESTRICT scales,
-                            const uint16_t* BS_RESTRICT offsets, int64_t out, int64_t groups, int group,
+                            const uint16_t* BS_RESTRICT offsets, int64_t out, int64_t groups, int group, int bits,
                             const int8_t* BS_RESTRICT q, const float* BS_RESTRICT sx, const int32_t* BS_RESTRICT sum,
                             int64_t rows, int64_t padded, const uint8_t* BS_RESTRICT signs,
                             const float* BS_RESTRICT alpha, bool alpha_per_row, float* BS_RESTRICT y) {
   const int64_t o = blockIdx.x;
-  const int plane_bytes = group / 4;
-  const uint8_t* orow = codes + o * groups * plane_bytes;
+  const int plane_bytes = group / 4, group_bytes = group * bits / 8;
+  const uint8_t* orow = codes + o * groups * group_bytes;
   const uint8_t* srow = signs ? signs + o * groups * (group / 8) : nullptr;
   for (int64_t n = threadIdx.x; n < rows; n += blockDim.x) {
     const int8_t* qn = q + n * padded;
     float acc = 0.0f, dacc = 0.0f;
     for (int64_t k = 0; k < groups; ++k) {
-      const uint8_t* g = orow + k * plane_bytes;
+      const uint8_t* g = orow + k * group_bytes;
       const int8_t* qg = qn + k * group;
       int32_t sq = 0;
-      for (int j = 0; j < plane_bytes; ++j) {
-        const uint32_t b = g[j];
-        // Byte j holds the weights j + t * plane_bytes at bits 2t.
-        sq += int32_t(b & 3u) * int32_t(qg[j]) + int32_t((b >> 2) & 3u) * int32_t(qg[j + plane_bytes]) +
-              int32_t((b >> 4) & 3u) * int32_t(qg[j + 2 * plane_bytes]) +
-              int32_t((b >> 6) & 3u) * int32_t(qg[j + 3 * plane_bytes]);
+      if (bits == 2) {
+        for (int j = 0; j < plane_bytes; ++j) {
+          const uint32_t b = g[j];
+          // Byte j holds the weights j + t * plane_bytes at bits 2t.
+          sq += int32_t(b & 3u) * int32_t(qg[j]) + int32_t((b >> 2) & 3u) * int32_t(qg[j + plane_bytes]) +
+                int32_t((b >> 4) & 3u) * int32_t(qg[j + 2 * plane_bytes]) +
+                int32_t((b >> 6) & 3u) * int32_t(qg[j + 3 * plane_bytes]);
+        }
+      } else {
+        for (int j = 0; j < group; ++j) sq += draft_code(g, group, bits, j) * int32_t(qg[j]);
       }
       const float s = BS_HALF(scales[o * groups + k]);
       const float m = BS_HALF(offsets[o * groups + k]);

@@ -27,7 +27,7 @@ struct ResidentPlane {
   DeviceBuffer<uint8_t> codes;
   DeviceBuffer<uint16_t> scales, offsets;
   int64_t out = 0, in = 0, groups = 0;
-  int group = 0;
+  int group = 0, bits = 2;
 };
 
 class CudaDraftMatmul final : public DraftMatmul {
@@ -40,13 +40,15 @@ class CudaDraftMatmul final : public DraftMatmul {
   Status upload(const void* key, const DraftPlaneView& p) override {
     if (auto it = planes_.find(key); it != planes_.end()) {
       const ResidentPlane& r = it->second;
-      if (r.out != p.out || r.in != p.in || r.group != p.group) {
+      if (r.out != p.out || r.in != p.in || r.group != p.group || r.bits != p.bits) {
         return Status::error("another draft plane is already resident under this key");
       }
       return Status::ok();
     }
-    if (p.bits != 2) return Status::error("the GPU draft kernel supports 2-bit planes only (got " + std::to_string(p.bits) + ")");
-    if (p.group % 4 != 0 || p.group <= 0) return Status::error("bad group size for the GPU draft kernel");
+    if (p.bits != 2 && p.bits != 3 && p.bits != 4) {
+      return Status::error("the GPU draft kernel takes 2-, 3- or 4-bit planes (got " + std::to_string(p.bits) + ")");
+    }
+    if (p.group % 8 != 0 || p.group <= 0) return Status::error("bad group size for the GPU draft kernel");
     // One block per output row (launch()).
     if (p.out <= 0 || p.out > 0x7fffffff) return Status::error("the GPU draft kernel needs 1 to 2^31 - 1 output rows");
     BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));
@@ -54,8 +56,9 @@ class CudaDraftMatmul final : public DraftMatmul {
     r.out = p.out;
     r.in = p.in;
     r.group = p.group;
+    r.bits = p.bits;
     r.groups = (p.in + p.group - 1) / p.group;
-    const size_t code_bytes = size_t(p.out * r.groups * p.group / 4), n_scales = size_t(p.out * r.groups);
+    const size_t code_bytes = size_t(p.out * r.groups * p.group * p.bits / 8), n_scales = size_t(p.out * r.groups);
     BITSPLIT_RETURN_IF_ERROR(r.codes.allocate(code_bytes));
     BITSPLIT_RETURN_IF_ERROR(r.scales.allocate(n_scales));
     BITSPLIT_RETURN_IF_ERROR(r.offsets.allocate(n_scales));
@@ -196,13 +199,13 @@ class CudaDraftMatmul final : public DraftMatmul {
     auto it = planes_.find(key);
     if (it == planes_.end()) return {};
     const ResidentPlane& p = it->second;
-    return {p.codes.get(), p.scales.get(), p.offsets.get(), p.out, p.in, p.group};
+    return {p.codes.get(), p.scales.get(), p.offsets.get(), p.out, p.in, p.group, p.bits};
   }
 
  private:
   // The one launch of the kernel on the staged activations of `rows` rows.
   void launch(const ResidentPlane& p, int64_t rows, const ResidentSigns* s = nullptr, cudaStream_t stream = nullptr) {
-    if (p.group == 64 && kernels::g64_rows_per_pass(p.groups) > 0) {  // 16-byte loads, dp4a: the same bits
+    if (p.bits == 2 && p.group == 64 && kernels::g64_rows_per_pass(p.groups) > 0) {  // 16-byte loads, dp4a: the same bits
       kernels::draft_matmul_g64<<<kernels::blocks_for(p.out, kernels::kG64Warps), kernels::kG64Threads,
                                   kernels::g64_shared_bytes(p.groups), stream>>>(
           p.codes.get(), p.scales.get(), p.offsets.get(), p.out, p.groups, dq_.get(), dscale_.get(), dsum_.get(), rows,
@@ -211,8 +214,8 @@ class CudaDraftMatmul final : public DraftMatmul {
       return;
     }
     kernels::draft_matmul<<<unsigned(p.out), kernels::kMatmulThreads, 0, stream>>>(
-        p.codes.get(), p.scales.get(), p.offsets.get(), p.out, p.groups, p.group, dq_.get(), dscale_.get(), dsum_.get(),
-        rows, p.groups * p.group, s ? s->signs.get() : nullptr, s ? s->alpha.get() : nullptr,
+        p.codes.get(), p.scales.get(), p.offsets.get(), p.out, p.groups, p.group, p.bits, dq_.get(), dscale_.get(),
+        dsum_.get(), rows, p.groups * p.group, s ? s->signs.get() : nullptr, s ? s->alpha.get() : nullptr,
         s ? s->alpha_per_row : true, dy_.get());
   }
 

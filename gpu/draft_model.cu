@@ -220,7 +220,7 @@ class CudaDraftModel final : public DraftModel {
   Result<kernels::PlaneDev> plane(DraftMatmul& planes, const DraftModelHost::Plane& p, const std::string& what,
                                   int64_t out, int64_t in) {
     const DraftMatmul::DevicePlane d = planes.device_plane(p.key);
-    if (!d.codes) return Status::error("device draft: the 2-bit plane of " + what + " is not in VRAM");
+    if (!d.codes) return Status::error("device draft: the draft plane of " + what + " is not in VRAM");
     if (d.out != out || d.in != in || d.group != model_.shape.group) {
       return Status::error("device draft: the plane of " + what + " is " + std::to_string(d.out) + " x " +
                            std::to_string(d.in) + " (group " + std::to_string(d.group) + "), expected " +
@@ -229,7 +229,7 @@ class CudaDraftModel final : public DraftModel {
     }
     kernels::PlaneDev dev{static_cast<const uint8_t*>(d.codes), static_cast<const uint16_t*>(d.scales),
                           static_cast<const uint16_t*>(d.offsets), d.out, d.in, (d.in + d.group - 1) / d.group,
-                          d.group};
+                          d.group, d.bits};
     if (p.signs.signs) {  // a variant's signs, resident beside the plane (once per sign plane)
       if (p.signs.out != out || p.signs.in != in) return Status::error("device draft: the signs of " + what + " have another shape");
       BITSPLIT_RETURN_IF_ERROR(planes.upload_signs(p.signs_key, p.signs, d.group).with_context(what));

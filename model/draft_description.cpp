@@ -41,7 +41,6 @@ Result<gpu::DraftModelHost> describe_device_draft(const Model& draft, const Vari
   auto plane = [&](const std::string& name, gpu::DraftModelHost::Plane& out) -> Status {
     const SplitProjection* p = draft.split(name);
     if (!p) return Status::error(name + " is not a bit-split projection (held in f32)");
-    if (p->draft_bits != 2) return Status::error(name + " has a " + std::to_string(p->draft_bits) + "-bit draft plane (2 needed)");
     if (p->draft_codes.empty()) return Status::error(name + ": the draft plane's file layout was released");
     if (group == 0) group = p->group;
     if (p->group != group) return Status::error(name + " has group " + std::to_string(p->group) + ", others " + std::to_string(group));

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <algorithm>
 #include <cmath>
 #include <list>
@@ -59,7 +61,8 @@ class EmulatedDeviceDraft final : public DeviceDraft {
     // A variant's sign rows repacked to whole groups, as DraftMatmul::upload_signs does.
     auto plane = [this](const gpu::DraftModelHost::Plane& p) {
       const DraftPlaneView& d = p.plane;
-      k::PlaneDev dev{d.codes, d.scales, d.offsets, d.out, d.in, quant::groups_per_row(d.in, d.group), d.group};
+      k::PlaneDev dev{d.codes, d.scales, d.offsets, d.out, d.in, quant::groups_per_row(d.in, d.group), d.group,
+                      d.bits};
       if (p.signs.signs) {
         dev.signs = sign_copies_.emplace_back(k::pad_sign_rows(p.signs, d.group)).data();
         dev.alpha = p.signs.alpha;
@@ -162,12 +165,15 @@ struct Fixture {
   std::vector<int32_t> prompt;
 };
 
-std::unique_ptr<Fixture> load_fixture() {
+// bible-base converted (draft_bpw > 0: a mixed-precision draft) and loaded on the emulated tier.
+std::unique_ptr<Fixture> load_fixture(double draft_bpw = 0.0) {
   auto f = std::make_unique<Fixture>();
   auto base = open_weights(fixture("bible-base.gguf"));
   BITSPLIT_CHECK(base.is_ok(), "fixture");
   const std::string path = f->dir.file("base.split.gguf");
-  Status st = convert_model(**base, path, {}, nullptr, nullptr);
+  ConvertOptions co;
+  co.draft_bpw = draft_bpw;
+  Status st = convert_model(**base, path, co, nullptr, nullptr);
   BITSPLIT_CHECK(st.is_ok(), st.message());
   auto src = open_weights(path);
   BITSPLIT_CHECK(src.is_ok());
@@ -197,6 +203,22 @@ TEST(EmulatedDraftPass, LogitsMatchTheCpuDraftOnATrainedModel) {
   // bitwise equal, so no tolerance.
   testing::expect_device_draft_matches_cpu(m, **dev, f->prompt, slots, 0.0f);
   testing::expect_device_draft_batch_invariant(**dev, f->prompt, m.config().n_vocab);
+}
+
+// A mixed-precision draft (2-, 3- and 4-bit planes): the device pass runs the 3- and 4-bit planes
+// on the plain kernel and still equals the CPU draft bit for bit.
+TEST(EmulatedDraftPass, MixedPrecisionDraftMatchesTheCpuDraft) {
+  BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
+  auto f = load_fixture(3.25);
+  const Model& m = *f->model;
+  std::set<int> widths;
+  for (const char* w : {"attn_q", "attn_k", "attn_v", "ffn_down"}) widths.insert(m.split(std::string("blk.0.") + w + ".weight")->draft_bits);
+  widths.insert(m.split("output.weight")->draft_bits);
+  ASSERT_GT(widths.size(), 1u) << "the fixture's budget should mix widths";
+  const int64_t slots = 64;
+  auto dev = testing::device_draft_of(m, slots);
+  ASSERT_TRUE(dev.is_ok()) << dev.status().message();
+  testing::expect_device_draft_matches_cpu(m, **dev, f->prompt, slots, 0.0f);
 }
 
 TEST(EmulatedDraftPass, SpeculativeDecodingThroughTheDeviceDraftIsLossless) {

@@ -1,6 +1,6 @@
 // The CUDA draft kernels (gpu/draft_kernels.cuh), run on the CPU under tests/cuda_emulation.h:
 // every kernel against the CPU reference it mirrors, bit for bit where the arithmetic is the
-// same; draft_matmul on the 2-bit cases of the CPU kernels' registry (kernel_cases.h). The whole
+// same; draft_matmul on the 2-, 3- and 4-bit draft cases of the CPU kernels' registry (kernel_cases.h). The whole
 // device draft pass under the same emulation: gpu_draft_pass_emulated_test.cpp.
 #include "cuda_emulation.h"  // first: defines the CUDA names the kernels use
 
@@ -43,9 +43,9 @@ TEST_P(EmulatedDraftMatmul, IsBitExactWithTheCpuReference) {
     const cpu::testing::CaseWeights w(c);
     const cpu::testing::CaseViews& v = w.views();
     const int64_t groups = quant::groups_per_row(c.in, c.group);
-    const k::PlaneDev d{v.draft.codes, v.draft.scales, v.draft.offsets, c.out, c.in, groups, c.group};
+    const k::PlaneDev d{v.draft.codes, v.draft.scales, v.draft.offsets, c.out, c.in, groups, c.group, c.bits};
     const std::vector<uint8_t> dev_signs = v.has_signs ? k::pad_sign_rows(v.signs, c.group) : std::vector<uint8_t>();
-    const bool g64 = c.group == 64;
+    const bool g64 = c.group == 64 && c.bits == 2;
     if (g64) {
       ASSERT_GT(k::g64_rows_per_pass(groups), 0) << c.name();
     }
@@ -59,7 +59,7 @@ TEST_P(EmulatedDraftMatmul, IsBitExactWithTheCpuReference) {
         std::vector<float> want(size_t(rows * c.out)), got(want.size(), NAN);
         cpu::draft_matmul_ref(v.draft, qa, want.data(), with_signs ? &v.signs : nullptr);
         BS_LAUNCH(k::draft_matmul, d.out, k::kMatmulThreads, 0, d.codes, d.scales, d.offsets, d.out, d.groups, d.group,
-                  qa.q.data(), qa.scale.data(), qa.sum.data(), rows, qa.padded, signs, v.signs.alpha,
+                  d.bits, qa.q.data(), qa.scale.data(), qa.sum.data(), rows, qa.padded, signs, v.signs.alpha,
                   v.signs.alpha_per_row, got.data());
         for (size_t i = 0; i < want.size(); ++i) ASSERT_TRUE(same_bits(want[i], got[i])) << what << " at " << i;
         if (!g64) continue;
@@ -75,6 +75,12 @@ TEST_P(EmulatedDraftMatmul, IsBitExactWithTheCpuReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Draft2, EmulatedDraftMatmul, ::testing::ValuesIn(cpu::testing::tier_case_sets(cpu::testing::draft2)),
+                         cpu::testing::set_name);
+// 3- and 4-bit planes (mixed-precision drafts): the plain kernel, bit for bit.
+INSTANTIATE_TEST_SUITE_P(Draft34, EmulatedDraftMatmul,
+                         ::testing::ValuesIn(cpu::testing::tier_case_sets([](const cpu::testing::KernelCase& c) {
+                           return c.kernel == cpu::testing::Kernel::kDraft && c.bits != 2;
+                         })),
                          cpu::testing::set_name);
 
 TEST(EmulatedKernels, QuantizeRowsIsBitExactWithTheCpuReference) {

@@ -80,6 +80,7 @@ class DraftMatmul {
     const void* offsets = nullptr;
     int64_t out = 0, in = 0;
     int group = 0;
+    int bits = 2;
   };
   virtual int device() const = 0;
   virtual DevicePlane device_plane(const void* key) const = 0;
