@@ -79,11 +79,11 @@ std::map<std::tuple<bool, int, int, bool, bool>, double>& t1_table() {
 }
 
 // args: shape index, bits, rows n, all threads (0/1), layout (0: file-layout view, 1: PackedPlane,
-// as the engine runs it). Draft when bits == 2.
+// as the engine runs it). Draft when bits is 2, 3 or 4 (residual: 6 or 8).
 void BM_PlaneMatmul(benchmark::State& state) {
   const int shape = int(state.range(0)), bits = int(state.range(1));
   const int64_t n = state.range(2);
-  const bool all = state.range(3) != 0, draft = bits == 2, packed = state.range(4) != 0;
+  const bool all = state.range(3) != 0, draft = bits <= 4, packed = state.range(4) != 0;
   CpuContext& ctx = context(all);
   PlaneCopies& set = plane_copies(kc::bench_case(draft ? kc::Kernel::kDraft : kc::Kernel::kResidual, bits,
                                                  kc::Signs::kNone, kc::kModelShapes[shape]));
@@ -98,7 +98,7 @@ void BM_PlaneMatmul(benchmark::State& state) {
 void plane_args(benchmark::internal::Benchmark* b) {
   for (int all : {0, 1})
     for (int shape = 0; shape < kShapes; ++shape)
-      for (int bits : {8, 6, 2})
+      for (int bits : {8, 6, 4, 3, 2})
         for (int packed : {0, 1})
           for (int n : {1, 2, 4, 8, 16}) b->Args({shape, bits, n, all, packed});
 }
