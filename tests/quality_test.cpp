@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -119,6 +120,42 @@ TEST(Eval, BitSplitTargetsOnStories260K) {
   EXPECT_LT(by["draft(R8)"].kl_mean, by["minmax2"].kl_mean);
   // RAM cost of R6 against Q8_0 on the same (padded) shapes.
   EXPECT_LE(by["D+R6"].ram_bits_per_weight, 0.75 * by["Q8_0"].ram_bits_per_weight);
+}
+
+
+// Real models (../shared/models/fetch-real-models.sh) from the folder in BITSPLIT_REAL_MODELS;
+// skipped without it. SmolLM2-135M: its uniform 2-bit draft is useless (KL ~10, docs/QUALITY.md)
+// and a 3.5-bit budget must cut the draft's KL at least 3x while staying within the budget.
+TEST(RealModels, DraftBudgetBeatsTheUniformTwoBitDraftOnSmolLM2) {
+  const char* dir = std::getenv("BITSPLIT_REAL_MODELS");
+  if (!dir || !*dir) GTEST_SKIP() << "set BITSPLIT_REAL_MODELS to the folder of fetch-real-models.sh";
+  const std::string path = std::string(dir) + "/smollm2-135m-instruct.q4_1.gguf";
+  BITSPLIT_REQUIRE_FILE(path);
+  auto source = open_weights(path);
+  ASSERT_TRUE(source.is_ok()) << source.status().message();
+  auto model = Model::load(**source);
+  auto tok = Tokenizer::from_metadata((*source)->metadata());
+  ASSERT_TRUE(model.is_ok() && tok.is_ok());
+  std::ifstream in(testing::source_dir() + "/tests/models/text/kjv.valid.txt");
+  std::string text(12000, '\0');
+  in.read(text.data(), std::streamsize(text.size()));
+  text.resize(size_t(in.gcount()));
+  const auto tokens = (*tok)->encode(text, {.add_special = false});
+  EvalOptions o;
+  o.ctx = 256;
+  o.max_tokens = 510;
+  o.bos = (*tok)->vocab().bos;
+  o.schemes = {"draft(R8)"};
+  auto uniform = evaluate_quality(*model, tokens, o, nullptr);
+  o.draft_bpw = 3.5;
+  auto mixed = evaluate_quality(*model, tokens, o, nullptr);
+  ASSERT_TRUE(uniform.is_ok() && mixed.is_ok()) << uniform.status().message() << mixed.status().message();
+  const EvalRow& u = uniform->rows.at(0);
+  const EvalRow& m = mixed->rows.at(0);
+  EXPECT_LE(m.vram_bits_per_weight, 3.5);
+  EXPECT_GT(m.vram_bits_per_weight, 3.4);
+  EXPECT_LT(m.kl_mean, u.kl_mean / 3) << "uniform " << u.kl_mean << ", mixed " << m.kl_mean;
+  EXPECT_GT(m.top1_agreement, u.top1_agreement + 0.2);
 }
 
 }  // namespace
