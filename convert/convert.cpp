@@ -117,10 +117,20 @@ Result<quant::DraftAllocation> plan_draft_bits(const WeightSource& source, const
   progress.tensors_total = sources.size();
   for (const auto& [t, base] : sources) progress.bytes_total += t->nbytes;
   std::vector<quant::DraftTensorErrors> errors;
+  // An impossible budget is refused from the shapes alone, before any weight is read.
+  for (const auto& [t, base] : sources) {
+    if (t->dims.size() != 2) return Status::error("tensor '" + t->name + "' should be 2-D to be split");
+    quant::DraftTensorErrors shape;
+    shape.name = base;
+    shape.rows = t->dims[1];
+    shape.cols = t->dims[0];
+    errors.push_back(shape);
+  }
+  BITSPLIT_RETURN_IF_ERROR(quant::allocate_draft_bits(errors, options.split.group, options.draft_bpw).status());
+  errors.clear();
   for (const auto& [t, base] : sources) {
     progress.current = base;
     if (on_progress) on_progress(progress);
-    if (t->dims.size() != 2) return Status::error("tensor '" + t->name + "' should be 2-D to be split");
     BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> w, source.load_f32(*t));
     source.release(*t);
     BITSPLIT_ASSIGN_OR_RETURN(const float* importance, importance_for(options, base, t->dims[0]));
