@@ -223,6 +223,36 @@ TEST(Cli, ConvertWritesASplitSetThatRunsLikeOneFile) {
   EXPECT_NE(o.out.find("parts-00002-of-00003.gguf) cannot be opened"), std::string::npos) << o.out;
 }
 
+// convert --draft-bpw end to end: convert and info report the mix, and the model runs; greedy
+// speculative output equals plain decoding's.
+TEST(Cli, ConvertWithADraftBudgetReportsTheMixAndRuns) {
+  const std::string base = BITSPLIT_SOURCE_DIR "/tests/models/bible-base.gguf";
+  BITSPLIT_REQUIRE_FILE(base);
+  bitsplit::testing::TempDir dir("cli-draft-bpw");
+  const std::string model = dir.file("mixed.gguf");
+  auto o = run_cli("convert " + base + " " + model + " --draft-bpw 3.25");
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("draft 3.2"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("draft budget: measuring the errors took"), std::string::npos) << o.out;
+  o = run_cli("info " + model);
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("mixed draft plane"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("draft bits:    draft 3.2"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("4-bit x"), std::string::npos) << o.out;
+  const std::string args = " -p \"And it came to pass\" -n 32 --temp 0";
+  const auto spec = run_cli("run -m " + model + args + " --draft chain --budget 4");
+  const auto plain = run_cli("run -m " + model + args + " --no-spec");
+  ASSERT_EQ(spec.code, 0) << spec.out;
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  const auto text = [](const std::string& out) {
+    const size_t from = out.find("And it came to pass");
+    return from == std::string::npos ? out : out.substr(from, out.find("\nprompt:") - from);
+  };
+  EXPECT_NE(text(plain.out).find("And it came to pass"), std::string::npos) << plain.out;
+  EXPECT_GT(text(plain.out).size(), 40u) << plain.out;
+  EXPECT_EQ(text(spec.out), text(plain.out));
+}
+
 TEST(Cli, ChatKeepsHistoryResetsAndAnswersLikeRun) {
   const std::string base = BITSPLIT_SOURCE_DIR "/tests/models/bible-base.gguf";
   BITSPLIT_REQUIRE_FILE(base);
