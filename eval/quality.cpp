@@ -59,12 +59,7 @@ WeightTransform split_transform(int group, int residual_bits, bool keep_residual
       auto it = draft_bits->find(split_base_name(name));
       if (it != draft_bits->end()) p.draft_bits = it->second;
     }
-    const float* importance = nullptr;
-    if (imatrix) {
-      auto it = imatrix->find(name);
-      if (it != imatrix->end() && int64_t(it->second.size()) == cols) importance = it->second.data();
-    }
-    return split_projection(w, rows, cols, p, importance).dequantize(keep_residual);
+    return split_projection(w, rows, cols, p, importance_columns(imatrix, name, cols)).dequantize(keep_residual);
   };
 }
 
@@ -148,12 +143,8 @@ Result<quant::DraftAllocation> allocate_model_draft_bits(const Model& model, con
   for (size_t i = 0; i < projections.size(); ++i) {
     const auto& [base, w] = projections[i];
     const auto [rows, cols] = shapes[i];
-    const float* importance = nullptr;
-    if (o.imatrix) {
-      auto it = o.imatrix->find(base + ".weight");
-      if (it != o.imatrix->end() && int64_t(it->second.size()) == cols) importance = it->second.data();
-    }
-    errors.push_back(measure_draft_errors(base, *w, rows, cols, c.n_layers, p, importance));
+    errors.push_back(
+        measure_draft_errors(base, *w, rows, cols, c.n_layers, p, importance_columns(o.imatrix, base + ".weight", cols)));
   }
   return quant::allocate_draft_bits(errors, o.group, o.draft_bpw);
 }

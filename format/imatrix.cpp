@@ -7,6 +7,12 @@
 
 namespace bitsplit {
 
+const float* importance_columns(const ImportanceMatrix* m, const std::string& weight, int64_t cols) {
+  if (!m) return nullptr;
+  auto it = m->find(weight);
+  return it != m->end() && int64_t(it->second.size()) == cols ? it->second.data() : nullptr;
+}
+
 Result<ImportanceMatrix> read_imatrix(const std::string& path) {
   BITSPLIT_ASSIGN_OR_RETURN(gguf::File file, gguf::File::open(path));
   auto kind = file.metadata().get_string_or("general.type", "");

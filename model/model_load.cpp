@@ -2,6 +2,7 @@
 // planes handed to the backend and packed for the CPU), every tensor checked against the config.
 #include <tbb/parallel_for.h>
 
+#include "bitsplit/imatrix.h"
 #include "bitsplit/model.h"
 #include "bitsplit/vram_plan.h"
 
@@ -151,11 +152,7 @@ Model Model::with_split_planes(const quant::SplitParams& params,
   // Splits each projection and leaves an empty f32 matrix in its place.
   const WeightTransform split_one = [&](const std::string& name, const std::vector<float>& w, int64_t rows,
                                         int64_t cols) {
-    const float* imp = nullptr;
-    if (importance) {
-      auto it = importance->find(name);
-      if (it != importance->end() && int64_t(it->second.size()) == cols) imp = it->second.data();
-    }
+    const float* imp = importance_columns(importance, name, cols);
     quant::SplitParams tensor_params = params;
     if (draft_bits) {
       auto it = draft_bits->find(split_base_name(name));

@@ -13,6 +13,14 @@
 
 namespace {
 
+// `run`'s output from the echoed prompt to the end of the generated text (before its "prompt:"
+// speed line), so lines printed before the text (memory plan, backend) do not take part; the
+// whole output when the prompt is not there.
+std::string generated_text(const std::string& out, const std::string& prompt) {
+  const size_t from = out.find(prompt);
+  return from == std::string::npos ? out : out.substr(from, out.find("\nprompt:", from) - from);
+}
+
 using bitsplit::testing::run_cli;
 
 TEST(Cli, HelpListsCommands) {
@@ -210,12 +218,9 @@ TEST(Cli, ConvertWritesASplitSetThatRunsLikeOneFile) {
   const auto split = run_cli("run -m " + first + args);
   ASSERT_EQ(whole.code, 0) << whole.out;
   ASSERT_EQ(split.code, 0) << split.out;
-  const auto text = [](const std::string& out) {
-    const size_t from = out.find("In the beginning");
-    return from == std::string::npos ? out : out.substr(from, out.find("\nprompt:") - from);
-  };
-  EXPECT_NE(text(whole.out).find("In the beginning"), std::string::npos) << whole.out;
-  EXPECT_EQ(text(split.out), text(whole.out));
+  const std::string whole_text = generated_text(whole.out, "In the beginning");
+  EXPECT_NE(whole_text.find("In the beginning"), std::string::npos) << whole.out;
+  EXPECT_EQ(generated_text(split.out, "In the beginning"), whole_text);
   EXPECT_NE(run_cli("info " + first).out.find("split in 3 parts"), std::string::npos);
   std::filesystem::remove(dir.file("parts-00002-of-00003.gguf"));
   o = run_cli("run -m " + first + " -p hi");
@@ -244,13 +249,10 @@ TEST(Cli, ConvertWithADraftBudgetReportsTheMixAndRuns) {
   const auto plain = run_cli("run -m " + model + args + " --no-spec");
   ASSERT_EQ(spec.code, 0) << spec.out;
   ASSERT_EQ(plain.code, 0) << plain.out;
-  const auto text = [](const std::string& out) {
-    const size_t from = out.find("And it came to pass");
-    return from == std::string::npos ? out : out.substr(from, out.find("\nprompt:") - from);
-  };
-  EXPECT_NE(text(plain.out).find("And it came to pass"), std::string::npos) << plain.out;
-  EXPECT_GT(text(plain.out).size(), 40u) << plain.out;
-  EXPECT_EQ(text(spec.out), text(plain.out));
+  const std::string plain_text = generated_text(plain.out, "And it came to pass");
+  EXPECT_NE(plain_text.find("And it came to pass"), std::string::npos) << plain.out;
+  EXPECT_GT(plain_text.size(), 40u) << plain.out;
+  EXPECT_EQ(generated_text(spec.out, "And it came to pass"), plain_text);
 }
 
 TEST(Cli, ChatKeepsHistoryResetsAndAnswersLikeRun) {
