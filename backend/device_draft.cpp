@@ -11,8 +11,9 @@ class CudaDeviceDraft final : public DeviceDraft {
 
   std::string name() const override { return name_; }
 
-  Status upload_kv(int64_t layer, int64_t first_slot, int64_t count, const float* k, const float* v) override {
-    return model_->upload_kv(layer, first_slot, count, k, v);
+  Status upload_kv(int64_t layer, int64_t first_slot, int64_t count, const float* k, const float* v,
+                   const int32_t* positions) override {
+    return model_->upload_kv(layer, first_slot, count, k, v, positions);
   }
 
   Status forward(const DraftRows& b, int k, DraftTopK& top, std::vector<float>* logits) override {

@@ -43,7 +43,8 @@ class DeviceDraftSource final : public DraftSource {
       return Status::error("device draft: cannot copy cache slots " + std::to_string(from) + ".." + std::to_string(to));
     }
     for (int64_t l = 0; l < cache.n_layers(); ++l) {
-      BITSPLIT_RETURN_IF_ERROR(device_->upload_kv(l, from, to - from, cache.k(l, from), cache.v(l, from)));
+      BITSPLIT_RETURN_IF_ERROR(device_->upload_kv(l, from, to - from, cache.k(l, from), cache.v(l, from),
+                                                         cache.positions_from(from)));
     }
     return Status::ok();
   }

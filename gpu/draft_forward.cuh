@@ -1,8 +1,9 @@
 // The draft model's whole forward pass on the device, as a sequence of launches of
 // gpu/draft_kernels.cuh on one stream: embedding gather, then per layer RMSNorm, int8
 // quantisation, the 2-bit q/k/v projections (+ biases, QK-norm, RoPE), K/V into the device
-// cache, tree-masked attention, the output projection, the SwiGLU FFN and the residual adds;
-// then the output norm, the 2-bit head and the top-k of each row. The same order of operations
+// cache, tree-masked attention (sliding-window layers also by position), the output projection,
+// the SwiGLU or GeGLU FFN (gemma's norms after each branch) and the residual adds; then the
+// output norm, the 2-bit head (soft-capped for gemma2) and the top-k of each row. The same order of operations
 // as forward_pass() with Pass::kDraft, so the logits agree with the CPU draft up to the
 // device's libm (expf, powf, sinf, cosf).
 //
@@ -36,6 +37,8 @@ struct PlaneDev {
 struct LayerDev {
   const float* attn_norm = nullptr;
   const float* ffn_norm = nullptr;
+  const float* post_attn_norm = nullptr;  // gemma: null without the norms after each branch
+  const float* post_ffn_norm = nullptr;
   const float* q_norm = nullptr;  // null without QK-norm
   const float* k_norm = nullptr;
   const float* bq = nullptr;  // null without biases
@@ -44,6 +47,8 @@ struct LayerDev {
   PlaneDev wq, wk, wv, wo, gate, up, down;
   float* k_cache = nullptr;  // [n_slots x kv_dim], keys after RoPE
   float* v_cache = nullptr;
+  bool swa = false;  // a sliding-window layer (ShapeDev::sliding_window)
+  float rope_base = 10000.0f, rope_freq_scale = 1.0f;
 };
 
 struct ShapeDev {
@@ -51,6 +56,11 @@ struct ShapeDev {
   float rope_base = 10000.0f, rope_freq_scale = 1.0f, rms_eps = 1e-5f;
   bool rope_neox = false;
   int group = 64;  // every plane's group (the activations are quantised once per input)
+  // Gemma (ModelConfig's fields of the same names): embedding scale, query scale, soft caps,
+  // GeGLU, the sliding window of the layers marked swa.
+  float embd_scale = 1.0f, attn_scale = 0.0f, attn_softcap = 0.0f, final_softcap = 0.0f;
+  bool gelu = false;
+  int64_t sliding_window = 0;
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
 };
@@ -58,8 +68,34 @@ struct ShapeDev {
 static_assert(kMaxTopK == DraftModel::kMaxTopK, "the top-k kernel's limit is the API's");
 
 inline ShapeDev shape_of(const DraftModelHost& m) {
-  return {m.n_layers, m.n_embd, m.n_heads, m.n_kv_heads, m.head_dim, m.n_ff, m.n_vocab, m.n_rot,
-          m.rope_base, m.rope_freq_scale, m.rms_eps, m.rope_neox, m.group};
+  ShapeDev s{m.n_layers, m.n_embd, m.n_heads, m.n_kv_heads, m.head_dim, m.n_ff, m.n_vocab, m.n_rot,
+             m.rope_base, m.rope_freq_scale, m.rms_eps, m.rope_neox, m.group};
+  s.embd_scale = m.embd_scale;
+  s.attn_scale = m.attn_scale > 0.0f ? m.attn_scale : 1.0f / sqrtf(float(m.head_dim));
+  s.attn_softcap = m.attn_softcap;
+  s.final_softcap = m.final_softcap;
+  s.gelu = m.gelu;
+  s.sliding_window = m.sliding_window;
+  return s;
+}
+
+// A layer's norms, RoPE and window as the host describes them (the planes and cache are the
+// owner's to fill in).
+inline LayerDev layer_of(const DraftModelHost::Layer& w) {
+  LayerDev d;
+  d.attn_norm = w.attn_norm;
+  d.ffn_norm = w.ffn_norm;
+  d.post_attn_norm = w.post_attn_norm;
+  d.post_ffn_norm = w.post_ffn_norm;
+  d.q_norm = w.q_norm;
+  d.k_norm = w.k_norm;
+  d.bq = w.bq;
+  d.bk = w.bk;
+  d.bv = w.bv;
+  d.swa = w.swa;
+  d.rope_base = w.rope_base;
+  d.rope_freq_scale = w.rope_freq_scale;
+  return d;
 }
 
 // A sign plane's rows (row_bytes each, bit set = −1) repacked to whole groups of `group` bits,
@@ -87,6 +123,7 @@ struct ModelDev {
   bool embd_alpha_per_row = true;
   int64_t embd_row_bytes = 0;
   const LayerDev* layers = nullptr;  // host array of n_layers (its pointers are device pointers)
+  int32_t* slot_pos = nullptr;        // [n_slots]: the position of each slot's token (sliding window)
   // Group-64 planes on draft_matmul_g64 (16-byte loads, dp4a); false: the plain kernel for all
   // (same results bit for bit; the CPU emulation runs the plain one where speed matters).
   bool g64_kernel = true;
@@ -168,8 +205,10 @@ inline void draft_forward(const ModelDev& m, const BatchDev& b, ScratchDev& t, S
   const ShapeDev& s = m.shape;
   const int64_t n = b.rows;
   BS_LAUNCH(embed_rows, n, 128, stream, m.token_embd, b.tokens, s.n_embd, m.embd_signs, m.embd_alpha,
-            m.embd_alpha_per_row, m.embd_row_bytes, t.x);
-  const float scale = 1.0f / sqrtf(float(s.head_dim));
+            m.embd_alpha_per_row, m.embd_row_bytes, s.embd_scale, t.x);
+  if (s.sliding_window > 0) {
+    BS_LAUNCH(write_positions, blocks_for(n, 128), 128, stream, b.slots, b.positions, n, m.slot_pos);
+  }
   for (int64_t l = 0; l < s.n_layers; ++l) {
     const LayerDev& w = m.layers[l];
     BS_LAUNCH_SYNC(rms_norm_rows, n, kBlock, stream, t.x, w.attn_norm, s.n_embd, s.rms_eps, t.h);
@@ -189,30 +228,40 @@ inline void draft_forward(const ModelDev& m, const BatchDev& b, ScratchDev& t, S
     const int64_t half = s.n_rot / 2;
     if (half > 0) {  // a launch of zero blocks is an error
       BS_LAUNCH(rope_rows, blocks_for(n * s.n_heads * half, 128), 128, stream, t.q, n, s.n_heads, s.head_dim, s.n_rot,
-                s.rope_neox, b.positions, s.rope_base, s.rope_freq_scale, m.rope_freq_factors);
+                s.rope_neox, b.positions, w.rope_base, w.rope_freq_scale, m.rope_freq_factors);
       BS_LAUNCH(rope_rows, blocks_for(n * s.n_kv_heads * half, 128), 128, stream, t.k, n, s.n_kv_heads, s.head_dim,
-                s.n_rot, s.rope_neox, b.positions, s.rope_base, s.rope_freq_scale, m.rope_freq_factors);
+                s.n_rot, s.rope_neox, b.positions, w.rope_base, w.rope_freq_scale, m.rope_freq_factors);
     }
     BS_LAUNCH(write_kv, blocks_for(n * s.kv_dim(), 128), 128, stream, t.k, t.v, b.slots, n, s.kv_dim(), w.k_cache,
               w.v_cache);
     BS_LAUNCH_SYNC(attention_rows, n * s.n_heads, kBlock, stream, t.q, w.k_cache, w.v_cache, b.mask, b.kv_len,
-                   s.n_heads, s.n_kv_heads, s.head_dim, scale, t.scores, t.attn);
+                   s.n_heads, s.n_kv_heads, s.head_dim, s.attn_scale, s.attn_softcap, b.positions, m.slot_pos,
+                   w.swa ? s.sliding_window : int64_t{0}, t.scores, t.attn);
     quantize_input(s, t.attn, n, s.q_dim(), t, stream);
     matmul(w.wo, n, t, t.proj, stream, m.g64_kernel);
+    if (w.post_attn_norm) BS_LAUNCH_SYNC(rms_norm_rows, n, kBlock, stream, t.proj, w.post_attn_norm, s.n_embd, s.rms_eps, t.proj);
     BS_LAUNCH(add_into, blocks_for(n * s.n_embd, 128), 128, stream, t.x, t.proj, n * s.n_embd);
 
     BS_LAUNCH_SYNC(rms_norm_rows, n, kBlock, stream, t.x, w.ffn_norm, s.n_embd, s.rms_eps, t.h);
     quantize_input(s, t.h, n, s.n_embd, t, stream);
     matmul(w.gate, n, t, t.gate, stream, m.g64_kernel);
     matmul(w.up, n, t, t.up, stream, m.g64_kernel);
-    BS_LAUNCH(silu_mul, blocks_for(n * s.n_ff, 128), 128, stream, t.gate, t.up, n * s.n_ff);
+    if (s.gelu) {
+      BS_LAUNCH(gelu_mul, blocks_for(n * s.n_ff, 128), 128, stream, t.gate, t.up, n * s.n_ff);
+    } else {
+      BS_LAUNCH(silu_mul, blocks_for(n * s.n_ff, 128), 128, stream, t.gate, t.up, n * s.n_ff);
+    }
     quantize_input(s, t.gate, n, s.n_ff, t, stream);
     matmul(w.down, n, t, t.proj, stream, m.g64_kernel);
+    if (w.post_ffn_norm) BS_LAUNCH_SYNC(rms_norm_rows, n, kBlock, stream, t.proj, w.post_ffn_norm, s.n_embd, s.rms_eps, t.proj);
     BS_LAUNCH(add_into, blocks_for(n * s.n_embd, 128), 128, stream, t.x, t.proj, n * s.n_embd);
   }
   BS_LAUNCH_SYNC(rms_norm_rows, n, kBlock, stream, t.x, m.output_norm, s.n_embd, s.rms_eps, t.h);
   quantize_input(s, t.h, n, s.n_embd, t, stream);
   matmul(m.head, n, t, t.logits, stream, m.g64_kernel);
+  if (s.final_softcap > 0.0f) {
+    BS_LAUNCH(softcap_in_place, blocks_for(n * s.n_vocab, 128), 128, stream, t.logits, n * s.n_vocab, s.final_softcap);
+  }
 }
 
 }  // namespace bitsplit::gpu::kernels

@@ -284,7 +284,7 @@ BS_KERNEL void draft_matmul_g64(const uint8_t* BS_RESTRICT codes, const uint16_t
 // adds quant::bitdelta_decode_row_ref's row. Launch: one block per row, any block size.
 BS_KERNEL void embed_rows(const float* BS_RESTRICT table, const int32_t* BS_RESTRICT tokens, int64_t width,
                           const uint8_t* BS_RESTRICT signs, const float* BS_RESTRICT alpha, bool alpha_per_row,
-                          int64_t row_bytes, float* BS_RESTRICT x) {
+                          int64_t row_bytes, float scale, float* BS_RESTRICT x) {
   const int64_t r = blockIdx.x, token = tokens[r];
   const float* src = table + token * width;
   const uint8_t* srow = signs ? signs + token * row_bytes : nullptr;
@@ -292,7 +292,7 @@ BS_KERNEL void embed_rows(const float* BS_RESTRICT table, const int32_t* BS_REST
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
     float v = src[i];
     if (srow) v += ((srow[i >> 3] >> (i & 7)) & 1) ? -a : a;
-    x[r * width + i] = v;
+    x[r * width + i] = scale == 1.0f ? v : BS_MUL(v, scale);  // gemma: × sqrt(n_embd)
   }
 }
 
@@ -363,6 +363,31 @@ BS_KERNEL void silu_mul(float* BS_RESTRICT gate, const float* BS_RESTRICT up, in
   }
 }
 
+// gate[i] = gelu_tanh(gate[i]) · up[i], as cpu::gelu_tanh (gemma's GeGLU).
+// Launch: one thread per element.
+BS_KERNEL void gelu_mul(float* BS_RESTRICT gate, const float* BS_RESTRICT up, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) {
+    const float v = gate[i];
+    const float g = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+    gate[i] = BS_MUL(g, up[i]);
+  }
+}
+
+// x[i] = c · tanh(x[i] / c), as cpu::softcap (gemma2's logits). Launch: one thread per element.
+BS_KERNEL void softcap_in_place(float* BS_RESTRICT x, int64_t n, float c) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = BS_MUL(c, tanhf(x[i] / c));
+}
+
+// slot_pos[slots[r]] = positions[r]: the position of each slot's token, which sliding-window
+// layers compare. Launch: one thread per row.
+BS_KERNEL void write_positions(const int32_t* BS_RESTRICT slots, const int32_t* BS_RESTRICT positions, int64_t rows,
+                               int32_t* BS_RESTRICT slot_pos) {
+  const int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r < rows) slot_pos[slots[r]] = positions[r];
+}
+
 // RoPE on rows x heads heads of head_dim values, as cpu::rope_f32: pair i of n_rot / 2 turns by
 // theta = pos · freq_scale · base^(−2i / n_rot) (/ freq_factors[i]); adjacent pairs (llama) or
 // halves (neox). Launch: one thread per pair, rows · heads · n_rot / 2 threads.
@@ -395,25 +420,34 @@ BS_KERNEL void write_kv(const float* BS_RESTRICT k, const float* BS_RESTRICT v, 
 }
 
 // Attention of q's rows over one layer's cache with the batch's mask ([rows x kv_len], 1 =
-// visible), grouped-query heads, as the CPU forward pass: scores = q·k · scale where visible,
+// visible; in a sliding-window layer (window > 0) only slots with row_pos[r] - slot_pos[j] <
+// window), grouped-query heads, as the CPU forward pass: scores = q·k · scale (soft-capped when
+// softcap > 0) where visible,
 // softmax (max subtracted, sum in double, multiplied by float(1 / sum)), out = Σ p_j v_j over
 // visible j in slot order. `scores` is scratch of rows · heads · kv_len floats.
 // Launch: one block per (row, head) = rows · heads blocks, kBlock threads.
 BS_KERNEL void attention_rows(const float* BS_RESTRICT q, const float* BS_RESTRICT k_cache,
                               const float* BS_RESTRICT v_cache, const uint8_t* BS_RESTRICT mask, int64_t kv_len,
-                              int64_t heads, int64_t kv_heads, int64_t head_dim, float scale, float* scores,
-                              float* BS_RESTRICT out) {
+                              int64_t heads, int64_t kv_heads, int64_t head_dim, float scale, float softcap,
+                              const int32_t* BS_RESTRICT row_pos, const int32_t* BS_RESTRICT slot_pos, int64_t window,
+                              float* scores, float* BS_RESTRICT out) {
   BS_SHARED float fscratch[kBlock];
   BS_SHARED double dscratch[kBlock];
   const int64_t task = blockIdx.x, r = task / heads, h = task % heads, kvh = h / (heads / kv_heads);
   const int64_t kv_dim = kv_heads * head_dim;
   const float* qh = q + task * head_dim;  // [rows x heads x head_dim]
   const uint8_t* m = mask + r * kv_len;
+  const int64_t pos = window > 0 ? row_pos[r] : 0;
+  // A sliding-window layer also hides slots whose token is window or more positions back.
+  auto visible = [&](int64_t j) { return m[j] && (window == 0 || pos - slot_pos[j] < window); };
   float* sc = scores + task * kv_len;
   float local_max = -INFINITY;
   for (int64_t j = threadIdx.x; j < kv_len; j += kBlock) {
     float s = -INFINITY;
-    if (m[j]) s = BS_MUL(dot8(qh, k_cache + j * kv_dim + kvh * head_dim, head_dim), scale);
+    if (visible(j)) {
+      s = BS_MUL(dot8(qh, k_cache + j * kv_dim + kvh * head_dim, head_dim), scale);
+      if (softcap > 0.0f) s = BS_MUL(softcap, tanhf(s / softcap));
+    }
     sc[j] = s;
     local_max = fmaxf(local_max, s);
   }
@@ -432,7 +466,7 @@ BS_KERNEL void attention_rows(const float* BS_RESTRICT q, const float* BS_RESTRI
   for (int64_t d = threadIdx.x; d < head_dim; d += kBlock) {
     float acc = 0.0f;
     for (int64_t j = 0; j < kv_len; ++j) {
-      if (m[j]) acc += BS_MUL(sc[j], v_cache[j * kv_dim + kvh * head_dim + d]);
+      if (visible(j)) acc += BS_MUL(sc[j], v_cache[j * kv_dim + kvh * head_dim + d]);
     }
     o[d] = acc;
   }

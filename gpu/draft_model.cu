@@ -62,9 +62,14 @@ class CudaDraftModel final : public DraftModel {
     for (int64_t l = 0; l < m.n_layers; ++l) {
       const DraftModelHost::Layer& h = m.layers[size_t(l)];
       kernels::LayerDev& d = layers_[size_t(l)];
+      d = kernels::layer_of(h);  // the host's pointers, each replaced below by its device copy
       const std::string b = "blk." + std::to_string(l) + ".";
       BITSPLIT_ASSIGN_OR_RETURN(d.attn_norm, put(h.attn_norm, s.n_embd, b + "attn_norm"));
       BITSPLIT_ASSIGN_OR_RETURN(d.ffn_norm, put(h.ffn_norm, s.n_embd, b + "ffn_norm"));
+      if (h.post_attn_norm || h.post_ffn_norm) {
+        BITSPLIT_ASSIGN_OR_RETURN(d.post_attn_norm, put(h.post_attn_norm, s.n_embd, b + "post_attention_norm"));
+        BITSPLIT_ASSIGN_OR_RETURN(d.post_ffn_norm, put(h.post_ffn_norm, s.n_embd, b + "post_ffw_norm"));
+      }
       if (h.q_norm) {
         BITSPLIT_ASSIGN_OR_RETURN(d.q_norm, put(h.q_norm, s.head_dim, b + "attn_q_norm"));
         BITSPLIT_ASSIGN_OR_RETURN(d.k_norm, put(h.k_norm, s.head_dim, b + "attn_k_norm"));
@@ -85,6 +90,11 @@ class CudaDraftModel final : public DraftModel {
       d.v_cache = v_cache_.get() + l * n_slots * kv;
     }
     model_.layers = layers_.data();
+    // Slot positions (sliding window): 0 until a batch or an upload writes them.
+    BITSPLIT_RETURN_IF_ERROR(slot_pos_.allocate(size_t(n_slots)));
+    BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaMemset(slot_pos_.get(), 0, size_t(n_slots) * 4), "clear slot positions"));
+    model_.slot_pos = slot_pos_.get();
+    bytes_ += uint64_t(n_slots) * 4;
 
     const kernels::ScratchSizes z = kernels::scratch_sizes(s, max_rows, n_slots);
     BITSPLIT_RETURN_IF_ERROR(floats_.allocate(size_t(z.floats())));
@@ -106,7 +116,8 @@ class CudaDraftModel final : public DraftModel {
     return cuda_status(cudaDeviceSynchronize(), "device draft upload");
   }
 
-  Status upload_kv(int64_t layer, int64_t first_slot, int64_t count, const float* k, const float* v) override {
+  Status upload_kv(int64_t layer, int64_t first_slot, int64_t count, const float* k, const float* v,
+                   const int32_t* positions) override {
     if (layer < 0 || layer >= model_.shape.n_layers || first_slot < 0 || count < 0 || first_slot + count > n_slots_) {
       return Status::error("device draft: K/V upload outside the cache (layer " + std::to_string(layer) + ", slots " +
                            std::to_string(first_slot) + ".." + std::to_string(first_slot + count) + " of " +
@@ -121,6 +132,14 @@ class CudaDraftModel final : public DraftModel {
     BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(kd, k, bytes, cudaMemcpyHostToDevice, stream_), "upload K"));
     BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(vd, v, bytes, cudaMemcpyHostToDevice, stream_), "upload V"));
     counters_.activation_bytes_to_device += 2 * bytes;
+    if (positions && layer == 0 && model_.shape.sliding_window > 0) {
+      // Synchronous: `positions` is pageable host memory the caller may reuse at once.
+      BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(slot_pos_.get() + first_slot, positions, size_t(count) * 4,
+                                                           cudaMemcpyHostToDevice, stream_),
+                                           "upload slot positions"));
+      BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream_), "upload slot positions"));
+      counters_.activation_bytes_to_device += size_t(count) * 4;
+    }
     return Status::ok();
   }
 
@@ -250,7 +269,7 @@ class CudaDraftModel final : public DraftModel {
   DeviceBuffer<float> floats_;  // the scratch's float arrays (carve_scratch)
   DeviceBuffer<float> k_cache_, v_cache_;
   DeviceBuffer<int8_t> qa_;
-  DeviceBuffer<int32_t> qa_sum_;
+  DeviceBuffer<int32_t> qa_sum_, slot_pos_;
   DeviceBuffer<uint8_t> batch_, top_, embd_signs_;
   PinnedBuffer pinned_in_, pinned_out_;
   size_t in_bytes_ = 0, out_bytes_ = 0;

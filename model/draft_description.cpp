@@ -20,6 +20,12 @@ Result<gpu::DraftModelHost> describe_device_draft(const Model& draft, const Vari
   m.rope_freq_scale = c.rope_freq_scale;
   m.rms_eps = c.rms_eps;
   m.rope_neox = c.rope_order == cpu::RopeOrder::kNeox;
+  m.embd_scale = c.embd_scale;
+  m.attn_scale = c.attn_scale;
+  m.attn_softcap = c.attn_softcap;
+  m.final_softcap = c.final_softcap;
+  m.gelu = c.ffn_act == FfnActivation::kGeluTanh;
+  m.sliding_window = c.sliding_window;
   if (draft.token_embd().empty()) return Status::error("the draft has no f32 token embedding");
   // A variant: its sign planes join the planes, its full tensors (norms, biases) replace the
   // base's; a full replacement of anything larger stays on the host path.
@@ -64,6 +70,11 @@ Result<gpu::DraftModelHost> describe_device_draft(const Model& draft, const Vari
     const std::string b = "blk." + std::to_string(l) + ".";
     d.attn_norm = pick(b + "attn_norm.weight", w.attn_norm).data();
     d.ffn_norm = pick(b + "ffn_norm.weight", w.ffn_norm).data();
+    d.post_attn_norm = c.has_post_norms ? opt(pick(b + "post_attention_norm.weight", w.post_attn_norm)) : nullptr;
+    d.post_ffn_norm = c.has_post_norms ? opt(pick(b + "post_ffw_norm.weight", w.post_ffn_norm)) : nullptr;
+    d.swa = c.is_swa(l);
+    d.rope_base = c.layer_rope_base(l);
+    d.rope_freq_scale = c.layer_rope_freq_scale(l);
     d.q_norm = c.has_qk_norm ? opt(pick(b + "attn_q_norm.weight", w.q_norm)) : nullptr;
     d.k_norm = c.has_qk_norm ? opt(pick(b + "attn_k_norm.weight", w.k_norm)) : nullptr;
     d.bq = c.has_qkv_bias ? opt(pick(b + "attn_q.bias", w.bq)) : nullptr;

@@ -25,20 +25,28 @@ struct Activations {
 void attention(const ModelConfig& c, const KvCache& cache, int64_t layer, const Batch& batch,
                const Activations& q, Activations& out) {
   const int64_t group = c.n_heads / c.n_kv_heads;
-  const float scale = 1.0f / std::sqrt(float(c.head_dim));
+  const float scale = c.attn_scale;
+  // A sliding-window layer: a token at position p sees slots whose token is at p - window + 1
+  // or later (and, as everywhere, only slots its mask allows).
+  const int64_t window = c.is_swa(layer) ? c.sliding_window : 0;
   tbb::parallel_for(int64_t{0}, batch.size() * c.n_heads, [&](int64_t task) {
     const int64_t i = task / c.n_heads, h = task % c.n_heads, kvh = h / group;
     const float* qh = q.data.data() + i * q.width + h * c.head_dim;
     const uint8_t* mask = batch.mask.data() + i * batch.kv_len;
+    const int64_t pos = batch.positions[size_t(i)];
+    auto visible = [&](int64_t j) { return mask[j] && (window == 0 || pos - cache.position(j) < window); };
     std::vector<float> scores(size_t(batch.kv_len), -INFINITY);
     for (int64_t j = 0; j < batch.kv_len; ++j) {
-      if (mask[j]) scores[size_t(j)] = cpu::dot_f32(qh, cache.k(layer, j) + kvh * c.head_dim, c.head_dim) * scale;
+      if (!visible(j)) continue;
+      float s = cpu::dot_f32(qh, cache.k(layer, j) + kvh * c.head_dim, c.head_dim) * scale;
+      if (c.attn_softcap > 0.0f) s = cpu::softcap(s, c.attn_softcap);
+      scores[size_t(j)] = s;
     }
     cpu::softmax_f32(scores.data(), batch.kv_len);
     float* o = out.data.data() + i * out.width + h * c.head_dim;
     std::fill(o, o + c.head_dim, 0.0f);
     for (int64_t j = 0; j < batch.kv_len; ++j) {
-      if (!mask[j]) continue;
+      if (!visible(j)) continue;
       const float p = scores[size_t(j)];
       const float* vj = cache.v(layer, j) + kvh * c.head_dim;
       for (int64_t d = 0; d < c.head_dim; ++d) o[d] += p * vj[d];
@@ -171,6 +179,9 @@ Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, cons
                                      embd_signs->alpha_of(token), c.n_embd, delta_row.data());
       for (int64_t j = 0; j < c.n_embd; ++j) x.row(i)[j] += delta_row[size_t(j)];
     }
+    if (c.embd_scale != 1.0f) {
+      for (int64_t j = 0; j < c.n_embd; ++j) x.row(i)[j] *= c.embd_scale;
+    }
   }
   const std::vector<float> no_bias;
   auto name = [](int64_t layer, const char* weight) { return "blk." + std::to_string(layer) + "." + weight + ".weight"; };
@@ -189,6 +200,16 @@ Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, cons
     const std::vector<float>& ffn_norm = pick_layer(l, "ffn_norm", ".weight", w.ffn_norm);
     const std::vector<float>& q_norm = pick_layer(l, "attn_q_norm", ".weight", w.q_norm);
     const std::vector<float>& k_norm = pick_layer(l, "attn_k_norm", ".weight", w.k_norm);
+    const std::vector<float>& post_attn_norm = pick_layer(l, "post_attention_norm", ".weight", w.post_attn_norm);
+    const std::vector<float>& post_ffn_norm = pick_layer(l, "post_ffw_norm", ".weight", w.post_ffn_norm);
+    const float rope_base = c.layer_rope_base(l), rope_scale = c.layer_rope_freq_scale(l);
+    // Gemma: the branch's output is normalised before it joins the residual stream.
+    auto add_branch = [&](const std::vector<float>& post_norm) {
+      if (c.has_post_norms) {
+        for (int64_t i = 0; i < n; ++i) cpu::rms_norm_f32(proj.row(i), post_norm.data(), c.n_embd, c.rms_eps, proj.row(i));
+      }
+      for (size_t e = 0; e < x.data.size(); ++e) x.data[e] += proj.data[e];
+    };
     for (int64_t i = 0; i < n; ++i) cpu::rms_norm_f32(x.row(i), attn_norm.data(), c.n_embd, c.rms_eps, h.row(i));
     observe(l, "attn_q", h);
     observe(l, "attn_k", h);
@@ -202,21 +223,22 @@ Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, cons
       for (int64_t hd = 0; hd < c.n_heads; ++hd) {
         float* qh = q.row(i) + hd * c.head_dim;
         if (c.has_qk_norm) cpu::rms_norm_f32(qh, q_norm.data(), c.head_dim, c.rms_eps, qh);
-        cpu::rope_f32(qh, c.n_rot, c.rope_order, pos, c.rope_base, c.rope_freq_scale, model.rope_freq_factors());
+        cpu::rope_f32(qh, c.n_rot, c.rope_order, pos, rope_base, rope_scale, model.rope_freq_factors());
       }
       for (int64_t hd = 0; hd < c.n_kv_heads; ++hd) {
         float* kh = k.row(i) + hd * c.head_dim;
         if (c.has_qk_norm) cpu::rms_norm_f32(kh, k_norm.data(), c.head_dim, c.rms_eps, kh);
-        cpu::rope_f32(kh, c.n_rot, c.rope_order, pos, c.rope_base, c.rope_freq_scale, model.rope_freq_factors());
+        cpu::rope_f32(kh, c.n_rot, c.rope_order, pos, rope_base, rope_scale, model.rope_freq_factors());
       }
       std::copy(k.row(i), k.row(i) + c.kv_dim(), cache.k(l, batch.slots[size_t(i)]));
       std::copy(v.row(i), v.row(i) + c.kv_dim(), cache.v(l, batch.slots[size_t(i)]));
+      cache.set_position(batch.slots[size_t(i)], batch.positions[size_t(i)]);
     }
     attention(c, cache, l, batch, q, attn);
     observe(l, "attn_output", attn);
     ProjectionInput out_in(attn);
     BITSPLIT_RETURN_IF_ERROR(project(l, "attn_output", out_in, w.wo, no_bias, proj));
-    for (size_t e = 0; e < x.data.size(); ++e) x.data[e] += proj.data[e];
+    add_branch(post_attn_norm);
 
     for (int64_t i = 0; i < n; ++i) cpu::rms_norm_f32(x.row(i), ffn_norm.data(), c.n_embd, c.rms_eps, h.row(i));
     observe(l, "ffn_gate", h);
@@ -224,11 +246,15 @@ Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, cons
     ProjectionInput ffn_in(h);
     BITSPLIT_RETURN_IF_ERROR(project(l, "ffn_gate", ffn_in, w.w_gate, no_bias, gate));
     BITSPLIT_RETURN_IF_ERROR(project(l, "ffn_up", ffn_in, w.w_up, no_bias, up));
-    for (size_t e = 0; e < gate.data.size(); ++e) gate.data[e] = cpu::silu(gate.data[e]) * up.data[e];
+    if (c.ffn_act == FfnActivation::kGeluTanh) {
+      for (size_t e = 0; e < gate.data.size(); ++e) gate.data[e] = cpu::gelu_tanh(gate.data[e]) * up.data[e];
+    } else {
+      for (size_t e = 0; e < gate.data.size(); ++e) gate.data[e] = cpu::silu(gate.data[e]) * up.data[e];
+    }
     observe(l, "ffn_down", gate);
     ProjectionInput down_in(gate);
     BITSPLIT_RETURN_IF_ERROR(project(l, "ffn_down", down_in, w.w_down, no_bias, proj));
-    for (size_t e = 0; e < x.data.size(); ++e) x.data[e] += proj.data[e];
+    add_branch(post_ffn_norm);
   }
 
   int64_t n_out = 0;
@@ -247,6 +273,9 @@ Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, cons
     const std::vector<float>& head = tied ? embd : model.output();
     const VariantSigns* head_signs = tied ? embd_signs : signs_of("output.weight");
     BITSPLIT_RETURN_IF_ERROR(linear(model, pass, "output.weight", head_in, head, no_bias, logits, head_signs));
+    if (c.final_softcap > 0.0f) {
+      for (float& v : logits.data) v = cpu::softcap(v, c.final_softcap);
+    }
   }
   return std::move(logits.data);
 }

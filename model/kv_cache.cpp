@@ -8,7 +8,7 @@ namespace bitsplit {
 KvCache::KvCache(const ModelConfig& config, int64_t n_slots)
     : n_layers_(config.n_layers), n_slots_(n_slots), kv_dim_(config.kv_dim()),
       k_(size_t(config.n_layers * n_slots * config.kv_dim()), 0.0f),
-      v_(size_t(config.n_layers * n_slots * config.kv_dim()), 0.0f) {}
+      v_(size_t(config.n_layers * n_slots * config.kv_dim()), 0.0f), pos_(size_t(n_slots), 0) {}
 
 KvCache KvCache::copy() const {
   KvCache c;
@@ -17,12 +17,14 @@ KvCache KvCache::copy() const {
   c.kv_dim_ = kv_dim_;
   c.k_ = k_;
   c.v_ = v_;
+  c.pos_ = pos_;
   return c;
 }
 
 void KvCache::move_slot(int64_t from, int64_t to) {
   BITSPLIT_CHECK(from >= 0 && from < n_slots_ && to >= 0 && to < n_slots_);
   if (from == to) return;
+  pos_[size_t(to)] = pos_[size_t(from)];
   for (int64_t l = 0; l < n_layers_; ++l) {
     std::copy(k(l, from), k(l, from) + kv_dim_, k(l, to));
     std::copy(v(l, from), v(l, from) + kv_dim_, v(l, to));

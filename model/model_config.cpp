@@ -3,6 +3,9 @@
 #include "bitsplit/file_kind.h"
 #include "bitsplit/model.h"
 
+#include <cmath>
+#include <variant>
+
 namespace bitsplit {
 
 namespace {
@@ -16,6 +19,8 @@ constexpr ArchInfo kArchs[] = {
     {"llama", Architecture::kLlama, cpu::RopeOrder::kNormal},
     {"qwen2", Architecture::kQwen2, cpu::RopeOrder::kNeox},
     {"qwen3", Architecture::kQwen3, cpu::RopeOrder::kNeox},
+    {"gemma2", Architecture::kGemma2, cpu::RopeOrder::kNeox},
+    {"gemma3", Architecture::kGemma3, cpu::RopeOrder::kNeox},
 };
 
 // No dimension of a model reaches 2^31; bounding them keeps every product of two (q_dim, a
@@ -29,6 +34,67 @@ Status positive(const char* what, int64_t v) {
                          std::to_string(kMaxDimension) + ")");
   }
   return Status::ok();
+}
+
+// The RoPE base of the sliding-window layers: gemma3's local base (10000 unless the file says),
+// gemma2's single base.
+Status read_swa_rope(const gguf::Metadata& m, const std::string& p, ModelConfig& c) {
+  const double fallback = c.arch == Architecture::kGemma3 ? 10000.0 : c.rope_base;
+  auto base = m.get_float_or(p + "rope.freq_base_swa", fallback);
+  if (!base) return base.status();
+  if (!(*base > 0.0) || !std::isfinite(*base)) return Status::error(p + "rope.freq_base_swa must be positive");
+  c.rope_base_swa = float(*base);
+  return Status::ok();
+}
+
+// Gemma 2 and 3: embedding scale, softcaps, the sliding window and which layers use it, the
+// local RoPE base, the query scale of the 27B models (their GGUF has no key for it: llama.cpp
+// and the reference code both take 1/sqrt(n_embd / n_heads) there, 1/sqrt(head_dim) elsewhere).
+Status read_gemma_config(const gguf::Metadata& m, const std::string& p, ModelConfig& c) {
+  const bool gemma3 = c.arch == Architecture::kGemma3;
+  c.embd_scale = std::sqrt(float(c.n_embd));
+  auto soft = [&](const std::string& key, float* out) -> Status {
+    auto v = m.get_float_or(p + key, 0.0);
+    if (!v) return v.status();
+    if (!(*v >= 0.0) || !std::isfinite(*v)) return Status::error(p + key + " must be a finite value >= 0");
+    *out = float(*v);
+    return Status::ok();
+  };
+  BITSPLIT_RETURN_IF_ERROR(soft("attn_logit_softcapping", &c.attn_softcap));
+  BITSPLIT_RETURN_IF_ERROR(soft("final_logit_softcapping", &c.final_softcap));
+  const int64_t layers_27b = gemma3 ? 62 : 46;
+  if (c.n_layers == layers_27b && c.n_embd % c.n_heads == 0) c.attn_scale = 1.0f / std::sqrt(float(c.n_embd / c.n_heads));
+
+  auto window = m.get_int_or(p + "attention.sliding_window", 0);
+  if (!window) return window.status();
+  if (*window < 0) return Status::error(p + "attention.sliding_window is " + std::to_string(*window) + ", must be >= 0");
+  c.sliding_window = *window;
+  if (c.sliding_window == 0) return Status::ok();
+  // Which layers slide: gemma2 every other one from the first, gemma3 five of every six (the
+  // sixth global); a file may say otherwise with attention.sliding_window_pattern (the period,
+  // or one bool per layer).
+  int64_t period = gemma3 ? 6 : 2;
+  c.swa_layers.assign(size_t(c.n_layers), 0);
+  const std::string pattern_key = p + "attention.sliding_window_pattern";
+  if (const gguf::Value* v = m.find(pattern_key)) {
+    const auto* items = std::get_if<gguf::Array>(&v->data);
+    if (items && items->elem_type == gguf::ValueType::kBool) {
+      if (int64_t(items->items.size()) != c.n_layers) {
+        return Status::error(pattern_key + " has " + std::to_string(items->items.size()) +
+                             " entries, expected one per layer (" + std::to_string(c.n_layers) + ")");
+      }
+      for (int64_t l = 0; l < c.n_layers; ++l) {
+        c.swa_layers[size_t(l)] = std::get<bool>(items->items[size_t(l)].data) ? 1 : 0;
+      }
+      return read_swa_rope(m, p, c);
+    }
+    auto n = m.get_int(pattern_key);
+    if (!n) return Status::error(pattern_key + " must be a period (an integer) or one bool per layer");
+    if (*n <= 0) return Status::error(pattern_key + " is " + std::to_string(*n) + ", must be positive");
+    period = *n;
+  }
+  for (int64_t l = 0; l < c.n_layers; ++l) c.swa_layers[size_t(l)] = l % period < period - 1 ? 1 : 0;
+  return read_swa_rope(m, p, c);
 }
 
 }  // namespace
@@ -52,7 +118,10 @@ Result<ModelConfig> read_model_config(const WeightSource& source) {
   c.arch_name = info->name;
   c.rope_order = info->rope_order;
   c.has_qkv_bias = c.arch == Architecture::kQwen2;
-  c.has_qk_norm = c.arch == Architecture::kQwen3;
+  const bool gemma = c.arch == Architecture::kGemma2 || c.arch == Architecture::kGemma3;
+  c.has_qk_norm = c.arch == Architecture::kQwen3 || c.arch == Architecture::kGemma3;
+  c.has_post_norms = gemma;
+  c.ffn_act = gemma ? FfnActivation::kGeluTanh : FfnActivation::kSilu;
   const std::string p = c.arch_name + ".";
 
   Status st = Status::ok();
@@ -123,6 +192,10 @@ Result<ModelConfig> read_model_config(const WeightSource& source) {
     return ctx(Status::error("RoPE scaling type '" + *scaling + "' is not supported (supported: none, linear)"));
   }
   if (!(c.rms_eps > 0.0f)) return ctx(Status::error("attention.layer_norm_rms_epsilon must be positive"));
+  c.attn_scale = 1.0f / std::sqrt(float(c.head_dim));
+  if (gemma) {
+    if (auto s = read_gemma_config(m, p, c); !s) return ctx(s);
+  }
 
   const gguf::TensorInfo* embd = source.find_tensor("token_embd.weight");
   if (!embd) return ctx(Status::error("tensor 'token_embd.weight' is missing"));

@@ -108,6 +108,10 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
       BITSPLIT_RETURN_IF_ERROR(t.load(b + "attn_k_norm.weight", {c.head_dim}, &l.k_norm));
     }
     BITSPLIT_RETURN_IF_ERROR(t.load(b + "ffn_norm.weight", {c.n_embd}, &l.ffn_norm));
+    if (c.has_post_norms) {
+      BITSPLIT_RETURN_IF_ERROR(t.load(b + "post_attention_norm.weight", {c.n_embd}, &l.post_attn_norm));
+      BITSPLIT_RETURN_IF_ERROR(t.load(b + "post_ffw_norm.weight", {c.n_embd}, &l.post_ffn_norm));
+    }
     BITSPLIT_RETURN_IF_ERROR(t.load(b + "ffn_gate.weight", {c.n_embd, c.n_ff}, &l.w_gate));
     BITSPLIT_RETURN_IF_ERROR(t.load(b + "ffn_up.weight", {c.n_embd, c.n_ff}, &l.w_up));
     BITSPLIT_RETURN_IF_ERROR(t.load(b + "ffn_down.weight", {c.n_ff, c.n_embd}, &l.w_down));

@@ -33,6 +33,7 @@ Result<int64_t> full_tensor_size(const Model& model, const std::string& name) {
   std::string rest;
   if (split_block_name(name, &layer, &rest) && layer < c.n_layers) {
     if (rest == "attn_norm.weight" || rest == "ffn_norm.weight") return c.n_embd;
+    if (c.has_post_norms && (rest == "post_attention_norm.weight" || rest == "post_ffw_norm.weight")) return c.n_embd;
     if (c.has_qk_norm && (rest == "attn_q_norm.weight" || rest == "attn_k_norm.weight")) return c.head_dim;
     if (c.has_qkv_bias && rest == "attn_q.bias") return c.q_dim();
     if (c.has_qkv_bias && (rest == "attn_k.bias" || rest == "attn_v.bias")) return c.kv_dim();

@@ -102,9 +102,13 @@ gguf::Writer make_tiny_model(const TinyModelSpec& s) {
       add(b + "attn_k.bias", {s.kv_heads * hd}, false, 0.1f);
       add(b + "attn_v.bias", {s.kv_heads * hd}, false, 0.1f);
     }
-    if (s.arch == "qwen3") {
+    if (s.arch == "qwen3" || s.arch == "gemma3") {
       add(b + "attn_q_norm.weight", {hd}, false, 0.1f, 1.0f);
       add(b + "attn_k_norm.weight", {hd}, false, 0.1f, 1.0f);
+    }
+    if (s.arch == "gemma2" || s.arch == "gemma3") {
+      add(b + "post_attention_norm.weight", {s.embd}, false, 0.1f, 1.0f);
+      add(b + "post_ffw_norm.weight", {s.embd}, false, 0.1f, 1.0f);
     }
     add(b + "ffn_norm.weight", {s.embd}, false, 0.1f, 1.0f);
     add(b + "ffn_gate.weight", {s.embd, s.ff}, true, ws);

@@ -84,18 +84,30 @@ class EmulatedDeviceDraft final : public DeviceDraft {
     v_cache_.assign(k_cache_.size(), NAN);
     for (int64_t l = 0; l < h.n_layers; ++l) {
       const auto& w = h.layers[size_t(l)];
-      layers_.push_back({w.attn_norm, w.ffn_norm, w.q_norm, w.k_norm, w.bq, w.bk, w.bv, plane(w.wq), plane(w.wk),
-                         plane(w.wv), plane(w.wo), plane(w.gate), plane(w.up), plane(w.down),
-                         k_cache_.data() + l * n_slots * s.kv_dim(), v_cache_.data() + l * n_slots * s.kv_dim()});
+      k::LayerDev d = k::layer_of(w);
+      d.wq = plane(w.wq);
+      d.wk = plane(w.wk);
+      d.wv = plane(w.wv);
+      d.wo = plane(w.wo);
+      d.gate = plane(w.gate);
+      d.up = plane(w.up);
+      d.down = plane(w.down);
+      d.k_cache = k_cache_.data() + l * n_slots * s.kv_dim();
+      d.v_cache = v_cache_.data() + l * n_slots * s.kv_dim();
+      layers_.push_back(d);
     }
     model_.layers = layers_.data();
+    slot_pos_.assign(size_t(n_slots), -1000000);  // far from any position until written
+    model_.slot_pos = slot_pos_.data();
     valid_.assign(size_t(n_slots), 0);
   }
 
   std::string name() const override { return "emulated"; }
 
-  Status upload_kv(int64_t layer, int64_t from, int64_t count, const float* k, const float* v) override {
+  Status upload_kv(int64_t layer, int64_t from, int64_t count, const float* k, const float* v,
+                   const int32_t* positions) override {
     const int64_t kv = model_.shape.kv_dim(), to = from + count;
+    if (positions) std::copy(positions, positions + count, slot_pos_.begin() + from);
     std::copy(k, k + count * kv, layers_[size_t(layer)].k_cache + from * kv);
     std::copy(v, v + count * kv, layers_[size_t(layer)].v_cache + from * kv);
     transfers_.activation_bytes += uint64_t(count * kv * 8);
@@ -144,6 +156,7 @@ class EmulatedDeviceDraft final : public DeviceDraft {
   k::ModelDev model_;
   std::vector<k::LayerDev> layers_;
   std::vector<float> k_cache_, v_cache_;
+  std::vector<int32_t> slot_pos_;
   std::list<std::vector<uint8_t>> sign_copies_;  // stable addresses
   std::vector<uint8_t> valid_;
   DeviceTransfers transfers_;
@@ -165,10 +178,11 @@ struct Fixture {
   std::vector<int32_t> prompt;
 };
 
-// bible-base converted (draft_bpw > 0: a mixed-precision draft) and loaded on the emulated tier.
-std::unique_ptr<Fixture> load_fixture(double draft_bpw = 0.0) {
+// A fixture (bible-base unless named) converted (draft_bpw > 0: a mixed-precision draft) and
+// loaded on the emulated tier.
+std::unique_ptr<Fixture> load_fixture(double draft_bpw = 0.0, const std::string& name = "bible-base.gguf") {
   auto f = std::make_unique<Fixture>();
-  auto base = open_weights(fixture("bible-base.gguf"));
+  auto base = open_weights(fixture(name));
   BITSPLIT_CHECK(base.is_ok(), "fixture");
   const std::string path = f->dir.file("base.split.gguf");
   ConvertOptions co;
@@ -266,6 +280,46 @@ TEST(EmulatedDraftPass, SpeculativeDecodingThroughTheDeviceDraftIsLossless) {
   auto r = generate_speculative(m, m, f->prompt, o, s, [](int32_t) { return true; });
   ASSERT_TRUE(r.is_ok());
   EXPECT_EQ(r->draft_pass, "host (device draft switched off)");
+}
+
+// Gemma 3 and Gemma 2 (the tiny fixtures: window 8, QK-norm, norms after each branch, GeGLU,
+// embedding scale; gemma2's soft caps): the device pass equals the CPU draft, and decoding past
+// the window through it is lossless.
+TEST(EmulatedDraftPass, GemmaDraftMatchesTheCpuAndDecodesLosslessly) {
+  for (const char* name : {"gemma3-tiny.gguf", "gemma2-tiny.gguf"}) {
+    SCOPED_TRACE(name);
+    BITSPLIT_REQUIRE_FILE(fixture(name));
+    auto f = load_fixture(0.0, name);
+    f->tier->g64 = false;
+    const Model& m = *f->model;
+    ASSERT_GT(m.config().sliding_window, 0);
+    ASSERT_GT(int64_t(f->prompt.size()), m.config().sliding_window) << "the prompt should cross the window";
+    auto d = describe_device_draft(m);
+    ASSERT_TRUE(d.is_ok()) << d.status().message();
+    EXPECT_TRUE(d->gelu);
+    EXPECT_NE(d->layers[0].post_attn_norm, nullptr);
+    const int64_t slots = 64;
+    auto dev = testing::device_draft_of(m, slots);
+    ASSERT_TRUE(dev.is_ok()) << dev.status().message();
+    testing::expect_device_draft_matches_cpu(m, **dev, f->prompt, slots, 0.0f);
+
+    SamplingParams sp;
+    sp.temperature = 0;
+    std::vector<int32_t> plain, spec_out;
+    Sampler a(sp), b(sp);
+    GenerateOptions g;
+    g.n_predict = 24;
+    ASSERT_TRUE(generate(m, f->prompt, g, a, [&](int32_t t) { plain.push_back(t); return true; }).is_ok());
+    SpeculativeOptions o;
+    o.n_predict = 24;
+    o.policy.shape = speculation::DraftShape::kTree;
+    o.policy.budget = 8;
+    o.policy.max_depth = 3;
+    auto r = generate_speculative(m, m, f->prompt, o, b, [&](int32_t t) { spec_out.push_back(t); return true; });
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_EQ(r->draft_pass, "device (emulated)");
+    EXPECT_EQ(spec_out, plain);
+  }
 }
 
 // bible-devil as a BitDelta variant of the converted base (per-row α).

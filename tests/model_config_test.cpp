@@ -27,7 +27,7 @@ TEST(ModelConfig, UnknownArchitectureListsSupportedOnes) {
   auto w = testing::make_tiny_model({});
   w.metadata().set("general.architecture", gguf::Value::string("mamba"));
   const std::string e = load_error(w);
-  EXPECT_NE(e.find("architecture 'mamba' is not supported (supported: llama, qwen2, qwen3)"), std::string::npos) << e;
+  EXPECT_NE(e.find("architecture 'mamba' is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3)"), std::string::npos) << e;
 }
 
 TEST(ModelConfig, MissingAndMistypedKeys) {
@@ -43,6 +43,56 @@ TEST(ModelConfig, MissingAndMistypedKeys) {
   auto w4 = testing::make_tiny_model({});
   w4.metadata().set("llama.block_count", gguf::Value::u32(3));
   EXPECT_NE(load_error(w4).find("tensor 'blk.2.attn_norm.weight' is missing"), std::string::npos) << load_error(w4);
+}
+
+// Gemma: which layers slide, and every bad value of its keys named.
+TEST(ModelConfig, GemmaSlidingWindowAndItsErrors) {
+  testing::TinyModelSpec spec;
+  spec.arch = "gemma3";
+  spec.layers = 7;
+  auto w = testing::make_tiny_model(spec);
+  w.metadata().set("gemma3.attention.sliding_window", gguf::Value::u32(4));
+  auto c = read_model_config(*testing::weights_from_writer(w));
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  EXPECT_EQ(c->swa_layers, (std::vector<uint8_t>{1, 1, 1, 1, 1, 0, 1}));
+  EXPECT_FLOAT_EQ(c->rope_base_swa, 10000.0f);
+  EXPECT_FLOAT_EQ(c->layer_rope_base(5), c->rope_base);
+  EXPECT_EQ(load_error(w), "");
+
+  auto period = w;
+  period.metadata().set("gemma3.attention.sliding_window_pattern", gguf::Value::u32(3));
+  c = read_model_config(*testing::weights_from_writer(period));
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_EQ(c->swa_layers, (std::vector<uint8_t>{1, 1, 0, 1, 1, 0, 1}));
+
+  auto bools = w;
+  bools.metadata().set("gemma3.attention.sliding_window_pattern",
+                       gguf::Value::array(gguf::ValueType::kBool, {gguf::Value::boolean(true), gguf::Value::boolean(false)}));
+  EXPECT_NE(load_error(bools).find("gemma3.attention.sliding_window_pattern has 2 entries, expected one per layer (7)"),
+            std::string::npos)
+      << load_error(bools);
+  auto zero = w;
+  zero.metadata().set("gemma3.attention.sliding_window_pattern", gguf::Value::i32(0));
+  EXPECT_NE(load_error(zero).find("sliding_window_pattern is 0, must be positive"), std::string::npos) << load_error(zero);
+  auto negative = w;
+  negative.metadata().set("gemma3.attention.sliding_window", gguf::Value::i32(-1));
+  EXPECT_NE(load_error(negative).find("gemma3.attention.sliding_window is -1"), std::string::npos) << load_error(negative);
+  auto cap = w;
+  cap.metadata().set("gemma3.final_logit_softcapping", gguf::Value::f32(-30.0f));
+  EXPECT_NE(load_error(cap).find("gemma3.final_logit_softcapping must be a finite value >= 0"), std::string::npos)
+      << load_error(cap);
+
+  // A llama file relabelled gemma2 lacks the norms after each branch: the tensor is named.
+  spec.arch = "llama";
+  spec.layers = 2;
+  auto relabelled = testing::make_tiny_model(spec);
+  relabelled.metadata().set("general.architecture", gguf::Value::string("gemma2"));
+  const auto entries = relabelled.metadata().entries();
+  for (const auto& [key, value] : entries) {
+    if (key.rfind("llama.", 0) == 0) relabelled.metadata().set("gemma2." + key.substr(6), value);
+  }
+  EXPECT_NE(load_error(relabelled).find("tensor 'blk.0.post_attention_norm.weight' is missing"), std::string::npos)
+      << load_error(relabelled);
 }
 
 TEST(ModelConfig, WrongTensorShapeIsNamed) {

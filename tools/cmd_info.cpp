@@ -1,4 +1,5 @@
 // `bitsplit info`: what a model file holds: container, architecture, shapes, tensors, tokenizer.
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -97,13 +98,29 @@ int info(const InfoOptions& o) {
     std::printf("embedding:     %lld\n", (long long)c.n_embd);
     std::printf("heads:         %lld query, %lld key/value (head size %lld)\n", (long long)c.n_heads,
                 (long long)c.n_kv_heads, (long long)c.head_dim);
-    std::printf("ffn:           %lld (SwiGLU)\n", (long long)c.n_ff);
+    std::printf("ffn:           %lld (%s)\n", (long long)c.n_ff,
+                c.ffn_act == FfnActivation::kGeluTanh ? "GeGLU, tanh GELU" : "SwiGLU");
     std::printf("vocabulary:    %lld\n", (long long)c.n_vocab);
     std::printf("context:       %lld\n", (long long)c.n_ctx_train);
     std::printf("rope:          %s order, %lld dims, base %g, scale %g\n",
                 c.rope_order == cpu::RopeOrder::kNormal ? "normal" : "neox", (long long)c.n_rot, c.rope_base,
                 c.rope_freq_scale);
     std::printf("rms epsilon:   %g\n", c.rms_eps);
+    if (c.has_qkv_bias) std::printf("attention:     q/k/v biases\n");
+    if (c.has_qk_norm) std::printf("attention:     RMSNorm of each query and key head\n");
+    if (c.attn_scale != 0.0f && std::fabs(c.attn_scale * std::sqrt(float(c.head_dim)) - 1.0f) > 1e-6f) {
+      std::printf("attention:     scores scaled by %g (not 1/sqrt(head size))\n", c.attn_scale);
+    }
+    if (c.sliding_window > 0) {
+      std::string pattern;
+      for (uint8_t s : c.swa_layers) pattern += s ? 'S' : 'G';
+      std::printf("sliding window: %lld positions in the S layers (RoPE base %g), global in the G: %s\n",
+                  (long long)c.sliding_window, c.rope_base_swa, pattern.c_str());
+    }
+    if (c.embd_scale != 1.0f) std::printf("embedding scale: %g (sqrt of the embedding width)\n", c.embd_scale);
+    if (c.has_post_norms) std::printf("norms:         also after attention and after the FFN (before each residual add)\n");
+    if (c.attn_softcap > 0.0f) std::printf("soft cap:      attention scores %g\n", c.attn_softcap);
+    if (c.final_softcap > 0.0f) std::printf("soft cap:      logits %g\n", c.final_softcap);
     std::printf("output head:   %s\n", c.tied_output ? "tied to token_embd" : "separate (output.weight)");
     // RAM as `run` loads it, at the full training context (a run sizes its KV cache to itself).
     if (auto plan = plan_memory(w, c, {}); plan) {

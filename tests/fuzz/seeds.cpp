@@ -334,6 +334,17 @@ std::vector<Seed> model_seeds() {
   out.push_back({"llama-q8_0", testing::tiny_model_bytes(tiny_spec("llama", TensorType::Q8_0, false))});
   out.push_back({"qwen2-f32", testing::tiny_model_bytes(tiny_spec("qwen2", TensorType::F32, false))});
   out.push_back({"qwen3-bf16", testing::tiny_model_bytes(tiny_spec("qwen3", TensorType::BF16, false))});
+  // Gemma: a sliding window (gemma3) and soft caps with a window (gemma2).
+  {
+    auto g3 = testing::make_tiny_model(tiny_spec("gemma3", TensorType::F16, true));
+    g3.metadata().set("gemma3.attention.sliding_window", gguf::Value::u32(3));
+    out.push_back({"gemma3-f16-swa", g3.to_bytes()});
+    auto g2 = testing::make_tiny_model(tiny_spec("gemma2", TensorType::F32, false));
+    g2.metadata().set("gemma2.attention.sliding_window", gguf::Value::u32(2));
+    g2.metadata().set("gemma2.attn_logit_softcapping", gguf::Value::f32(50.0f));
+    g2.metadata().set("gemma2.final_logit_softcapping", gguf::Value::f32(30.0f));
+    out.push_back({"gemma2-f32-softcap", g2.to_bytes()});
+  }
   out.push_back({"bitsplit-g32-d2-r8", tiny_split_model(32, 2, 8)});
   out.push_back({"bitsplit-g64-d4-r6", tiny_split_model(64, 4, 6)});
   // The last byte picks Model::load's options (harness_model.h): every combination once.

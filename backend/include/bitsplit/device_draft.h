@@ -46,8 +46,10 @@ class DeviceDraft {
   virtual ~DeviceDraft() = default;
   virtual std::string name() const = 0;
   int64_t n_slots() const { return n_slots_; }
-  // Copies `count` slots from first_slot on of one layer: k and v are [count x kv_dim] (host).
-  virtual Status upload_kv(int64_t layer, int64_t first_slot, int64_t count, const float* k, const float* v) = 0;
+  // Copies `count` slots from first_slot on of one layer: k and v are [count x kv_dim] (host);
+  // positions (count values, may be null) are the slots' token positions (sliding window).
+  virtual Status upload_kv(int64_t layer, int64_t first_slot, int64_t count, const float* k, const float* v,
+                           const int32_t* positions) = 0;
   // Runs the rows; the top k of every row (k <= kMaxTopK), and with `logits` non-null the
   // logits [rows x n_vocab] too (sampling needs the whole distribution).
   virtual Status forward(const DraftRows& rows, int k, DraftTopK& top, std::vector<float>* logits) = 0;

@@ -34,6 +34,13 @@ void rms_norm_f32(const float* x, const float* weight, int64_t n, float eps, flo
 void softmax_f32(float* x, int64_t n);
 
 inline float silu(float x) { return x / (1.0f + __builtin_expf(-x)); }
+// GELU with the tanh approximation (PyTorch's approximate="tanh", gemma's GeGLU).
+inline float gelu_tanh(float x) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  return 0.5f * x * (1.0f + __builtin_tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+}
+// c · tanh(x / c): gemma2's soft cap of attention scores and logits.
+inline float softcap(float x, float c) { return c * __builtin_tanhf(x / c); }
 
 enum class RopeOrder {
   kNormal,  // rotates adjacent pairs (x[2i], x[2i+1])   — llama

@@ -106,6 +106,10 @@ struct DraftModelHost {
   float rope_base = 10000.0f, rope_freq_scale = 1.0f, rms_eps = 1e-5f;
   bool rope_neox = false;
   int group = 64;  // shared by every plane
+  // Gemma (bitsplit::ModelConfig's fields of the same names); the defaults are llama's.
+  float embd_scale = 1.0f, attn_scale = 0.0f /* 0: 1/sqrt(head_dim) */, attn_softcap = 0.0f, final_softcap = 0.0f;
+  bool gelu = false;           // GeGLU (tanh GELU) instead of SwiGLU
+  int64_t sliding_window = 0;  // in the layers with swa set
   const float* token_embd = nullptr;         // [n_vocab x n_embd]
   const float* output_norm = nullptr;        // n_embd
   const float* rope_freq_factors = nullptr;  // n_rot / 2, or null
@@ -123,6 +127,10 @@ struct DraftModelHost {
   struct Layer {
     const float* attn_norm = nullptr;
     const float* ffn_norm = nullptr;
+    const float* post_attn_norm = nullptr;  // gemma's norms after each branch, or null
+    const float* post_ffn_norm = nullptr;
+    bool swa = false;  // a sliding-window layer
+    float rope_base = 10000.0f, rope_freq_scale = 1.0f;
     const float* q_norm = nullptr;  // null without QK-norm
     const float* k_norm = nullptr;
     const float* bq = nullptr;  // null without biases
@@ -145,8 +153,11 @@ class DraftModel {
   static Result<std::unique_ptr<DraftModel>> create(DraftMatmul& planes, const DraftModelHost& model, int64_t n_slots,
                                                     int64_t max_rows);
   virtual ~DraftModel() = default;
-  // Copies `count` slots from first_slot on of one layer: k and v are [count x kv_dim] (host).
-  virtual Status upload_kv(int64_t layer, int64_t first_slot, int64_t count, const float* k, const float* v) = 0;
+  // Copies `count` slots from first_slot on of one layer: k and v are [count x kv_dim] (host);
+  // positions (count values, or null) are the slots' token positions, which sliding-window
+  // layers compare.
+  virtual Status upload_kv(int64_t layer, int64_t first_slot, int64_t count, const float* k, const float* v,
+                           const int32_t* positions) = 0;
   // One batch: row r is token tokens[r] at RoPE position positions[r], written to slot slots[r],
   // attending to slots j < kv_len with mask[r * kv_len + j] != 0. Writes the top_k tokens of
   // each row (largest logit first) and their log-softmax values ([rows x top_k]); with

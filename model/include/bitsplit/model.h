@@ -22,8 +22,11 @@
 
 namespace bitsplit {
 
-enum class Architecture { kLlama, kQwen2, kQwen3 };
-inline constexpr const char* kSupportedArchitectures = "llama, qwen2, qwen3";
+enum class Architecture { kLlama, kQwen2, kQwen3, kGemma2, kGemma3 };
+inline constexpr const char* kSupportedArchitectures = "llama, qwen2, qwen3, gemma2, gemma3";
+
+// The FFN's gate activation: SwiGLU (llama, qwen) or GeGLU with the tanh GELU (gemma).
+enum class FfnActivation { kSilu, kGeluTanh };
 
 struct ModelConfig {
   Architecture arch = Architecture::kLlama;
@@ -43,10 +46,28 @@ struct ModelConfig {
   float rms_eps = 1e-5f;
   bool tied_output = false;   // no output.weight: logits use token_embd.weight
   bool has_qkv_bias = false;  // qwen2
-  bool has_qk_norm = false;   // qwen3
+  bool has_qk_norm = false;   // qwen3, gemma3
+  // Gemma: the embedding row is multiplied by embd_scale (sqrt(n_embd)); the attention and FFN
+  // outputs pass through their own RMSNorm (post_attention_norm, post_ffw_norm) before the
+  // residual add; the FFN is GeGLU.
+  float embd_scale = 1.0f;
+  bool has_post_norms = false;
+  FfnActivation ffn_act = FfnActivation::kSilu;
+  float attn_scale = 0.0f;     // scores = q·k · attn_scale (1/sqrt(head_dim) unless the family says otherwise)
+  float attn_softcap = 0.0f;   // > 0: scores = c · tanh(scores / c) before the mask (gemma2)
+  float final_softcap = 0.0f;  // > 0: logits = c · tanh(logits / c) (gemma2)
+  // Sliding-window attention (gemma2, gemma3): in the layers with swa_layers[l] != 0 a token at
+  // position p sees only cache slots at positions > p - sliding_window; those layers use
+  // rope_base_swa and no RoPE scaling.
+  int64_t sliding_window = 0;
+  std::vector<uint8_t> swa_layers;  // n_layers entries, or empty (no sliding window)
+  float rope_base_swa = 10000.0f;
 
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
+  bool is_swa(int64_t layer) const { return !swa_layers.empty() && swa_layers[size_t(layer)] != 0; }
+  float layer_rope_base(int64_t layer) const { return is_swa(layer) ? rope_base_swa : rope_base; }
+  float layer_rope_freq_scale(int64_t layer) const { return is_swa(layer) ? 1.0f : rope_freq_scale; }
 };
 
 // Reads and validates the configuration; errors name the key and the supported values.
@@ -55,6 +76,7 @@ Result<ModelConfig> read_model_config(const WeightSource& source);
 struct LayerWeights {
   std::vector<float> attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm;
   std::vector<float> ffn_norm, w_gate, w_up, w_down;
+  std::vector<float> post_attn_norm, post_ffn_norm;  // gemma only
 };
 
 // Which model a forward pass computes on a model with bit-split planes.
@@ -154,8 +176,12 @@ class KvCache {
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
   KvCache copy() const;  // for tests (comparing caches)
-  // Copies slot `from`'s K and V (every layer) to slot `to`.
+  // Copies slot `from`'s K, V (every layer) and position to slot `to`.
   void move_slot(int64_t from, int64_t to);
+  // The RoPE position of the token last written to a slot (sliding-window attention reads it).
+  int32_t position(int64_t slot) const { return pos_[size_t(slot)]; }
+  void set_position(int64_t slot, int32_t pos) { pos_[size_t(slot)] = pos; }
+  const int32_t* positions_from(int64_t slot) const { return pos_.data() + slot; }
 
   int64_t n_layers() const { return n_layers_; }
   int64_t n_slots() const { return n_slots_; }
@@ -169,6 +195,7 @@ class KvCache {
   KvCache() = default;
   int64_t n_layers_ = 0, n_slots_ = 0, kv_dim_ = 0;
   std::vector<float> k_, v_;
+  std::vector<int32_t> pos_;
 };
 
 // Tokens evaluated together. Token i is written to cache slot slots[i] at RoPE position
