@@ -3,6 +3,7 @@
 
 #include "bitsplit/weights.h"
 
+#include "bitsplit/fused_tensors.h"
 #include "bitsplit/split_gguf.h"
 
 namespace bitsplit {
@@ -41,8 +42,11 @@ Result<std::unique_ptr<WeightSource>> open_weights(const std::string& path) {
   // A part of a split set (split.count > 1) opens the whole set; a one-part "set" is a file.
   BITSPLIT_ASSIGN_OR_RETURN(int64_t parts, file.metadata().get_int_or(kSplitCountKey, 1));
   BITSPLIT_ASSIGN_OR_RETURN(int64_t part, file.metadata().get_int_or(kSplitNoKey, 0));
-  if (parts > 1 || part != 0) return open_split_set(std::move(file));
-  return weights_from_gguf(std::move(file));
+  if (parts > 1 || part != 0) {
+    BITSPLIT_ASSIGN_OR_RETURN(auto set, open_split_set(std::move(file)));
+    return unfuse_projections(std::move(set));
+  }
+  return unfuse_projections(weights_from_gguf(std::move(file)));
 }
 
 std::unique_ptr<WeightSource> weights_from_gguf(gguf::File file) {

@@ -21,6 +21,7 @@ constexpr ArchInfo kArchs[] = {
     {"qwen3", Architecture::kQwen3, cpu::RopeOrder::kNeox},
     {"gemma2", Architecture::kGemma2, cpu::RopeOrder::kNeox},
     {"gemma3", Architecture::kGemma3, cpu::RopeOrder::kNeox},
+    {"phi3", Architecture::kPhi3, cpu::RopeOrder::kNeox},
 };
 
 // No dimension of a model reaches 2^31; bounding them keeps every product of two (q_dim, a
@@ -39,12 +40,47 @@ Status positive(const char* what, int64_t v) {
 // The RoPE base of the sliding-window layers: gemma3's local base (10000 unless the file says),
 // gemma2's single base.
 Status read_swa_rope(const gguf::Metadata& m, const std::string& p, ModelConfig& c) {
+  // The sliding layers of phi3 and gemma2 share the global base; their RoPE scaling too (phi3's
+  // LongRoPE is rejected before this).
   const double fallback = c.arch == Architecture::kGemma3 ? 10000.0 : c.rope_base;
   auto base = m.get_float_or(p + "rope.freq_base_swa", fallback);
   if (!base) return base.status();
   if (!(*base > 0.0) || !std::isfinite(*base)) return Status::error(p + "rope.freq_base_swa must be positive");
   c.rope_base_swa = float(*base);
+  c.rope_freq_scale_swa = c.arch == Architecture::kGemma3 ? 1.0f : c.rope_freq_scale;
   return Status::ok();
+}
+
+// The sliding window (attention.sliding_window; absent or 0: none) and which layers use it: by
+// default every layer but the last of each `period` (period 0: every layer); a file may say
+// otherwise with attention.sliding_window_pattern (the period, or one bool per layer).
+Status read_sliding_window(const gguf::Metadata& m, const std::string& p, ModelConfig& c, int64_t period) {
+  auto window = m.get_int_or(p + "attention.sliding_window", 0);
+  if (!window) return window.status();
+  if (*window < 0) return Status::error(p + "attention.sliding_window is " + std::to_string(*window) + ", must be >= 0");
+  c.sliding_window = *window;
+  if (c.sliding_window == 0) return Status::ok();
+  c.swa_layers.assign(size_t(c.n_layers), 0);
+  const std::string pattern_key = p + "attention.sliding_window_pattern";
+  if (const gguf::Value* v = m.find(pattern_key)) {
+    const auto* items = std::get_if<gguf::Array>(&v->data);
+    if (items && items->elem_type == gguf::ValueType::kBool) {
+      if (int64_t(items->items.size()) != c.n_layers) {
+        return Status::error(pattern_key + " has " + std::to_string(items->items.size()) +
+                             " entries, expected one per layer (" + std::to_string(c.n_layers) + ")");
+      }
+      for (int64_t l = 0; l < c.n_layers; ++l) {
+        c.swa_layers[size_t(l)] = std::get<bool>(items->items[size_t(l)].data) ? 1 : 0;
+      }
+      return read_swa_rope(m, p, c);
+    }
+    auto n = m.get_int(pattern_key);
+    if (!n) return Status::error(pattern_key + " must be a period (an integer) or one bool per layer");
+    if (*n <= 0) return Status::error(pattern_key + " is " + std::to_string(*n) + ", must be positive");
+    period = *n;
+  }
+  for (int64_t l = 0; l < c.n_layers; ++l) c.swa_layers[size_t(l)] = period == 0 || l % period < period - 1 ? 1 : 0;
+  return read_swa_rope(m, p, c);
 }
 
 // Gemma 2 and 3: embedding scale, softcaps, the sliding window and which layers use it, the
@@ -65,36 +101,9 @@ Status read_gemma_config(const gguf::Metadata& m, const std::string& p, ModelCon
   const int64_t layers_27b = gemma3 ? 62 : 46;
   if (c.n_layers == layers_27b && c.n_embd % c.n_heads == 0) c.attn_scale = 1.0f / std::sqrt(float(c.n_embd / c.n_heads));
 
-  auto window = m.get_int_or(p + "attention.sliding_window", 0);
-  if (!window) return window.status();
-  if (*window < 0) return Status::error(p + "attention.sliding_window is " + std::to_string(*window) + ", must be >= 0");
-  c.sliding_window = *window;
-  if (c.sliding_window == 0) return Status::ok();
   // Which layers slide: gemma2 every other one from the first, gemma3 five of every six (the
-  // sixth global); a file may say otherwise with attention.sliding_window_pattern (the period,
-  // or one bool per layer).
-  int64_t period = gemma3 ? 6 : 2;
-  c.swa_layers.assign(size_t(c.n_layers), 0);
-  const std::string pattern_key = p + "attention.sliding_window_pattern";
-  if (const gguf::Value* v = m.find(pattern_key)) {
-    const auto* items = std::get_if<gguf::Array>(&v->data);
-    if (items && items->elem_type == gguf::ValueType::kBool) {
-      if (int64_t(items->items.size()) != c.n_layers) {
-        return Status::error(pattern_key + " has " + std::to_string(items->items.size()) +
-                             " entries, expected one per layer (" + std::to_string(c.n_layers) + ")");
-      }
-      for (int64_t l = 0; l < c.n_layers; ++l) {
-        c.swa_layers[size_t(l)] = std::get<bool>(items->items[size_t(l)].data) ? 1 : 0;
-      }
-      return read_swa_rope(m, p, c);
-    }
-    auto n = m.get_int(pattern_key);
-    if (!n) return Status::error(pattern_key + " must be a period (an integer) or one bool per layer");
-    if (*n <= 0) return Status::error(pattern_key + " is " + std::to_string(*n) + ", must be positive");
-    period = *n;
-  }
-  for (int64_t l = 0; l < c.n_layers; ++l) c.swa_layers[size_t(l)] = l % period < period - 1 ? 1 : 0;
-  return read_swa_rope(m, p, c);
+  // sixth global).
+  return read_sliding_window(m, p, c, gemma3 ? 6 : 2);
 }
 
 }  // namespace
@@ -195,6 +204,16 @@ Result<ModelConfig> read_model_config(const WeightSource& source) {
   c.attn_scale = 1.0f / std::sqrt(float(c.head_dim));
   if (gemma) {
     if (auto s = read_gemma_config(m, p, c); !s) return ctx(s);
+  }
+  if (c.arch == Architecture::kPhi3) {
+    // Phi-3's 128k models rotate by per-frequency factors that depend on the context (LongRoPE).
+    for (const char* t : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
+      if (source.find_tensor(t)) {
+        return ctx(Status::error(std::string("tensor '") + t + "': phi3 LongRoPE (the 128k-context models) is not supported"));
+      }
+    }
+    // Every layer slides when the file names a window (Phi-3-mini: 2047).
+    if (auto s = read_sliding_window(m, p, c, 0); !s) return ctx(s);
   }
 
   const gguf::TensorInfo* embd = source.find_tensor("token_embd.weight");

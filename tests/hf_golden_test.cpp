@@ -1,4 +1,4 @@
-// Gemma 2 and Gemma 3 against an independent implementation: Hugging Face transformers' own
+// Gemma 2, Gemma 3 and Phi-3 against an independent implementation: Hugging Face transformers' own
 // modeling code (tools/hf_reference.py, float32, eager attention) on the same GGUF weights.
 // Always: the tiny random gemma2/gemma3 fixtures in tests/models (sliding window 8, so the
 // window is crossed; gemma2 with both soft caps). With BITSPLIT_REAL_MODELS: the real
@@ -117,6 +117,23 @@ TEST(HfGolden, TinyGemma2MatchesTransformers) {
   const std::string dir = testing::source_dir() + "/tests/models/";
   BITSPLIT_REQUIRE_FILE(dir + "gemma2-tiny.gguf");
   expect_matches_reference(dir + "gemma2-tiny.gguf", dir + "hf/gemma2-tiny.json", 1e-4);
+}
+
+// Phi-3: fused q/k/v and gate/up (read as separate tensors), every layer sliding (window 6).
+TEST(HfGolden, TinyPhi3MatchesTransformers) {
+  const std::string dir = testing::source_dir() + "/tests/models/";
+  BITSPLIT_REQUIRE_FILE(dir + "phi3-tiny.gguf");
+  expect_matches_reference(dir + "phi3-tiny.gguf", dir + "hf/phi3-tiny.json", 1e-4);
+  auto source = open_weights(dir + "phi3-tiny.gguf");
+  ASSERT_TRUE(source.is_ok());
+  EXPECT_TRUE((*source)->find_tensor("blk.0.attn_qkv.weight") == nullptr);
+  ASSERT_TRUE((*source)->find_tensor("blk.0.attn_k.weight") != nullptr);
+  EXPECT_EQ((*source)->find_tensor("blk.0.attn_k.weight")->dims, (std::vector<int64_t>{64, 32}));
+  EXPECT_EQ((*source)->find_tensor("blk.0.ffn_gate.weight")->dims, (std::vector<int64_t>{64, 96}));
+  auto c = read_model_config(**source);
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  EXPECT_EQ(c->swa_layers, (std::vector<uint8_t>{1, 1, 1}));
+  EXPECT_EQ(c->sliding_window, 6);
 }
 
 // The configuration the fixtures exercise: sliding-window layers where the families put them.

@@ -1,6 +1,7 @@
 // Model configuration and loading errors: each names the key or tensor and what is wrong.
 #include <gtest/gtest.h>
 
+#include "bitsplit/fused_tensors.h"
 #include "bitsplit/model.h"
 #include "gguf_testing.h"
 
@@ -27,7 +28,7 @@ TEST(ModelConfig, UnknownArchitectureListsSupportedOnes) {
   auto w = testing::make_tiny_model({});
   w.metadata().set("general.architecture", gguf::Value::string("mamba"));
   const std::string e = load_error(w);
-  EXPECT_NE(e.find("architecture 'mamba' is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3)"), std::string::npos) << e;
+  EXPECT_NE(e.find("architecture 'mamba' is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, phi3)"), std::string::npos) << e;
 }
 
 TEST(ModelConfig, MissingAndMistypedKeys) {
@@ -93,6 +94,29 @@ TEST(ModelConfig, GemmaSlidingWindowAndItsErrors) {
   }
   EXPECT_NE(load_error(relabelled).find("tensor 'blk.0.post_attention_norm.weight' is missing"), std::string::npos)
       << load_error(relabelled);
+}
+
+// Phi-3: a fused q/k/v tensor whose rows do not add up, and the LongRoPE models, are named.
+TEST(ModelConfig, Phi3FusedTensorsAndLongRopeErrors) {
+  testing::TinyModelSpec spec;
+  spec.arch = "phi3";
+  auto w = testing::make_tiny_model(spec);
+  EXPECT_EQ(load_error(w), "");  // separate tensors: a plain llama layout
+  auto bad = w;
+  ASSERT_TRUE(bad.add_tensor("blk.0.attn_qkv.weight", gguf::TensorType::F32, {32, 50},
+                             testing::encode_tensor(gguf::TensorType::F32, std::vector<float>(32 * 50)))
+                  .is_ok());
+  auto unfused = unfuse_projections(testing::weights_from_writer(bad));
+  ASSERT_FALSE(unfused.is_ok());
+  EXPECT_NE(unfused.status().message().find("tensor 'blk.0.attn_qkv.weight' has shape [32, 50], expected [32, 64]"),
+            std::string::npos)
+      << unfused.status().message();
+  auto longrope = w;
+  ASSERT_TRUE(longrope.add_tensor("rope_factors_long.weight", gguf::TensorType::F32, {4},
+                                  testing::encode_tensor(gguf::TensorType::F32, std::vector<float>(4, 1.0f)))
+                  .is_ok());
+  EXPECT_NE(load_error(longrope).find("phi3 LongRoPE (the 128k-context models) is not supported"), std::string::npos)
+      << load_error(longrope);
 }
 
 TEST(ModelConfig, WrongTensorShapeIsNamed) {

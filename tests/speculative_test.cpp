@@ -236,9 +236,10 @@ TEST(Speculative, GreedyEqualsPlainWithAMixedDraft) {
 }
 
 // Gemma 2 and 3 (sliding window 8 in the fixtures, so speculation runs far past it; gemma2
-// with soft caps): speculative greedy output is plain decoding's, also with a mixed draft.
-TEST(Speculative, GreedyEqualsPlainOnGemma) {
-  for (const char* name : {"gemma3-tiny", "gemma2-tiny"}) {
+// with soft caps) and Phi-3 (fused projections, window 6 in every layer): speculative greedy
+// output is plain decoding's, also with a mixed draft.
+TEST(Speculative, GreedyEqualsPlainOnGemmaAndPhi3) {
+  for (const char* name : {"gemma3-tiny", "gemma2-tiny", "phi3-tiny"}) {
     SCOPED_TRACE(name);
     const std::string path = testing::source_dir() + "/tests/models/" + name + ".gguf";
     BITSPLIT_REQUIRE_FILE(path);

@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
-"""Independent reference for the gemma2 / gemma3 forward passes: Hugging Face `transformers`.
+"""Independent reference for the gemma2 / gemma3 / phi3 forward passes: Hugging Face `transformers`.
 
 Two jobs, both on the CPU in float32:
 
   golden   MODEL.gguf OUT.json --prompt TEXT ... [--generate N] [--top K] [--spm TOKENIZER.model]
            Dequantises every tensor of a GGUF (gguf-py), loads it into transformers' own
-           Gemma2ForCausalLM / Gemma3ForCausalLM (eager attention, so the sliding window and
-           the soft caps are transformers' code, not ours), tokenises each prompt with the
+           Gemma2ForCausalLM / Gemma3ForCausalLM / Phi3ForCausalLM (eager attention, so the
+           sliding window, the soft caps and the fused projections are transformers' code, not ours), tokenises each prompt with the
            tokenizer transformers builds from the GGUF, and writes per prompt: the prompt's
            token ids, the greedy continuation of N tokens, and for every position the K largest
            logits (ids and values). tests/hf_golden_test.cpp compares the engine against it.
 
-  fixture  OUT.gguf --arch gemma2|gemma3 --vocab-from TOKENIZER.gguf [--seed S]
+  fixture  OUT.gguf --arch gemma2|gemma3|phi3 --vocab-from TOKENIZER.gguf [--seed S]
            A small randomly initialised model of that family (transformers' own init, weights
            scaled so the logits are peaked), written as an f32 GGUF with the tokenizer metadata
            of another GGUF (the fixtures' SentencePiece vocabulary), for CI without the real
@@ -61,10 +61,47 @@ def layer_types(arch, n_layers, pattern=None):
     return ["sliding_attention" if i % period < period - 1 else "full_attention" for i in range(n_layers)]
 
 
+# Phi-3: fused q/k/v and gate/up, llama-style norms (stored as they are).
+PHI3_NAMES = {
+    "attn_norm": "input_layernorm",
+    "attn_qkv": "self_attn.qkv_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_norm": "post_attention_layernorm",
+    "ffn_up": "mlp.gate_up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+
+
+def phi3_config(reader):
+    from transformers import Phi3Config
+    p = "phi3."
+    n_embd = int(field(reader, p + "embedding_length"))
+    window = int(field(reader, p + "attention.sliding_window", 0))
+    cfg = Phi3Config(
+        vocab_size=int(next(t for t in reader.tensors if t.name == "token_embd.weight").shape[1]),
+        hidden_size=n_embd,
+        intermediate_size=int(field(reader, p + "feed_forward_length")),
+        num_hidden_layers=int(field(reader, p + "block_count")),
+        num_attention_heads=int(field(reader, p + "attention.head_count")),
+        num_key_value_heads=int(field(reader, p + "attention.head_count_kv")),
+        rms_norm_eps=float(field(reader, p + "attention.layer_norm_rms_epsilon")),
+        max_position_embeddings=int(field(reader, p + "context_length", 4096)),
+        original_max_position_embeddings=int(field(reader, p + "context_length", 4096)),
+        rope_parameters={"rope_type": "default", "rope_theta": float(field(reader, p + "rope.freq_base", 10000.0))},
+        sliding_window=window or None,
+        tie_word_embeddings=not any(t.name == "output.weight" for t in reader.tensors),
+        pad_token_id=0, bos_token_id=1, eos_token_id=2,
+    )
+    cfg._attn_implementation = "eager"
+    return "phi3", cfg
+
+
 def hf_config(reader):
     arch = field(reader, "general.architecture")
+    if arch == "phi3":
+        return phi3_config(reader)
     if arch not in ("gemma2", "gemma3"):
-        sys.exit(f"error: architecture {arch!r}: this script covers gemma2 and gemma3")
+        sys.exit(f"error: architecture {arch!r}: this script covers gemma2, gemma3 and phi3")
     p = arch + "."
     n_embd = int(field(reader, p + "embedding_length"))
     n_heads = int(field(reader, p + "attention.head_count"))
@@ -113,8 +150,11 @@ def load_hf_model(path):
     arch, cfg = hf_config(reader)
     if arch == "gemma3":
         from transformers import Gemma3ForCausalLM as Cls
+    elif arch == "phi3":
+        from transformers import Phi3ForCausalLM as Cls
     else:
         from transformers import Gemma2ForCausalLM as Cls
+    names = PHI3_NAMES if arch == "phi3" else LAYER_NAMES
     torch.manual_seed(0)
     model = Cls(cfg).eval()
     state = {}
@@ -123,7 +163,7 @@ def load_hf_model(path):
         w = w.reshape([int(d) for d in reversed(t.shape)])
         name = t.name[: -len(".weight")] if t.name.endswith(".weight") else t.name
         # The GGUF stores gemma's RMSNorm weights as 1 + w (transformers multiplies by 1 + w).
-        if name.endswith("norm"):
+        if name.endswith("norm") and arch != "phi3":
             w = w - 1.0
         if name == "token_embd":
             hf = "model.embed_tokens.weight"
@@ -133,7 +173,7 @@ def load_hf_model(path):
             hf = "lm_head.weight"
         elif name.startswith("blk."):
             _, layer, rest = name.split(".", 2)
-            hf = f"model.layers.{layer}.{LAYER_NAMES[rest]}.weight"
+            hf = f"model.layers.{layer}.{names[rest]}.weight"
         else:
             sys.exit(f"error: tensor {t.name!r} has no transformers counterpart here")
         state[hf] = torch.from_numpy(np.ascontiguousarray(w))
@@ -200,8 +240,10 @@ def fixture(args):
     vocab = len(tokens)
     arch = args.arch
     torch.manual_seed(args.seed)
-    n_layers = 6 if arch == "gemma3" else 4
+    n_layers = {"gemma3": 6, "gemma2": 4, "phi3": 3}[arch]
     n_embd, n_heads, n_kv, head_dim, n_ff, window = 64, 4, 2, 32, 160, 8
+    if arch == "phi3":  # head size n_embd / n_heads, as Phi-3 has it
+        head_dim, n_ff, window = 16, 96, 6
     w = gguf.GGUFWriter(args.out, arch)
     w.add_name(f"tiny random {arch} (tools/hf_reference.py fixture, seed {args.seed})")
     w.add_context_length(256)
@@ -213,7 +255,8 @@ def fixture(args):
     w.add_key_length(head_dim)
     w.add_value_length(head_dim)
     w.add_layer_norm_rms_eps(1e-6)
-    w.add_rope_freq_base(10000.0 if arch == "gemma2" else 1e6)
+    w.add_rope_freq_base(1e6 if arch == "gemma3" else 10000.0)
+    w.add_rope_dimension_count(head_dim)
     w.add_sliding_window(window)
     if arch == "gemma2":
         w.add_float32(f"{arch}.attn_logit_softcapping", 50.0)
@@ -235,8 +278,26 @@ def fixture(args):
     def rnd(*shape, scale=1.0):
         return (torch.randn(*shape) * scale).numpy().astype(np.float32)
 
-    def norm(n):  # stored as 1 + w
+    def norm(n):  # gemma stores 1 + w; phi3 w, which is around 1 too
         return (1.0 + torch.randn(n) * 0.3).numpy().astype(np.float32)
+
+    if arch == "phi3":
+        w.add_tensor("token_embd.weight", rnd(vocab, n_embd, scale=1.0))
+        w.add_tensor("output.weight", rnd(vocab, n_embd, scale=n_embd ** -0.5 * 3))
+        w.add_tensor("output_norm.weight", norm(n_embd))
+        for l in range(n_layers):
+            b = f"blk.{l}."
+            w.add_tensor(b + "attn_norm.weight", norm(n_embd))
+            w.add_tensor(b + "attn_qkv.weight", rnd((n_heads + 2 * n_kv) * head_dim, n_embd, scale=n_embd ** -0.5))
+            w.add_tensor(b + "attn_output.weight", rnd(n_embd, n_heads * head_dim, scale=(n_heads * head_dim) ** -0.5))
+            w.add_tensor(b + "ffn_norm.weight", norm(n_embd))
+            w.add_tensor(b + "ffn_up.weight", rnd(2 * n_ff, n_embd, scale=n_embd ** -0.5))  # gate rows, then up rows
+            w.add_tensor(b + "ffn_down.weight", rnd(n_embd, n_ff, scale=n_ff ** -0.5))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        return
 
     # An untied head: a tied one on random weights mostly repeats the input token.
     w.add_tensor("token_embd.weight", rnd(vocab, n_embd, scale=0.15))
@@ -279,7 +340,7 @@ def main():
     g.add_argument("--positions", type=int, default=0, help="keep only the last N positions' logits (0: all)")
     f = sub.add_parser("fixture")
     f.add_argument("out")
-    f.add_argument("--arch", choices=["gemma2", "gemma3"], required=True)
+    f.add_argument("--arch", choices=["gemma2", "gemma3", "phi3"], required=True)
     f.add_argument("--vocab-from", required=True)
     f.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()

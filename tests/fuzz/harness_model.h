@@ -6,6 +6,7 @@
 // header makes the loader allocate more than the file could describe (run with -malloc_limit_mb).
 #pragma once
 
+#include "bitsplit/fused_tensors.h"
 #include "bitsplit/model.h"
 #include "bitsplit/split_format.h"
 #include "harness_common.h"
@@ -27,7 +28,13 @@ inline double model_weights(const ModelConfig& c) {
 inline int run_model(const uint8_t* data, size_t size) {
   auto file = gguf::File::parse(gguf::storage_from_bytes(std::vector<uint8_t>(data, data + size)), "fuzz-model.gguf");
   if (!file) return 0;
-  auto source = weights_from_gguf(std::move(*file));
+  // As open_weights reads it: phi3's fused projections as separate tensors.
+  auto unfused = unfuse_projections(weights_from_gguf(std::move(*file)));
+  if (!unfused) {
+    BITSPLIT_FUZZ_ASSERT(!unfused.status().message().empty(), "an error without a message");
+    return 0;
+  }
+  const std::unique_ptr<WeightSource> source = std::move(*unfused);
   auto split = read_split_format(source->metadata());
   if (split && split->has_value()) {
     const SplitFormat& f = **split;

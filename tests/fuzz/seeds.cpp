@@ -327,6 +327,41 @@ std::vector<uint8_t> with_config(const nlohmann::json& j, const std::string& con
   return b;
 }
 
+// A tiny phi3 file as llama.cpp writes Phi-3: q/k/v fused into attn_qkv, gate/up into ffn_up.
+std::vector<uint8_t> tiny_fused_phi3() {
+  auto file = gguf::File::parse(gguf::storage_from_bytes(testing::tiny_model_bytes(tiny_spec("phi3", TensorType::F32, false))),
+                                "phi3.gguf");
+  BITSPLIT_CHECK(file.is_ok());
+  gguf::Writer w;
+  for (const auto& [key, value] : file->metadata().entries()) w.metadata().set(key, value);
+  auto bytes = [&](const std::string& name) {
+    auto span = file->tensor_bytes(*file->find_tensor(name));
+    return std::vector<uint8_t>(span.begin(), span.end());
+  };
+  for (const auto& t : file->tensors()) {
+    const std::string& n = t.name;
+    if (n.ends_with("attn_k.weight") || n.ends_with("attn_v.weight") || n.ends_with("ffn_gate.weight")) continue;
+    const bool q = n.ends_with("attn_q.weight"), up = n.ends_with("ffn_up.weight");
+    if (!q && !up) {
+      BITSPLIT_CHECK(w.add_tensor(n, t.type, t.dims, bytes(n)).is_ok());
+      continue;
+    }
+    const std::string block = n.substr(0, n.find('.', 4) + 1);
+    std::vector<std::string> parts = q ? std::vector<std::string>{"attn_q", "attn_k", "attn_v"}
+                                       : std::vector<std::string>{"ffn_gate", "ffn_up"};
+    std::vector<uint8_t> fused;
+    int64_t rows = 0;
+    for (const auto& part : parts) {
+      const auto b = bytes(block + part + ".weight");
+      fused.insert(fused.end(), b.begin(), b.end());
+      rows += file->find_tensor(block + part + ".weight")->dims[1];
+    }
+    BITSPLIT_CHECK(w.add_tensor(block + (q ? "attn_qkv" : "ffn_up") + ".weight", t.type, {t.dims[0], rows}, fused).is_ok());
+  }
+  w.metadata().set("phi3.attention.sliding_window", gguf::Value::u32(3));
+  return w.to_bytes();
+}
+
 std::vector<Seed> model_seeds() {
   std::vector<Seed> out;
   out.push_back({"llama-f32", testing::tiny_model_bytes(tiny_spec("llama", TensorType::F32, false))});
@@ -345,6 +380,7 @@ std::vector<Seed> model_seeds() {
     g2.metadata().set("gemma2.final_logit_softcapping", gguf::Value::f32(30.0f));
     out.push_back({"gemma2-f32-softcap", g2.to_bytes()});
   }
+  out.push_back({"phi3-fused", tiny_fused_phi3()});
   out.push_back({"bitsplit-g32-d2-r8", tiny_split_model(32, 2, 8)});
   out.push_back({"bitsplit-g64-d4-r6", tiny_split_model(64, 4, 6)});
   // The last byte picks Model::load's options (harness_model.h): every combination once.

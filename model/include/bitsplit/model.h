@@ -22,8 +22,8 @@
 
 namespace bitsplit {
 
-enum class Architecture { kLlama, kQwen2, kQwen3, kGemma2, kGemma3 };
-inline constexpr const char* kSupportedArchitectures = "llama, qwen2, qwen3, gemma2, gemma3";
+enum class Architecture { kLlama, kQwen2, kQwen3, kGemma2, kGemma3, kPhi3 };
+inline constexpr const char* kSupportedArchitectures = "llama, qwen2, qwen3, gemma2, gemma3, phi3";
 
 // The FFN's gate activation: SwiGLU (llama, qwen) or GeGLU with the tanh GELU (gemma).
 enum class FfnActivation { kSilu, kGeluTanh };
@@ -56,18 +56,19 @@ struct ModelConfig {
   float attn_scale = 0.0f;     // scores = q·k · attn_scale (1/sqrt(head_dim) unless the family says otherwise)
   float attn_softcap = 0.0f;   // > 0: scores = c · tanh(scores / c) before the mask (gemma2)
   float final_softcap = 0.0f;  // > 0: logits = c · tanh(logits / c) (gemma2)
-  // Sliding-window attention (gemma2, gemma3): in the layers with swa_layers[l] != 0 a token at
+  // Sliding-window attention (gemma2, gemma3, phi3): in the layers with swa_layers[l] != 0 a token at
   // position p sees only cache slots at positions > p - sliding_window; those layers use
-  // rope_base_swa and no RoPE scaling.
+  // rope_base_swa and rope_freq_scale_swa.
   int64_t sliding_window = 0;
   std::vector<uint8_t> swa_layers;  // n_layers entries, or empty (no sliding window)
   float rope_base_swa = 10000.0f;
+  float rope_freq_scale_swa = 1.0f;  // gemma3's local layers take no RoPE scaling; others their own
 
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   bool is_swa(int64_t layer) const { return !swa_layers.empty() && swa_layers[size_t(layer)] != 0; }
   float layer_rope_base(int64_t layer) const { return is_swa(layer) ? rope_base_swa : rope_base; }
-  float layer_rope_freq_scale(int64_t layer) const { return is_swa(layer) ? 1.0f : rope_freq_scale; }
+  float layer_rope_freq_scale(int64_t layer) const { return is_swa(layer) ? rope_freq_scale_swa : rope_freq_scale; }
 };
 
 // Reads and validates the configuration; errors name the key and the supported values.
