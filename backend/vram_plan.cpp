@@ -11,21 +11,22 @@
 
 namespace bitsplit {
 
-std::vector<std::string> placement_order(int64_t n_layers) {
+std::vector<std::string> placement_order(int64_t n_layers, const std::vector<std::string>& kinds) {
+  static const std::vector<std::string> kDense = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
   std::vector<std::string> names;
   for (int64_t l = 0; l < n_layers; ++l) {
-    for (const char* w : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"})
-      names.push_back("blk." + std::to_string(l) + "." + w + ".weight");
+    for (const std::string& w : kinds.empty() ? kDense : kinds) names.push_back("blk." + std::to_string(l) + "." + w + ".weight");
   }
   names.push_back("output.weight");
   return names;
 }
 
-Result<std::vector<DraftPlaneSize>> draft_plane_sizes(const WeightSource& w, int64_t n_layers) {
+Result<std::vector<DraftPlaneSize>> draft_plane_sizes(const WeightSource& w, int64_t n_layers,
+                                                      const std::vector<std::string>& kinds) {
   BITSPLIT_ASSIGN_OR_RETURN(auto split, read_split_format(w.metadata()));
   if (!split) return Status::error(w.path() + ": not a bit-split model, so it has no draft planes to place");
   std::vector<DraftPlaneSize> sizes;
-  for (const std::string& weight : placement_order(n_layers)) {
+  for (const std::string& weight : placement_order(n_layers, kinds)) {
     const SplitTensorNames n = split_tensor_names(split_base_name(weight));
     DraftPlaneSize s{weight, 0};
     for (const std::string* t : {&n.draft_codes, &n.draft_scales, &n.draft_offsets}) {

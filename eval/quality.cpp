@@ -110,9 +110,9 @@ std::vector<Scheme> make_schemes(const EvalOptions& o, const std::map<std::strin
 // Shapes [rows x cols] of every split projection of the model.
 std::vector<std::pair<int64_t, int64_t>> projection_shapes(const ModelConfig& c) {
   std::vector<std::pair<int64_t, int64_t>> s;
+  const auto layer = layer_projections(c);
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    s.insert(s.end(), {{c.q_dim(), c.n_embd}, {c.kv_dim(), c.n_embd}, {c.kv_dim(), c.n_embd}, {c.n_embd, c.q_dim()},
-                       {c.n_ff, c.n_embd}, {c.n_ff, c.n_embd}, {c.n_embd, c.n_ff}});
+    for (const ProjectionSlot& p : layer) s.push_back({p.rows, p.cols});
   }
   s.push_back({c.n_vocab, c.n_embd});
   return s;
@@ -122,11 +122,11 @@ std::vector<std::pair<int64_t, int64_t>> projection_shapes(const ModelConfig& c)
 // projection_shapes' order.
 std::vector<std::pair<std::string, const std::vector<float>*>> split_projections(const Model& m) {
   std::vector<std::pair<std::string, const std::vector<float>*>> v;
+  const auto layer = layer_projections(m.config());
   for (int64_t l = 0; l < m.config().n_layers; ++l) {
     const LayerWeights& w = m.layer(l);
     const std::string b = "blk." + std::to_string(l) + ".";
-    v.insert(v.end(), {{b + "attn_q", &w.wq}, {b + "attn_k", &w.wk}, {b + "attn_v", &w.wv}, {b + "attn_output", &w.wo},
-                       {b + "ffn_gate", &w.w_gate}, {b + "ffn_up", &w.w_up}, {b + "ffn_down", &w.w_down}});
+    for (const ProjectionSlot& p : layer) v.push_back({b + p.kind, &w.projection(p.kind)});
   }
   v.push_back({"output", &m.output()});
   return v;

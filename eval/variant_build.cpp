@@ -27,15 +27,14 @@ std::vector<NamedTensor> named_tensors(const Model& m) {
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = m.layer(l);
     const std::string b = "blk." + std::to_string(l) + ".";
-    const std::pair<const char*, const std::vector<float>*> proj[] = {
-        {"attn_q.weight", &w.wq},      {"attn_k.weight", &w.wk},  {"attn_v.weight", &w.wv},
-        {"attn_output.weight", &w.wo}, {"ffn_gate.weight", &w.w_gate}, {"ffn_up.weight", &w.w_up},
-        {"ffn_down.weight", &w.w_down}};
-    for (const auto& [n, v] : proj) t.push_back({b + n, v, true});
+    for (const ProjectionSlot& p : layer_projections(c)) t.push_back({b + p.kind + ".weight", &w.projection(p.kind), true});
     const std::pair<const char*, const std::vector<float>*> small[] = {
         {"attn_norm.weight", &w.attn_norm}, {"ffn_norm.weight", &w.ffn_norm}, {"attn_q_norm.weight", &w.q_norm},
         {"attn_k_norm.weight", &w.k_norm},  {"attn_q.bias", &w.bq},          {"attn_k.bias", &w.bk},
-        {"attn_v.bias", &w.bv}};
+        {"attn_v.bias", &w.bv},
+        // gemma's norms after each branch; a mixture of experts' router and shared-expert gate
+        {"post_attention_norm.weight", &w.post_attn_norm}, {"post_ffw_norm.weight", &w.post_ffn_norm},
+        {"ffn_gate_inp.weight", &w.ffn_gate_inp}, {"ffn_gate_inp_shexp.weight", &w.ffn_gate_inp_shexp}};
     for (const auto& [n, v] : small)
       if (!v->empty()) t.push_back({b + n, v, false});
   }

@@ -11,7 +11,7 @@ namespace {
 // Bytes of the D + R planes of every projection.
 uint64_t plane_bytes(const Model& m) {
   uint64_t b = 0;
-  for (const std::string& name : placement_order(m.config().n_layers))
+  for (const std::string& name : placement_order(m.config().n_layers, projection_kinds(m.config())))
     if (const SplitProjection* p = m.split(name)) b += p->plane_bytes();
   return b;
 }

@@ -31,7 +31,7 @@ class UnfusedWeights final : public WeightSource {
     if (!s) return inner_->load_f32(t);
     // The fused tensor's own entry (so a split set finds its part by name), narrowed to the rows.
     gguf::TensorInfo rows = *s->fused;
-    rows.dims = t.dims;
+    rows.dims = t.dims;  // 2-D: the fused tensor may be a 3-D stack of experts
     rows.offset += uint64_t(s->first_row) * s->row_bytes;
     rows.nbytes = uint64_t(t.dims[1]) * s->row_bytes;
     return inner_->load_f32(rows);
@@ -49,7 +49,7 @@ class UnfusedWeights final : public WeightSource {
     if (s->first_row + t.dims[1] == s->fused->dims[1]) inner_->release(*s->fused);
   }
   Result<std::string> content_sha256() const override { return inner_->content_sha256(); }
-  std::string describe() const override { return inner_->describe() + ", fused q/k/v and gate/up read as separate tensors"; }
+  std::string describe() const override { return inner_->describe() + ", fused or stacked projections read as separate tensors"; }
 
  private:
   const Slice* slice_of(const gguf::TensorInfo& t) const {
@@ -65,60 +65,88 @@ class UnfusedWeights final : public WeightSource {
 
 }  // namespace
 
+namespace {
+
+bool is_stacked_experts(const gguf::TensorInfo& t) {
+  return t.dims.size() == 3 && (t.name.ends_with(".ffn_gate_exps.weight") || t.name.ends_with(".ffn_up_exps.weight") ||
+                                t.name.ends_with(".ffn_down_exps.weight"));
+}
+
+// The widths phi3's fused tensors split into: q, k, v and the FFN width.
+struct Phi3Widths {
+  int64_t q = 0, kv = 0, ff = 0, embd = 0;
+};
+
+Result<Phi3Widths> phi3_widths(const gguf::Metadata& m) {
+  const std::string p = "phi3.";
+  BITSPLIT_ASSIGN_OR_RETURN(int64_t n_embd, m.get_int(p + "embedding_length"));
+  BITSPLIT_ASSIGN_OR_RETURN(int64_t n_heads, m.get_int(p + "attention.head_count"));
+  BITSPLIT_ASSIGN_OR_RETURN(int64_t n_ff, m.get_int(p + "feed_forward_length"));
+  BITSPLIT_ASSIGN_OR_RETURN(int64_t n_kv, m.get_int_or(p + "attention.head_count_kv", n_heads));
+  if (n_heads <= 0 || n_embd % n_heads != 0) {
+    return Status::error(p + "embedding_length is not a multiple of attention.head_count");
+  }
+  BITSPLIT_ASSIGN_OR_RETURN(int64_t head_dim, m.get_int_or(p + "attention.key_length", n_embd / n_heads));
+  return Phi3Widths{n_heads * head_dim, n_kv * head_dim, n_ff, n_embd};
+}
+
+}  // namespace
+
 Result<std::unique_ptr<WeightSource>> unfuse_projections(std::unique_ptr<WeightSource> source) {
   const gguf::Metadata& m = source->metadata();
   auto arch = m.get_string_or("general.architecture", "");
-  if (!arch || *arch != "phi3") return source;
-  bool fused = false;
-  for (const auto& t : source->tensors()) fused = fused || t.name.ends_with(".attn_qkv.weight");
-  if (!fused) return source;
-  const std::string p = *arch + ".";
-  auto ctx = [&](const Status& s) { return s.with_context(source->path()); };
-  auto n_embd = m.get_int(p + "embedding_length");
-  auto n_heads = m.get_int(p + "attention.head_count");
-  auto n_ff = m.get_int(p + "feed_forward_length");
-  if (!n_embd) return ctx(n_embd.status());
-  if (!n_heads) return ctx(n_heads.status());
-  if (!n_ff) return ctx(n_ff.status());
-  auto n_kv = m.get_int_or(p + "attention.head_count_kv", *n_heads);
-  if (!n_kv) return ctx(n_kv.status());
-  if (*n_heads <= 0 || *n_embd % *n_heads != 0) {
-    return ctx(Status::error(p + "embedding_length is not a multiple of attention.head_count"));
+  if (!arch) return source;
+  bool phi3_fused = false, experts = false;
+  for (const auto& t : source->tensors()) {
+    phi3_fused = phi3_fused || (*arch == "phi3" && t.name.ends_with(".attn_qkv.weight"));
+    experts = experts || is_stacked_experts(t);
   }
-  auto head_dim = m.get_int_or(p + "attention.key_length", *n_embd / *n_heads);
-  if (!head_dim) return ctx(head_dim.status());
-  const int64_t q = *n_heads * *head_dim, kv = *n_kv * *head_dim;
+  if (!phi3_fused && !experts) return source;
+  auto ctx = [&](const Status& s) { return s.with_context(source->path()); };
+  Phi3Widths phi3;
+  if (phi3_fused) {
+    auto w = phi3_widths(m);
+    if (!w) return ctx(w.status());
+    phi3 = *w;
+  }
 
   std::vector<gguf::TensorInfo> tensors;
   std::map<std::string, Slice> slices;
   for (const auto& t : source->tensors()) {
-    const bool qkv = t.name.ends_with(".attn_qkv.weight");
-    const bool gate_up = t.name.ends_with(".ffn_up.weight") && t.dims.size() == 2 && t.dims[1] == 2 * *n_ff;
-    if (!qkv && !gate_up) {
+    const bool stacked = is_stacked_experts(t);
+    const bool qkv = phi3_fused && t.name.ends_with(".attn_qkv.weight");
+    const bool gate_up = phi3_fused && t.name.ends_with(".ffn_up.weight") && t.dims.size() == 2 && t.dims[1] == 2 * phi3.ff;
+    if (!stacked && !qkv && !gate_up) {
       tensors.push_back(t);
       continue;
     }
     const std::string block = t.name.substr(0, t.name.find('.', 4) + 1);  // "blk.N."
-    const int64_t expected = qkv ? q + 2 * kv : 2 * *n_ff;
-    if (t.dims.size() != 2 || t.dims[1] != expected) {
-      return ctx(Status::error("tensor '" + t.name + "' has shape " + t.shape_string() + ", expected [" +
-                               std::to_string(*n_embd) + ", " + std::to_string(expected) + "]"));
+    std::vector<std::pair<std::string, int64_t>> parts;  // view kind, rows
+    if (stacked) {
+      // [cols, rows, n_expert]: expert e is rows e·rows .. (e+1)·rows of the flattened matrix.
+      const std::string kind = t.name.substr(block.size(), t.name.size() - block.size() - std::string("_exps.weight").size());
+      for (int64_t e = 0; e < t.dims[2]; ++e) parts.push_back({kind + "." + std::to_string(e), t.dims[1]});
+    } else {
+      const int64_t expected = qkv ? phi3.q + 2 * phi3.kv : 2 * phi3.ff;
+      if (t.dims.size() != 2 || t.dims[1] != expected) {
+        return ctx(Status::error("tensor '" + t.name + "' has shape " + t.shape_string() + ", expected [" +
+                                 std::to_string(phi3.embd) + ", " + std::to_string(expected) + "]"));
+      }
+      if (qkv) {
+        parts = {{"attn_q", phi3.q}, {"attn_k", phi3.kv}, {"attn_v", phi3.kv}};
+      } else {
+        parts = {{"ffn_gate", phi3.ff}, {"ffn_up", phi3.ff}};  // the gate is the first half
+      }
     }
     auto traits = gguf::tensor_type_traits(uint32_t(t.type));
-    if (!traits || t.dims[0] % traits->block_size != 0) {
+    if (!traits || t.dims[0] <= 0 || t.dims[0] % traits->block_size != 0) {
       return ctx(Status::error("tensor '" + t.name + "': rows are not whole blocks of its type"));
     }
-    const uint64_t row_bytes = uint64_t(t.dims[0] / traits->block_size) * traits->type_size;
-    std::vector<std::pair<std::string, int64_t>> parts;
-    if (qkv) {
-      parts = {{"attn_q", q}, {"attn_k", kv}, {"attn_v", kv}};
-    } else {
-      parts = {{"ffn_gate", *n_ff}, {"ffn_up", *n_ff}};  // the gate is the first half
-    }
+    const uint64_t row_bytes = uint64_t(t.dims[0] / traits->block_size) * uint64_t(traits->type_size);
     int64_t row = 0;
-    for (const auto& [name, rows] : parts) {
+    for (const auto& [kind, rows] : parts) {
       gguf::TensorInfo view = t;
-      view.name = block + name + ".weight";
+      view.name = block + kind + ".weight";
       view.dims = {t.dims[0], rows};
       view.offset = t.offset + uint64_t(row) * row_bytes;
       view.nbytes = uint64_t(rows) * row_bytes;

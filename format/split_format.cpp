@@ -116,10 +116,17 @@ bool is_split_projection(const std::string& name) {
   size_t digits = 0;
   while (digits < n.size() && n[digits] >= '0' && n[digits] <= '9') ++digits;
   if (digits == 0 || digits >= n.size() || n[digits] != '.') return false;
-  const std::string_view kind = n.substr(digits + 1);
-  for (const char* p : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"})
+  std::string_view kind = n.substr(digits + 1);
+  for (const char* p : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "ffn_gate_shexp",
+                        "ffn_up_shexp", "ffn_down_shexp"})
     if (kind == p) return true;
-  return false;
+  // An expert's projection: "ffn_gate.<expert>" (fused_tensors.h's views of the stacked tensors).
+  const size_t dot = kind.find('.');
+  if (dot == std::string_view::npos || dot + 1 == kind.size()) return false;
+  for (char ch : kind.substr(dot + 1))
+    if (ch < '0' || ch > '9') return false;
+  kind = kind.substr(0, dot);
+  return kind == "ffn_gate" || kind == "ffn_up" || kind == "ffn_down";
 }
 
 }  // namespace bitsplit

@@ -7,6 +7,9 @@ namespace bitsplit {
 
 Result<gpu::DraftModelHost> describe_device_draft(const Model& draft, const Variant* variant) {
   const ModelConfig& c = draft.config();
+  if (c.is_moe()) {
+    return Status::error("the device draft does not run mixture-of-experts models yet (their experts are drafted on the host)");
+  }
   gpu::DraftModelHost m;
   m.n_layers = c.n_layers;
   m.n_embd = c.n_embd;

@@ -4,6 +4,7 @@
 // its batch.
 #include <tbb/parallel_for.h>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -20,6 +21,7 @@ struct Activations {
   std::vector<float> data;
   Activations(int64_t r, int64_t w) : rows(r), width(w), data(size_t(r * w)) {}
   float* row(int64_t r) { return data.data() + r * width; }
+  const float* row(int64_t r) const { return data.data() + r * width; }
 };
 
 void attention(const ModelConfig& c, const KvCache& cache, int64_t layer, const Batch& batch,
@@ -154,7 +156,7 @@ Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, cons
   BITSPLIT_RETURN_IF_ERROR(batch.validate(c, cache));
   const int64_t n = batch.size();
   Activations x(n, c.n_embd), h(n, c.n_embd), q(n, c.q_dim()), k(n, c.kv_dim()), v(n, c.kv_dim());
-  Activations attn(n, c.q_dim()), proj(n, c.n_embd), gate(n, c.n_ff), up(n, c.n_ff);
+  Activations attn(n, c.q_dim()), proj(n, c.n_embd);
   // Every tensor a variant may change goes through these: base tensors unless it replaces
   // them, and its sign planes where it has them.
   auto pick = [&](const std::string& tensor, const std::vector<float>& base) -> const std::vector<float>& {
@@ -193,6 +195,76 @@ Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, cons
   };
   auto observe = [&](int64_t layer, const char* weight, const Activations& a) {
     if (observer) (*observer)(name(layer, weight), a.data.data(), a.rows, a.width);
+  };
+  // out = down(act(gate(in)) ⊙ up(in)) with the projections "ffn_gate<suffix>" etc. of width ff.
+  auto gated_ffn = [&](int64_t l, const std::string& suffix, const Activations& in, int64_t ff, Activations& out) -> Status {
+    const LayerWeights& w = model.layer(l);
+    const std::string g = "ffn_gate" + suffix, u = "ffn_up" + suffix, d = "ffn_down" + suffix;
+    Activations gt(in.rows, ff), upv(in.rows, ff);
+    observe(l, g.c_str(), in);
+    observe(l, u.c_str(), in);
+    ProjectionInput ffn_in(in);
+    BITSPLIT_RETURN_IF_ERROR(project(l, g.c_str(), ffn_in, w.projection(g), no_bias, gt));
+    BITSPLIT_RETURN_IF_ERROR(project(l, u.c_str(), ffn_in, w.projection(u), no_bias, upv));
+    if (c.ffn_act == FfnActivation::kGeluTanh) {
+      for (size_t e = 0; e < gt.data.size(); ++e) gt.data[e] = cpu::gelu_tanh(gt.data[e]) * upv.data[e];
+    } else {
+      for (size_t e = 0; e < gt.data.size(); ++e) gt.data[e] = cpu::silu(gt.data[e]) * upv.data[e];
+    }
+    observe(l, d.c_str(), gt);
+    ProjectionInput down_in(gt);
+    return project(l, d.c_str(), down_in, w.projection(d), no_bias, out);
+  };
+  // A mixture of experts: each row goes to its n_expert_used most probable experts (softmax of
+  // the router's logits, ties to the lower index), their outputs summed with those
+  // probabilities (renormalised when expert_weights_norm); an expert runs once, on the rows
+  // routed to it, so a pass reads only the routed experts' planes. The shared expert (if any)
+  // is added after, gated by sigmoid(x · ffn_gate_inp_shexp).
+  auto moe_ffn = [&](int64_t l, const Activations& in, Activations& out) -> Status {
+    const LayerWeights& w = model.layer(l);
+    const std::vector<float>& router = pick_layer(l, "ffn_gate_inp", ".weight", w.ffn_gate_inp);
+    std::vector<float> logits(size_t(in.rows * c.n_expert));
+    cpu::matmul_f32(in.data, in.rows, c.n_embd, router, c.n_expert, {}, logits);
+    std::vector<std::vector<std::pair<int64_t, float>>> routed(size_t(c.n_expert));  // (row, weight) per expert
+    std::vector<int64_t> order(size_t(c.n_expert));
+    for (int64_t r = 0; r < in.rows; ++r) {
+      float* p = logits.data() + r * c.n_expert;
+      cpu::softmax_f32(p, c.n_expert);
+      for (int64_t e = 0; e < c.n_expert; ++e) order[size_t(e)] = e;
+      std::partial_sort(order.begin(), order.begin() + c.n_expert_used, order.end(),
+                        [&](int64_t a, int64_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+      double sum = 0.0;
+      for (int64_t k = 0; k < c.n_expert_used; ++k) sum += p[order[size_t(k)]];
+      for (int64_t k = 0; k < c.n_expert_used; ++k) {
+        const int64_t e = order[size_t(k)];
+        routed[size_t(e)].push_back({r, c.expert_weights_norm ? float(p[e] / sum) : p[e]});
+      }
+    }
+    std::fill(out.data.begin(), out.data.end(), 0.0f);
+    for (int64_t e = 0; e < c.n_expert; ++e) {
+      const auto& rows = routed[size_t(e)];
+      if (rows.empty()) continue;
+      Activations xe(int64_t(rows.size()), c.n_embd), ye(int64_t(rows.size()), c.n_embd);
+      for (size_t j = 0; j < rows.size(); ++j) std::copy(in.row(rows[j].first), in.row(rows[j].first) + c.n_embd, xe.row(int64_t(j)));
+      BITSPLIT_RETURN_IF_ERROR(gated_ffn(l, "." + std::to_string(e), xe, c.n_ff_exp, ye));
+      for (size_t j = 0; j < rows.size(); ++j) {
+        float* o = out.row(rows[j].first);
+        const float* y = ye.row(int64_t(j));
+        for (int64_t d = 0; d < c.n_embd; ++d) o[d] += rows[j].second * y[d];
+      }
+    }
+    if (c.n_ff_shexp > 0) {
+      Activations ys(in.rows, c.n_embd);
+      BITSPLIT_RETURN_IF_ERROR(gated_ffn(l, "_shexp", in, c.n_ff_shexp, ys));
+      const std::vector<float>& gate_w = pick_layer(l, "ffn_gate_inp_shexp", ".weight", w.ffn_gate_inp_shexp);
+      for (int64_t r = 0; r < in.rows; ++r) {
+        const float g = 1.0f / (1.0f + std::exp(-cpu::dot_f32(in.row(r), gate_w.data(), c.n_embd)));
+        float* o = out.row(r);
+        const float* y = ys.row(r);
+        for (int64_t d = 0; d < c.n_embd; ++d) o[d] += g * y[d];
+      }
+    }
+    return Status::ok();
   };
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = model.layer(l);
@@ -241,19 +313,11 @@ Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, cons
     add_branch(post_attn_norm);
 
     for (int64_t i = 0; i < n; ++i) cpu::rms_norm_f32(x.row(i), ffn_norm.data(), c.n_embd, c.rms_eps, h.row(i));
-    observe(l, "ffn_gate", h);
-    observe(l, "ffn_up", h);
-    ProjectionInput ffn_in(h);
-    BITSPLIT_RETURN_IF_ERROR(project(l, "ffn_gate", ffn_in, w.w_gate, no_bias, gate));
-    BITSPLIT_RETURN_IF_ERROR(project(l, "ffn_up", ffn_in, w.w_up, no_bias, up));
-    if (c.ffn_act == FfnActivation::kGeluTanh) {
-      for (size_t e = 0; e < gate.data.size(); ++e) gate.data[e] = cpu::gelu_tanh(gate.data[e]) * up.data[e];
+    if (!c.is_moe()) {
+      BITSPLIT_RETURN_IF_ERROR(gated_ffn(l, "", h, c.n_ff, proj));
     } else {
-      for (size_t e = 0; e < gate.data.size(); ++e) gate.data[e] = cpu::silu(gate.data[e]) * up.data[e];
+      BITSPLIT_RETURN_IF_ERROR(moe_ffn(l, h, proj));
     }
-    observe(l, "ffn_down", gate);
-    ProjectionInput down_in(gate);
-    BITSPLIT_RETURN_IF_ERROR(project(l, "ffn_down", down_in, w.w_down, no_bias, proj));
     add_branch(post_ffn_norm);
   }
 

@@ -22,6 +22,8 @@ constexpr ArchInfo kArchs[] = {
     {"gemma2", Architecture::kGemma2, cpu::RopeOrder::kNeox},
     {"gemma3", Architecture::kGemma3, cpu::RopeOrder::kNeox},
     {"phi3", Architecture::kPhi3, cpu::RopeOrder::kNeox},
+    {"qwen2moe", Architecture::kQwen2Moe, cpu::RopeOrder::kNeox},
+    {"qwen3moe", Architecture::kQwen3Moe, cpu::RopeOrder::kNeox},
 };
 
 // No dimension of a model reaches 2^31; bounding them keeps every product of two (q_dim, a
@@ -34,6 +36,39 @@ Status positive(const char* what, int64_t v) {
     return Status::error(std::string(what) + " is " + std::to_string(v) + ", more than 2^31 (" +
                          std::to_string(kMaxDimension) + ")");
   }
+  return Status::ok();
+}
+
+// Mixture of experts: the expert counts and widths, whether the chosen experts' weights are
+// renormalised (qwen2moe: no; qwen3moe and Mixtral: yes; expert_weights_norm overrides).
+Status read_moe_config(const gguf::Metadata& m, const std::string& p, ModelConfig& c) {
+  const bool qwen2moe = c.arch == Architecture::kQwen2Moe;
+  auto used = m.get_int(p + "expert_used_count");
+  if (!used) return used.status();
+  // Mixtral (llama) names the expert width feed_forward_length.
+  auto width = m.get_int_or(p + "expert_feed_forward_length", -1);
+  if (!width) return width.status();
+  if (*width < 0) {
+    auto ff = m.get_int(p + "feed_forward_length");
+    if (!ff) return Status::error(p + "expert_feed_forward_length and " + p + "feed_forward_length are both missing");
+    width = *ff;
+  }
+  auto shared = m.get_int_or(p + "expert_shared_feed_forward_length", 0);
+  if (!shared) return shared.status();
+  auto norm = m.get_bool_or(p + "expert_weights_norm", !qwen2moe);
+  if (!norm) return norm.status();
+  if (c.n_expert > 4096) return Status::error(p + "expert_count " + std::to_string(c.n_expert) + " is more than 4096");
+  if (*used <= 0 || *used > c.n_expert) {
+    return Status::error(p + "expert_used_count " + std::to_string(*used) + " must be in 1.." + std::to_string(c.n_expert));
+  }
+  if (auto s = positive((p + "expert_feed_forward_length").c_str(), *width); !s) return s;
+  if (*shared < 0 || *shared > kMaxDimension) {
+    return Status::error(p + "expert_shared_feed_forward_length " + std::to_string(*shared) + " is out of range");
+  }
+  c.n_expert_used = *used;
+  c.n_ff_exp = *width;
+  c.n_ff_shexp = *shared;
+  c.expert_weights_norm = *norm;
   return Status::ok();
 }
 
@@ -126,9 +161,9 @@ Result<ModelConfig> read_model_config(const WeightSource& source) {
   c.arch = info->arch;
   c.arch_name = info->name;
   c.rope_order = info->rope_order;
-  c.has_qkv_bias = c.arch == Architecture::kQwen2;
+  c.has_qkv_bias = c.arch == Architecture::kQwen2 || c.arch == Architecture::kQwen2Moe;
   const bool gemma = c.arch == Architecture::kGemma2 || c.arch == Architecture::kGemma3;
-  c.has_qk_norm = c.arch == Architecture::kQwen3 || c.arch == Architecture::kGemma3;
+  c.has_qk_norm = c.arch == Architecture::kQwen3 || c.arch == Architecture::kGemma3 || c.arch == Architecture::kQwen3Moe;
   c.has_post_norms = gemma;
   c.ffn_act = gemma ? FfnActivation::kGeluTanh : FfnActivation::kSilu;
   const std::string p = c.arch_name + ".";
@@ -147,7 +182,13 @@ Result<ModelConfig> read_model_config(const WeightSource& source) {
   get(p + "block_count", &c.n_layers);
   get(p + "embedding_length", &c.n_embd);
   get(p + "attention.head_count", &c.n_heads);
-  get(p + "feed_forward_length", &c.n_ff);
+  get(p + "expert_count", &c.n_expert, 0);
+  if (st && c.n_expert > 0) {
+    if (auto s = read_moe_config(m, p, c); !s) return ctx(s);
+  } else if (st && (c.arch == Architecture::kQwen2Moe || c.arch == Architecture::kQwen3Moe)) {
+    return ctx(Status::error(p + "expert_count is missing or 0; a " + c.arch_name + " model has experts"));
+  }
+  get(p + "feed_forward_length", &c.n_ff, c.n_expert > 0 ? std::optional<int64_t>(c.n_ff_exp) : std::nullopt);
   get(p + "context_length", &c.n_ctx_train, 2048);
   getf(p + "attention.layer_norm_rms_epsilon", &c.rms_eps, 1e-5);
   getf(p + "rope.freq_base", &c.rope_base, 10000.0);

@@ -94,10 +94,6 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
     LayerWeights& l = model.layers_[size_t(i)];
     const std::string b = "blk." + std::to_string(i) + ".";
     BITSPLIT_RETURN_IF_ERROR(t.load(b + "attn_norm.weight", {c.n_embd}, &l.attn_norm));
-    BITSPLIT_RETURN_IF_ERROR(t.load(b + "attn_q.weight", {c.n_embd, c.q_dim()}, &l.wq));
-    BITSPLIT_RETURN_IF_ERROR(t.load(b + "attn_k.weight", {c.n_embd, c.kv_dim()}, &l.wk));
-    BITSPLIT_RETURN_IF_ERROR(t.load(b + "attn_v.weight", {c.n_embd, c.kv_dim()}, &l.wv));
-    BITSPLIT_RETURN_IF_ERROR(t.load(b + "attn_output.weight", {c.q_dim(), c.n_embd}, &l.wo));
     if (c.has_qkv_bias) {
       BITSPLIT_RETURN_IF_ERROR(t.load(b + "attn_q.bias", {c.q_dim()}, &l.bq));
       BITSPLIT_RETURN_IF_ERROR(t.load(b + "attn_k.bias", {c.kv_dim()}, &l.bk));
@@ -112,9 +108,18 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
       BITSPLIT_RETURN_IF_ERROR(t.load(b + "post_attention_norm.weight", {c.n_embd}, &l.post_attn_norm));
       BITSPLIT_RETURN_IF_ERROR(t.load(b + "post_ffw_norm.weight", {c.n_embd}, &l.post_ffn_norm));
     }
-    BITSPLIT_RETURN_IF_ERROR(t.load(b + "ffn_gate.weight", {c.n_embd, c.n_ff}, &l.w_gate));
-    BITSPLIT_RETURN_IF_ERROR(t.load(b + "ffn_up.weight", {c.n_embd, c.n_ff}, &l.w_up));
-    BITSPLIT_RETURN_IF_ERROR(t.load(b + "ffn_down.weight", {c.n_ff, c.n_embd}, &l.w_down));
+    if (c.is_moe()) {
+      l.experts.resize(size_t(c.n_expert));
+      BITSPLIT_RETURN_IF_ERROR(t.load(b + "ffn_gate_inp.weight", {c.n_embd, c.n_expert}, &l.ffn_gate_inp));
+      if (c.n_ff_shexp > 0) {
+        BITSPLIT_RETURN_IF_ERROR(t.load(b + "ffn_gate_inp_shexp.weight", {c.n_embd}, &l.ffn_gate_inp_shexp));
+      }
+    }
+    // Every projection (a mixture of experts: each expert's, read from the stacked tensors'
+    // per-expert views, fused_tensors.h).
+    for (const ProjectionSlot& p : layer_projections(c)) {
+      BITSPLIT_RETURN_IF_ERROR(t.load(b + p.kind + ".weight", {p.cols, p.rows}, &l.projection(p.kind)));
+    }
     if (options.progress && !options.progress(i + 1, c.n_layers)) {
       return Status::error(source.path() + ": loading cancelled");
     }
@@ -122,7 +127,7 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
   // The backend takes its planes now (a GPU backend uploads them once, never while decoding),
   // in placement order: layer by layer, the output head last (vram_plan.h). Planes live in a
   // std::map, so their addresses survive moving the model.
-  for (const std::string& name : placement_order(c.n_layers)) {
+  for (const std::string& name : placement_order(c.n_layers, projection_kinds(c))) {
     auto it = model.splits_.find(name);
     if (it == model.splits_.end()) continue;
     if (Status st = model.backend_->prepare(it->second); !st) {
@@ -190,13 +195,9 @@ Model Model::transformed(const WeightTransform& projection, const WeightTransfor
     LayerWeights& dst = m.layers_[i];
     dst = src;  // norms and biases as they are
     const std::string b = "blk." + std::to_string(i) + ".";
-    dst.wq = projection(b + "attn_q.weight", src.wq, c.q_dim(), c.n_embd);
-    dst.wk = projection(b + "attn_k.weight", src.wk, c.kv_dim(), c.n_embd);
-    dst.wv = projection(b + "attn_v.weight", src.wv, c.kv_dim(), c.n_embd);
-    dst.wo = projection(b + "attn_output.weight", src.wo, c.n_embd, c.q_dim());
-    dst.w_gate = projection(b + "ffn_gate.weight", src.w_gate, c.n_ff, c.n_embd);
-    dst.w_up = projection(b + "ffn_up.weight", src.w_up, c.n_ff, c.n_embd);
-    dst.w_down = projection(b + "ffn_down.weight", src.w_down, c.n_embd, c.n_ff);
+    for (const ProjectionSlot& p : layer_projections(c)) {
+      dst.projection(p.kind) = projection(b + p.kind + ".weight", src.projection(p.kind), p.rows, p.cols);
+    }
   }
   return m;
 }

@@ -34,6 +34,8 @@ Result<int64_t> full_tensor_size(const Model& model, const std::string& name) {
   if (split_block_name(name, &layer, &rest) && layer < c.n_layers) {
     if (rest == "attn_norm.weight" || rest == "ffn_norm.weight") return c.n_embd;
     if (c.has_post_norms && (rest == "post_attention_norm.weight" || rest == "post_ffw_norm.weight")) return c.n_embd;
+    if (c.is_moe() && rest == "ffn_gate_inp.weight") return c.n_expert * c.n_embd;
+    if (c.n_ff_shexp > 0 && rest == "ffn_gate_inp_shexp.weight") return c.n_embd;
     if (c.has_qk_norm && (rest == "attn_q_norm.weight" || rest == "attn_k_norm.weight")) return c.head_dim;
     if (c.has_qkv_bias && rest == "attn_q.bias") return c.q_dim();
     if (c.has_qkv_bias && (rest == "attn_k.bias" || rest == "attn_v.bias")) return c.kv_dim();
@@ -49,11 +51,9 @@ Result<WeightShape> weight_shape(const Model& model, const std::string& weight) 
   int64_t layer = 0;
   std::string rest;
   if (split_block_name(weight, &layer, &rest) && layer < c.n_layers) {
-    if (rest == "attn_q.weight") return WeightShape{c.q_dim(), c.n_embd};
-    if (rest == "attn_k.weight" || rest == "attn_v.weight") return WeightShape{c.kv_dim(), c.n_embd};
-    if (rest == "attn_output.weight") return WeightShape{c.n_embd, c.q_dim()};
-    if (rest == "ffn_gate.weight" || rest == "ffn_up.weight") return WeightShape{c.n_ff, c.n_embd};
-    if (rest == "ffn_down.weight") return WeightShape{c.n_embd, c.n_ff};
+    for (const ProjectionSlot& p : layer_projections(c)) {
+      if (rest == p.kind + ".weight") return WeightShape{p.rows, p.cols};
+    }
   }
   return Status::error("the model has no projection named '" + weight + "'");
 }

@@ -170,6 +170,20 @@ Result<std::shared_ptr<DeviceDraft>> EmulatedTier::make_device_draft(const Descr
   return std::shared_ptr<DeviceDraft>(last);
 }
 
+// n tokens of plain greedy decoding (of the variant, when given): what speculation must equal.
+std::vector<int32_t> plain_greedy(const Model& m, const std::vector<int32_t>& prompt, int n, const Variant* variant = nullptr) {
+  SamplingParams sp;
+  sp.temperature = 0;
+  Sampler s(sp);
+  GenerateOptions g;
+  g.n_predict = n;
+  g.variant = variant;
+  std::vector<int32_t> out;
+  auto r = generate(m, prompt, g, s, [&](int32_t t) { out.push_back(t); return true; });
+  EXPECT_TRUE(r.is_ok()) << r.status().message();
+  return out;
+}
+
 struct Fixture {
   testing::TempDir dir{"emulated-draft"};
   std::unique_ptr<WeightSource> src;
@@ -243,13 +257,7 @@ TEST(EmulatedDraftPass, SpeculativeDecodingThroughTheDeviceDraftIsLossless) {
   SamplingParams sp;
   sp.temperature = 0;
   const int n = 24;
-  std::vector<int32_t> plain;
-  {
-    Sampler s(sp);
-    GenerateOptions g;
-    g.n_predict = n;
-    ASSERT_TRUE(generate(m, f->prompt, g, s, [&](int32_t t) { plain.push_back(t); return true; }).is_ok());
-  }
+  const std::vector<int32_t> plain = plain_greedy(m, f->prompt, n);
   for (auto shape : {speculation::DraftShape::kChain, speculation::DraftShape::kTree}) {
     Sampler s(sp);
     SpeculativeOptions o;
@@ -303,13 +311,11 @@ TEST(EmulatedDraftPass, GemmaDraftMatchesTheCpuAndDecodesLosslessly) {
     ASSERT_TRUE(dev.is_ok()) << dev.status().message();
     testing::expect_device_draft_matches_cpu(m, **dev, f->prompt, slots, 0.0f);
 
+    const std::vector<int32_t> plain = plain_greedy(m, f->prompt, 24);
     SamplingParams sp;
     sp.temperature = 0;
-    std::vector<int32_t> plain, spec_out;
-    Sampler a(sp), b(sp);
-    GenerateOptions g;
-    g.n_predict = 24;
-    ASSERT_TRUE(generate(m, f->prompt, g, a, [&](int32_t t) { plain.push_back(t); return true; }).is_ok());
+    std::vector<int32_t> spec_out;
+    Sampler b(sp);
     SpeculativeOptions o;
     o.n_predict = 24;
     o.policy.shape = speculation::DraftShape::kTree;
@@ -372,14 +378,11 @@ TEST(EmulatedDraftPass, VariantDraftMatchesTheCpuAndDecodesLosslessly) {
   EXPECT_EQ(diff, 0.0f) << "of " << scale;
   EXPECT_GT(from_base, 1.0f) << "the variant's draft must differ from the base's (measured 8.6)";
 
+  const std::vector<int32_t> plain = plain_greedy(m, f->prompt, 24, v.get());
   SamplingParams sp;
   sp.temperature = 0;
-  std::vector<int32_t> plain, spec_out;
-  Sampler a(sp), b(sp);
-  GenerateOptions g;
-  g.n_predict = 24;
-  g.variant = v.get();
-  ASSERT_TRUE(generate(m, f->prompt, g, a, [&](int32_t t) { plain.push_back(t); return true; }).is_ok());
+  std::vector<int32_t> spec_out;
+  Sampler b(sp);
   SpeculativeOptions o;
   o.n_predict = 24;
   o.policy.shape = speculation::DraftShape::kChain;

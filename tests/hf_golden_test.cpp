@@ -136,6 +136,28 @@ TEST(HfGolden, TinyPhi3MatchesTransformers) {
   EXPECT_EQ(c->sliding_window, 6);
 }
 
+// Mixtures of experts: 8 experts, 2 per token, routed per row; qwen2moe with a shared expert
+// and unnormalised weights, qwen3moe with QK-norm, Mixtral as a llama file with expert_count.
+TEST(HfGolden, TinyMixturesOfExpertsMatchTransformers) {
+  const std::string dir = testing::source_dir() + "/tests/models/";
+  for (const char* name : {"mixtral-tiny", "qwen2moe-tiny", "qwen3moe-tiny"}) {
+    SCOPED_TRACE(name);
+    BITSPLIT_REQUIRE_FILE(dir + name + ".gguf");
+    expect_matches_reference(dir + name + ".gguf", dir + "hf/" + name + ".json", 1e-4);
+    auto source = open_weights(dir + name + ".gguf");
+    ASSERT_TRUE(source.is_ok());
+    auto c = read_model_config(**source);
+    ASSERT_TRUE(c.is_ok()) << c.status().message();
+    EXPECT_EQ(c->n_expert, 8);
+    EXPECT_EQ(c->n_expert_used, 2);
+    EXPECT_EQ(c->n_ff_exp, 32);
+    EXPECT_EQ(c->expert_weights_norm, std::string(name) != "qwen2moe-tiny");
+    EXPECT_EQ(c->n_ff_shexp, std::string(name) == "qwen2moe-tiny" ? 48 : 0);
+    ASSERT_TRUE((*source)->find_tensor("blk.1.ffn_down.7.weight") != nullptr) << "per-expert views";
+    EXPECT_EQ((*source)->find_tensor("blk.1.ffn_down.7.weight")->dims, (std::vector<int64_t>{32, 64}));
+  }
+}
+
 // The configuration the fixtures exercise: sliding-window layers where the families put them.
 TEST(HfGolden, GemmaLayerPatterns) {
   const std::string dir = testing::source_dir() + "/tests/models/";

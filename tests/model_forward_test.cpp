@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "bitsplit/model.h"
 #include "gguf_testing.h"
+#include "test_paths.h"
 
 namespace bitsplit {
 namespace {
@@ -213,6 +215,49 @@ TEST(ForwardReference, BadBatchesAreErrors) {
   Batch empty_mask = Batch::causal(std::vector<int32_t>{1}, 0);
   empty_mask.mask.assign(empty_mask.mask.size(), 0);
   EXPECT_FALSE(forward_pass(m, cache, empty_mask).is_ok());
+}
+
+}  // namespace
+}  // namespace bitsplit
+
+namespace bitsplit {
+namespace {
+
+// A mixture of experts runs only the experts its rows are routed to: one row touches exactly
+// n_expert_used experts per layer, 16 rows at most all of them; the per-expert row counts add
+// up to rows × n_expert_used. (What a verify pass streams from RAM is these experts' residual.)
+TEST(ForwardReference, MixtureOfExpertsRunsOnlyTheRoutedExperts) {
+  const std::string path = testing::source_dir() + "/tests/models/qwen2moe-tiny.gguf";
+  BITSPLIT_REQUIRE_FILE(path);
+  auto source = open_weights(path);
+  ASSERT_TRUE(source.is_ok()) << source.status().message();
+  auto model = Model::load(**source);
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  const ModelConfig& c = model->config();
+  for (int rows : {1, 16}) {
+    std::map<std::string, int64_t> expert_rows;  // "blk.L.ffn_gate.E.weight" -> rows
+    const ActivationObserver observe = [&](const std::string& w, const float*, int64_t r, int64_t) {
+      if (w.find(".ffn_gate.") != std::string::npos) expert_rows[w] += r;
+    };
+    std::vector<int32_t> tokens;
+    for (int i = 0; i < rows; ++i) tokens.push_back(int32_t(100 + 37 * i));
+    KvCache cache(c, rows);
+    ASSERT_TRUE(forward_pass(*model, cache, Batch::causal(tokens, 0), &observe).is_ok());
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      int64_t touched = 0, routed = 0;
+      for (const auto& [w, r] : expert_rows) {
+        if (w.starts_with("blk." + std::to_string(l) + ".")) {
+          ++touched;
+          routed += r;
+        }
+      }
+      EXPECT_EQ(routed, rows * c.n_expert_used) << "layer " << l;
+      if (rows == 1) EXPECT_EQ(touched, c.n_expert_used);
+      EXPECT_LE(touched, c.n_expert);
+      std::printf("[ %d rows ] layer %lld: %lld of %lld experts touched\n", rows, (long long)l, (long long)touched,
+                  (long long)c.n_expert);
+    }
+  }
 }
 
 }  // namespace

@@ -236,10 +236,11 @@ TEST(Speculative, GreedyEqualsPlainWithAMixedDraft) {
 }
 
 // Gemma 2 and 3 (sliding window 8 in the fixtures, so speculation runs far past it; gemma2
-// with soft caps) and Phi-3 (fused projections, window 6 in every layer): speculative greedy
-// output is plain decoding's, also with a mixed draft.
-TEST(Speculative, GreedyEqualsPlainOnGemmaAndPhi3) {
-  for (const char* name : {"gemma3-tiny", "gemma2-tiny", "phi3-tiny"}) {
+// with soft caps), Phi-3 (fused projections, window 6 in every layer) and mixtures of experts
+// (every expert bit-split; the draft routes with its own activations, the target verifies with
+// its own routing): speculative greedy output is plain decoding's, also with a mixed draft.
+TEST(Speculative, GreedyEqualsPlainOnGemmaPhi3AndMixturesOfExperts) {
+  for (const char* name : {"gemma3-tiny", "gemma2-tiny", "phi3-tiny", "mixtral-tiny", "qwen2moe-tiny", "qwen3moe-tiny"}) {
     SCOPED_TRACE(name);
     const std::string path = testing::source_dir() + "/tests/models/" + name + ".gguf";
     BITSPLIT_REQUIRE_FILE(path);

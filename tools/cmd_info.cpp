@@ -98,8 +98,15 @@ int info(const InfoOptions& o) {
     std::printf("embedding:     %lld\n", (long long)c.n_embd);
     std::printf("heads:         %lld query, %lld key/value (head size %lld)\n", (long long)c.n_heads,
                 (long long)c.n_kv_heads, (long long)c.head_dim);
-    std::printf("ffn:           %lld (%s)\n", (long long)c.n_ff,
-                c.ffn_act == FfnActivation::kGeluTanh ? "GeGLU, tanh GELU" : "SwiGLU");
+    if (c.is_moe()) {
+      std::printf("ffn:           mixture of %lld experts of width %lld, %lld per token (SwiGLU), weights %s\n",
+                  (long long)c.n_expert, (long long)c.n_ff_exp, (long long)c.n_expert_used,
+                  c.expert_weights_norm ? "renormalised over the chosen" : "the router's probabilities");
+      if (c.n_ff_shexp > 0) std::printf("shared expert: width %lld, sigmoid-gated\n", (long long)c.n_ff_shexp);
+    } else {
+      std::printf("ffn:           %lld (%s)\n", (long long)c.n_ff,
+                  c.ffn_act == FfnActivation::kGeluTanh ? "GeGLU, tanh GELU" : "SwiGLU");
+    }
     std::printf("vocabulary:    %lld\n", (long long)c.n_vocab);
     std::printf("context:       %lld\n", (long long)c.n_ctx_train);
     std::printf("rope:          %s order, %lld dims, base %g, scale %g\n",
@@ -167,7 +174,7 @@ int info(const InfoOptions& o) {
         if (b) budget = *b;
         why = b ? " (free memory of device 0 minus the margin)" : " (" + b.status().message() + ")";
       }
-      auto sizes = draft_plane_sizes(w, c.n_layers);
+      auto sizes = draft_plane_sizes(w, c.n_layers, projection_kinds(c));
       if (!sizes) {
         std::printf("vram plan:     (%s)\n", sizes.status().message().c_str());
       } else if (budget) {

@@ -61,6 +61,19 @@ def layer_types(arch, n_layers, pattern=None):
     return ["sliding_attention" if i % period < period - 1 else "full_attention" for i in range(n_layers)]
 
 
+# Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE): llama names plus the router, the stacked
+# experts (gate and up fused below) and qwen2moe's shared expert.
+MOE_NAMES = dict(LAYER_NAMES)
+MOE_NAMES.update({
+    "ffn_norm": "post_attention_layernorm",
+    "ffn_gate_inp": "mlp.gate",
+    "ffn_down_exps": "mlp.experts.down_proj",
+    "ffn_gate_shexp": "mlp.shared_expert.gate_proj",
+    "ffn_up_shexp": "mlp.shared_expert.up_proj",
+    "ffn_down_shexp": "mlp.shared_expert.down_proj",
+    "ffn_gate_inp_shexp": "mlp.shared_expert_gate",
+})
+
 # Phi-3: fused q/k/v and gate/up, llama-style norms (stored as they are).
 PHI3_NAMES = {
     "attn_norm": "input_layernorm",
@@ -96,10 +109,53 @@ def phi3_config(reader):
     return "phi3", cfg
 
 
+def moe_config(reader, arch):
+    p = arch + "."
+    n_embd = int(field(reader, p + "embedding_length"))
+    n_heads = int(field(reader, p + "attention.head_count"))
+    common = dict(
+        vocab_size=int(next(t for t in reader.tensors if t.name == "token_embd.weight").shape[1]),
+        hidden_size=n_embd,
+        num_hidden_layers=int(field(reader, p + "block_count")),
+        num_attention_heads=n_heads,
+        num_key_value_heads=int(field(reader, p + "attention.head_count_kv", n_heads)),
+        rms_norm_eps=float(field(reader, p + "attention.layer_norm_rms_epsilon")),
+        max_position_embeddings=int(field(reader, p + "context_length", 4096)),
+        rope_parameters={"rope_type": "default", "rope_theta": float(field(reader, p + "rope.freq_base", 10000.0))},
+        num_experts_per_tok=int(field(reader, p + "expert_used_count")),
+        tie_word_embeddings=not any(t.name == "output.weight" for t in reader.tensors),
+        pad_token_id=0, bos_token_id=1, eos_token_id=2,
+    )
+    n_expert = int(field(reader, p + "expert_count"))
+    if arch == "llama":  # Mixtral
+        from transformers import MixtralConfig
+        cfg = MixtralConfig(**common, num_local_experts=n_expert, intermediate_size=int(field(reader, p + "feed_forward_length")))
+        kind = "mixtral"
+    elif arch == "qwen2moe":
+        from transformers import Qwen2MoeConfig
+        cfg = Qwen2MoeConfig(**common, num_experts=n_expert,
+                             intermediate_size=int(field(reader, p + "feed_forward_length")),
+                             moe_intermediate_size=int(field(reader, p + "expert_feed_forward_length")),
+                             shared_expert_intermediate_size=int(field(reader, p + "expert_shared_feed_forward_length")),
+                             norm_topk_prob=bool(field(reader, p + "expert_weights_norm", False)))
+        kind = arch
+    else:
+        from transformers import Qwen3MoeConfig
+        cfg = Qwen3MoeConfig(**common, num_experts=n_expert, head_dim=int(field(reader, p + "attention.key_length", n_embd // n_heads)),
+                             intermediate_size=int(field(reader, p + "feed_forward_length")),
+                             moe_intermediate_size=int(field(reader, p + "expert_feed_forward_length")),
+                             norm_topk_prob=bool(field(reader, p + "expert_weights_norm", True)))
+        kind = arch
+    cfg._attn_implementation = "eager"
+    return kind, cfg
+
+
 def hf_config(reader):
     arch = field(reader, "general.architecture")
     if arch == "phi3":
         return phi3_config(reader)
+    if arch in ("qwen2moe", "qwen3moe") or (arch == "llama" and field(reader, "llama.expert_count", 0)):
+        return moe_config(reader, arch)
     if arch not in ("gemma2", "gemma3"):
         sys.exit(f"error: architecture {arch!r}: this script covers gemma2, gemma3 and phi3")
     p = arch + "."
@@ -148,13 +204,20 @@ def hf_config(reader):
 def load_hf_model(path):
     reader = gguf.GGUFReader(path)
     arch, cfg = hf_config(reader)
-    if arch == "gemma3":
+    if arch == "mixtral":
+        from transformers import MixtralForCausalLM as Cls
+    elif arch == "qwen2moe":
+        from transformers import Qwen2MoeForCausalLM as Cls
+    elif arch == "qwen3moe":
+        from transformers import Qwen3MoeForCausalLM as Cls
+    elif arch == "gemma3":
         from transformers import Gemma3ForCausalLM as Cls
     elif arch == "phi3":
         from transformers import Phi3ForCausalLM as Cls
     else:
         from transformers import Gemma2ForCausalLM as Cls
-    names = PHI3_NAMES if arch == "phi3" else LAYER_NAMES
+    names = PHI3_NAMES if arch == "phi3" else MOE_NAMES if arch in ("mixtral", "qwen2moe", "qwen3moe") else LAYER_NAMES
+    stacked = {}  # (layer, "gate"/"up") -> expert weights, fused into gate_up_proj below
     torch.manual_seed(0)
     model = Cls(cfg).eval()
     state = {}
@@ -163,8 +226,13 @@ def load_hf_model(path):
         w = w.reshape([int(d) for d in reversed(t.shape)])
         name = t.name[: -len(".weight")] if t.name.endswith(".weight") else t.name
         # The GGUF stores gemma's RMSNorm weights as 1 + w (transformers multiplies by 1 + w).
-        if name.endswith("norm") and arch != "phi3":
+        if name.endswith("norm") and arch.startswith("gemma"):
             w = w - 1.0
+        # llama GGUFs (Mixtral) hold q and k with each head's rotation pairs interleaved (the
+        # converter permutes them for the adjacent-pair RoPE); transformers rotates halves.
+        if arch == "mixtral" and (name.endswith("attn_q") or name.endswith("attn_k")):
+            heads = cfg.num_attention_heads if name.endswith("attn_q") else cfg.num_key_value_heads
+            w = w.reshape(heads, w.shape[0] // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
         if name == "token_embd":
             hf = "model.embed_tokens.weight"
         elif name == "output_norm":
@@ -173,10 +241,23 @@ def load_hf_model(path):
             hf = "lm_head.weight"
         elif name.startswith("blk."):
             _, layer, rest = name.split(".", 2)
-            hf = f"model.layers.{layer}.{names[rest]}.weight"
+            if rest in ("ffn_gate_exps", "ffn_up_exps"):
+                stacked[(layer, rest)] = w  # [n_expert, n_ff, n_embd]
+                continue
+            if rest == "ffn_gate_inp_shexp":
+                w = w.reshape(1, -1)
+            suffix = "" if rest == "ffn_down_exps" else ".weight"
+            if rest.startswith("attn_") and rest.endswith(".bias"):
+                hf = f"model.layers.{layer}.self_attn.{rest[5]}_proj.bias"
+            else:
+                hf = f"model.layers.{layer}.{names[rest]}{suffix}"
         else:
             sys.exit(f"error: tensor {t.name!r} has no transformers counterpart here")
         state[hf] = torch.from_numpy(np.ascontiguousarray(w))
+    for (layer, rest), gate in list(stacked.items()):
+        if rest == "ffn_gate_exps":  # transformers keeps each expert's gate rows, then its up rows
+            up = stacked[(layer, "ffn_up_exps")]
+            state[f"model.layers.{layer}.mlp.experts.gate_up_proj"] = torch.from_numpy(np.concatenate([gate, up], axis=1))
     if cfg.tie_word_embeddings:
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
     missing, unexpected = model.load_state_dict(state, strict=False)
@@ -234,17 +315,69 @@ def golden(args):
         f.write("\n")
 
 
+def attention_tensors(w, b, arch, n_embd, n_heads, n_kv, head_dim, rnd, norm):
+    """A block's input norm and attention: q/k/v/output, qwen2moe's biases, QK-norm."""
+    w.add_tensor(b + "attn_norm.weight", norm(n_embd))
+    w.add_tensor(b + "attn_q.weight", rnd(n_heads * head_dim, n_embd, scale=n_embd ** -0.5))
+    w.add_tensor(b + "attn_k.weight", rnd(n_kv * head_dim, n_embd, scale=n_embd ** -0.5))
+    w.add_tensor(b + "attn_v.weight", rnd(n_kv * head_dim, n_embd, scale=n_embd ** -0.5))
+    w.add_tensor(b + "attn_output.weight", rnd(n_embd, n_heads * head_dim, scale=(n_heads * head_dim) ** -0.5))
+    if arch == "qwen2moe":
+        w.add_tensor(b + "attn_q.bias", rnd(n_heads * head_dim, scale=0.1))
+        w.add_tensor(b + "attn_k.bias", rnd(n_kv * head_dim, scale=0.1))
+        w.add_tensor(b + "attn_v.bias", rnd(n_kv * head_dim, scale=0.1))
+    if arch in ("qwen3moe", "gemma3"):
+        w.add_tensor(b + "attn_q_norm.weight", norm(head_dim))
+        w.add_tensor(b + "attn_k_norm.weight", norm(head_dim))
+
+
+def moe_fixture(w, arch, vocab, rnd, norm):
+    """Two layers of 8 experts (2 used per token) of width 32; qwen2moe adds a shared expert of
+    width 48 and q/k/v biases, qwen3moe QK-norm. Writes the tensors and closes the writer."""
+    n_embd, n_heads, n_kv, head_dim, n_expert, n_ff, n_shexp = 64, 4, 2, 16, 8, 32, 48
+    p = ("llama" if arch == "mixtral" else arch) + "."
+    w.add_uint32(p + "expert_count", n_expert)
+    w.add_uint32(p + "expert_used_count", 2)
+    if arch != "mixtral":
+        w.add_uint32(p + "expert_feed_forward_length", n_ff)
+    if arch == "qwen2moe":
+        w.add_uint32(p + "expert_shared_feed_forward_length", n_shexp)
+    w.add_tensor("token_embd.weight", rnd(vocab, n_embd, scale=1.0))
+    w.add_tensor("output.weight", rnd(vocab, n_embd, scale=n_embd ** -0.5 * 3))
+    w.add_tensor("output_norm.weight", norm(n_embd))
+    for l in range(2):
+        b = f"blk.{l}."
+        attention_tensors(w, b, arch, n_embd, n_heads, n_kv, head_dim, rnd, norm)
+        w.add_tensor(b + "ffn_norm.weight", norm(n_embd))
+        w.add_tensor(b + "ffn_gate_inp.weight", rnd(n_expert, n_embd, scale=1.0))
+        w.add_tensor(b + "ffn_gate_exps.weight", rnd(n_expert, n_ff, n_embd, scale=n_embd ** -0.5))
+        w.add_tensor(b + "ffn_up_exps.weight", rnd(n_expert, n_ff, n_embd, scale=n_embd ** -0.5))
+        w.add_tensor(b + "ffn_down_exps.weight", rnd(n_expert, n_embd, n_ff, scale=n_ff ** -0.5))
+        if arch == "qwen2moe":
+            w.add_tensor(b + "ffn_gate_inp_shexp.weight", rnd(n_embd, scale=n_embd ** -0.5))
+            w.add_tensor(b + "ffn_gate_shexp.weight", rnd(n_shexp, n_embd, scale=n_embd ** -0.5))
+            w.add_tensor(b + "ffn_up_shexp.weight", rnd(n_shexp, n_embd, scale=n_embd ** -0.5))
+            w.add_tensor(b + "ffn_down_shexp.weight", rnd(n_embd, n_shexp, scale=n_shexp ** -0.5))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def fixture(args):
     src = gguf.GGUFReader(args.vocab_from)
     tokens = field(src, "tokenizer.ggml.tokens")
     vocab = len(tokens)
     arch = args.arch
     torch.manual_seed(args.seed)
-    n_layers = {"gemma3": 6, "gemma2": 4, "phi3": 3}[arch]
+    n_layers = {"gemma3": 6, "gemma2": 4, "phi3": 3}.get(arch, 2)
     n_embd, n_heads, n_kv, head_dim, n_ff, window = 64, 4, 2, 32, 160, 8
     if arch == "phi3":  # head size n_embd / n_heads, as Phi-3 has it
         head_dim, n_ff, window = 16, 96, 6
-    w = gguf.GGUFWriter(args.out, arch)
+    w = gguf.GGUFWriter(args.out, "llama" if arch == "mixtral" else arch)
+    moe = arch in ("mixtral", "qwen2moe", "qwen3moe")
+    if moe:  # Mixtral's feed_forward_length is the expert width
+        n_ff = 32
     w.add_name(f"tiny random {arch} (tools/hf_reference.py fixture, seed {args.seed})")
     w.add_context_length(256)
     w.add_embedding_length(n_embd)
@@ -252,12 +385,16 @@ def fixture(args):
     w.add_feed_forward_length(n_ff)
     w.add_head_count(n_heads)
     w.add_head_count_kv(n_kv)
+    if moe:
+        head_dim = 16
     w.add_key_length(head_dim)
     w.add_value_length(head_dim)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_rope_freq_base(1e6 if arch == "gemma3" else 10000.0)
-    w.add_rope_dimension_count(head_dim)
-    w.add_sliding_window(window)
+    if not arch.startswith("gemma"):  # (the committed gemma fixtures were made without it)
+        w.add_rope_dimension_count(head_dim)
+    if not moe:
+        w.add_sliding_window(window)
     if arch == "gemma2":
         w.add_float32(f"{arch}.attn_logit_softcapping", 50.0)
         w.add_float32(f"{arch}.final_logit_softcapping", 30.0)
@@ -281,6 +418,9 @@ def fixture(args):
     def norm(n):  # gemma stores 1 + w; phi3 w, which is around 1 too
         return (1.0 + torch.randn(n) * 0.3).numpy().astype(np.float32)
 
+    if arch in ("mixtral", "qwen2moe", "qwen3moe"):
+        moe_fixture(w, arch, vocab, rnd, norm)
+        return
     if arch == "phi3":
         w.add_tensor("token_embd.weight", rnd(vocab, n_embd, scale=1.0))
         w.add_tensor("output.weight", rnd(vocab, n_embd, scale=n_embd ** -0.5 * 3))
@@ -305,14 +445,7 @@ def fixture(args):
     w.add_tensor("output_norm.weight", norm(n_embd))
     for l in range(n_layers):
         b = f"blk.{l}."
-        w.add_tensor(b + "attn_norm.weight", norm(n_embd))
-        w.add_tensor(b + "attn_q.weight", rnd(n_heads * head_dim, n_embd, scale=n_embd ** -0.5))
-        w.add_tensor(b + "attn_k.weight", rnd(n_kv * head_dim, n_embd, scale=n_embd ** -0.5))
-        w.add_tensor(b + "attn_v.weight", rnd(n_kv * head_dim, n_embd, scale=n_embd ** -0.5))
-        w.add_tensor(b + "attn_output.weight", rnd(n_embd, n_heads * head_dim, scale=(n_heads * head_dim) ** -0.5))
-        if arch == "gemma3":
-            w.add_tensor(b + "attn_q_norm.weight", norm(head_dim))
-            w.add_tensor(b + "attn_k_norm.weight", norm(head_dim))
+        attention_tensors(w, b, arch, n_embd, n_heads, n_kv, head_dim, rnd, norm)
         w.add_tensor(b + "post_attention_norm.weight", norm(n_embd))
         w.add_tensor(b + "ffn_norm.weight", norm(n_embd))
         w.add_tensor(b + "post_ffw_norm.weight", norm(n_embd))
@@ -340,7 +473,7 @@ def main():
     g.add_argument("--positions", type=int, default=0, help="keep only the last N positions' logits (0: all)")
     f = sub.add_parser("fixture")
     f.add_argument("out")
-    f.add_argument("--arch", choices=["gemma2", "gemma3", "phi3"], required=True)
+    f.add_argument("--arch", choices=["gemma2", "gemma3", "phi3", "mixtral", "qwen2moe", "qwen3moe"], required=True)
     f.add_argument("--vocab-from", required=True)
     f.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()

@@ -18,12 +18,15 @@ struct DraftPlaneSize {
   uint64_t bytes = 0;  // codes + fp16 scales + fp16 offsets
 };
 
-// The draft planes of a converted file of n_layers layers in placement order: blk.0's seven
-// projections, blk.1's, …, then the output head. An error for a file that is not a converted
-// bit-split model.
-Result<std::vector<DraftPlaneSize>> draft_plane_sizes(const WeightSource& converted, int64_t n_layers);
-// The projection names of layer-ordered placement for a model with n_layers layers.
-std::vector<std::string> placement_order(int64_t n_layers);
+// The draft planes of a converted file of n_layers layers in placement order: blk.0's
+// projections, blk.1's, …, then the output head. `kinds`: each layer's projection kinds
+// (bitsplit::projection_kinds; empty: the seven of a dense layer). An error for a file that is
+// not a converted bit-split model.
+Result<std::vector<DraftPlaneSize>> draft_plane_sizes(const WeightSource& converted, int64_t n_layers,
+                                                      const std::vector<std::string>& kinds = {});
+// The projection names of layer-ordered placement for a model with n_layers layers whose layers
+// have these projection kinds (empty: a dense layer's seven).
+std::vector<std::string> placement_order(int64_t n_layers, const std::vector<std::string>& kinds = {});
 
 struct VramPlan {
   uint64_t budget = 0;

@@ -22,8 +22,9 @@
 
 namespace bitsplit {
 
-enum class Architecture { kLlama, kQwen2, kQwen3, kGemma2, kGemma3, kPhi3 };
-inline constexpr const char* kSupportedArchitectures = "llama, qwen2, qwen3, gemma2, gemma3, phi3";
+enum class Architecture { kLlama, kQwen2, kQwen3, kGemma2, kGemma3, kPhi3, kQwen2Moe, kQwen3Moe };
+inline constexpr const char* kSupportedArchitectures =
+    "llama (also Mixtral-style mixture of experts), qwen2, qwen3, gemma2, gemma3, phi3, qwen2moe, qwen3moe";
 
 // The FFN's gate activation: SwiGLU (llama, qwen) or GeGLU with the tanh GELU (gemma).
 enum class FfnActivation { kSilu, kGeluTanh };
@@ -64,8 +65,17 @@ struct ModelConfig {
   float rope_base_swa = 10000.0f;
   float rope_freq_scale_swa = 1.0f;  // gemma3's local layers take no RoPE scaling; others their own
 
+  // Mixture of experts (qwen2moe, qwen3moe, llama with expert_count = Mixtral): each layer's FFN
+  // is n_expert FFNs of width n_ff_exp; the router (ffn_gate_inp) picks n_expert_used per token
+  // by softmax probability, weighted by those probabilities (renormalised over the chosen when
+  // expert_weights_norm); qwen2moe adds a shared expert of width n_ff_shexp gated by
+  // sigmoid(x · ffn_gate_inp_shexp).
+  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
+  bool expert_weights_norm = false;
+
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
+  bool is_moe() const { return n_expert > 0; }
   bool is_swa(int64_t layer) const { return !swa_layers.empty() && swa_layers[size_t(layer)] != 0; }
   float layer_rope_base(int64_t layer) const { return is_swa(layer) ? rope_base_swa : rope_base; }
   float layer_rope_freq_scale(int64_t layer) const { return is_swa(layer) ? rope_freq_scale_swa : rope_freq_scale; }
@@ -74,10 +84,34 @@ struct ModelConfig {
 // Reads and validates the configuration; errors name the key and the supported values.
 Result<ModelConfig> read_model_config(const WeightSource& source);
 
+// One projection of a layer: the kind in its tensor name ("attn_q", "ffn_down"; "ffn_gate.3"
+// for expert 3; "ffn_up_shexp" for the shared expert) and its shape [rows x cols].
+struct ProjectionSlot {
+  std::string kind;
+  int64_t rows = 0, cols = 0;
+};
+// Every projection of a layer in placement order: attention, then the FFN (dense, or each
+// expert's gate/up/down in expert order, then the shared expert's).
+std::vector<ProjectionSlot> layer_projections(const ModelConfig& c);
+// The kinds alone (placement_order takes them).
+std::vector<std::string> projection_kinds(const ModelConfig& c);
+
+struct ExpertWeights {
+  std::vector<float> w_gate, w_up, w_down;
+};
+
 struct LayerWeights {
   std::vector<float> attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm;
   std::vector<float> ffn_norm, w_gate, w_up, w_down;
   std::vector<float> post_attn_norm, post_ffn_norm;  // gemma only
+  // Mixture of experts: the router [n_expert x n_embd], the experts, the shared expert and its
+  // gate [n_embd] (qwen2moe).
+  std::vector<float> ffn_gate_inp;
+  std::vector<ExpertWeights> experts;
+  std::vector<float> w_gate_shexp, w_up_shexp, w_down_shexp, ffn_gate_inp_shexp;
+  // A projection by its kind (layer_projections); aborts on a kind the layer does not have.
+  const std::vector<float>& projection(std::string_view kind) const;
+  std::vector<float>& projection(std::string_view kind);
 };
 
 // Which model a forward pass computes on a model with bit-split planes.
