@@ -302,7 +302,9 @@ Status quantize_model_q8_0(const WeightSource& source, const std::string& out_pa
       return Status::error(source.path() + ": tensor '" + t.name + "' has type " + gguf::tensor_type_name(t.type) +
                            ", which cannot be read");
     }
-    const bool q8 = is_split_projection(t.name) && t.dims.size() == 2 && t.dims[0] % quant::BlockQ8_0::kWeights == 0;
+    // The projections and the token embedding (a tied head reads it), as llama.cpp's Q8_0 has them.
+    const bool q8 = (is_split_projection(t.name) || t.name == "token_embd.weight") && t.dims.size() == 2 &&
+                    t.dims[0] % quant::BlockQ8_0::kWeights == 0;
     BITSPLIT_RETURN_IF_ERROR(writer.add_tensor_info(t.name, q8 ? TensorType::Q8_0 : TensorType::F32, t.dims));
     to_q8.push_back(q8);
   }

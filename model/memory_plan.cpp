@@ -82,6 +82,11 @@ Result<MemoryPlan> plan_memory(const WeightSource& source, const ModelConfig& co
       plan.weights += t.nbytes;  // kept as blocks for the Q8_0 kernel
     } else {
       plan.weights += uint64_t(t.n_elements()) * sizeof(float);  // the loader converts to f32
+      // A tied head over a Q8_0 embedding also keeps the embedding's blocks for the Q8_0 kernel.
+      if (!split && options.q8_0_kernels && config.tied_output && t.name == "token_embd.weight" &&
+          t.type == gguf::TensorType::Q8_0) {
+        plan.weights += t.nbytes;
+      }
     }
   }
   plan.n_slots = options.n_slots > 0 ? std::min(options.n_slots, config.n_ctx_train) : config.n_ctx_train;

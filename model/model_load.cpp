@@ -86,6 +86,15 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
   if (!from_embd) return from_embd.status().with_context(source.path());
   model.output_from_embedding_ = *from_embd;
   BITSPLIT_RETURN_IF_ERROR(t.load("token_embd.weight", {c.n_embd, c.n_vocab}, &model.token_embd_));
+  // A tied head over a Q8_0 embedding runs on the Q8_0 kernel too (as llama.cpp's does): the
+  // rows stay f32 for the lookup, the blocks serve the head.
+  if (q8_0_kernels && c.tied_output) {
+    const gguf::TensorInfo* e = source.find_tensor("token_embd.weight");
+    if (e && e->type == gguf::TensorType::Q8_0 && c.n_embd % 32 == 0) {
+      BITSPLIT_ASSIGN_OR_RETURN(auto bytes, source.raw_bytes(*e));
+      model.q8_0_["output.weight"].assign(bytes.begin(), bytes.end());
+    }
+  }
   BITSPLIT_RETURN_IF_ERROR(t.load("output_norm.weight", {c.n_embd}, &model.output_norm_));
   if (!c.tied_output) BITSPLIT_RETURN_IF_ERROR(t.load("output.weight", {c.n_embd, c.n_vocab}, &model.output_));
   BITSPLIT_RETURN_IF_ERROR(t.load("rope_freqs.weight", {c.n_rot / 2}, &model.rope_freqs_, /*optional=*/true));
