@@ -10,7 +10,11 @@
 
 namespace bitsplit::cpu {
 
+float dot_f32_avx2(const float* a, const float* b, int64_t n);  // attention_avx2.cpp: the same bits
+
 float dot_f32(const float* a, const float* b, int64_t n) {
+  static const bool avx2 = default_isa() != Isa::kScalar;
+  if (avx2) return dot_f32_avx2(a, b, n);
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {

@@ -27,32 +27,46 @@ struct Activations {
 void attention(const ModelConfig& c, const KvCache& cache, int64_t layer, const Batch& batch,
                const Activations& q, Activations& out) {
   const int64_t group = c.n_heads / c.n_kv_heads;
-  const float scale = c.attn_scale;
   // A sliding-window layer: a token at position p sees slots whose token is at p - window + 1
   // or later (and, as everywhere, only slots its mask allows).
   const int64_t window = c.is_swa(layer) ? c.sliding_window : 0;
-  tbb::parallel_for(int64_t{0}, batch.size() * c.n_heads, [&](int64_t task) {
-    const int64_t i = task / c.n_heads, h = task % c.n_heads, kvh = h / group;
-    const float* qh = q.data.data() + i * q.width + h * c.head_dim;
-    const uint8_t* mask = batch.mask.data() + i * batch.kv_len;
-    const int64_t pos = batch.positions[size_t(i)];
-    auto visible = [&](int64_t j) { return mask[j] && (window == 0 || pos - cache.position(j) < window); };
-    std::vector<float> scores(size_t(batch.kv_len), -INFINITY);
-    for (int64_t j = 0; j < batch.kv_len; ++j) {
-      if (!visible(j)) continue;
-      float s = cpu::dot_f32(qh, cache.k(layer, j) + kvh * c.head_dim, c.head_dim) * scale;
-      if (c.attn_softcap > 0.0f) s = cpu::softcap(s, c.attn_softcap);
-      scores[size_t(j)] = s;
+  const int64_t kv_len = batch.kv_len;
+  std::vector<uint8_t> visible;
+  const uint8_t* vis = batch.mask.data();
+  if (window > 0) {
+    visible.assign(batch.mask.begin(), batch.mask.end());
+    for (int64_t i = 0; i < batch.size(); ++i) {
+      const int64_t pos = batch.positions[size_t(i)];
+      for (int64_t j = 0; j < kv_len; ++j) {
+        if (pos - cache.position(j) >= window) visible[size_t(i * kv_len + j)] = 0;
+      }
     }
-    cpu::softmax_f32(scores.data(), batch.kv_len);
-    float* o = out.data.data() + i * out.width + h * c.head_dim;
-    std::fill(o, o + c.head_dim, 0.0f);
-    for (int64_t j = 0; j < batch.kv_len; ++j) {
-      if (!visible(j)) continue;
-      const float p = scores[size_t(j)];
-      const float* vj = cache.v(layer, j) + kvh * c.head_dim;
-      for (int64_t d = 0; d < c.head_dim; ++d) o[d] += p * vj[d];
+    vis = visible.data();
+  }
+  // Keys and values of one kv head: rows of the layer's cache, kv_dim apart. A task is a block
+  // of up to kAttentionBlock (row, head) pairs of one kv head, which read its K and V once.
+  const float* k0 = cache.k(layer, 0);
+  const float* v0 = cache.v(layer, 0);
+  const int64_t per_kv = batch.size() * group;  // (row, head) pairs of one kv head
+  const int64_t blocks = (per_kv + cpu::kAttentionBlock - 1) / cpu::kAttentionBlock;
+  tbb::parallel_for(int64_t{0}, c.n_kv_heads * blocks, [&](int64_t task) {
+    const int64_t kvh = task / blocks, first = task % blocks * cpu::kAttentionBlock;
+    const int nq = int(std::min<int64_t>(cpu::kAttentionBlock, per_kv - first));
+    thread_local std::vector<float> scratch;
+    scratch.resize(size_t(cpu::kAttentionBlock * kv_len));
+    const float* qs[cpu::kAttentionBlock];
+    const uint8_t* vs[cpu::kAttentionBlock];
+    float* ss[cpu::kAttentionBlock];
+    float* os[cpu::kAttentionBlock];
+    for (int r = 0; r < nq; ++r) {
+      const int64_t pair = first + r, i = pair / group, h = kvh * group + pair % group;
+      qs[r] = q.data.data() + i * q.width + h * c.head_dim;
+      vs[r] = vis + i * kv_len;
+      ss[r] = scratch.data() + r * kv_len;
+      os[r] = out.data.data() + i * out.width + h * c.head_dim;
     }
+    cpu::attention_block(nq, qs, vs, k0 + kvh * c.head_dim, v0 + kvh * c.head_dim, c.kv_dim(), c.head_dim, kv_len,
+                         c.attn_scale, c.attn_softcap, ss, os);
   });
 }
 
@@ -246,7 +260,9 @@ Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, cons
       if (rows.empty()) continue;
       Activations xe(int64_t(rows.size()), c.n_embd), ye(int64_t(rows.size()), c.n_embd);
       for (size_t j = 0; j < rows.size(); ++j) std::copy(in.row(rows[j].first), in.row(rows[j].first) + c.n_embd, xe.row(int64_t(j)));
-      BITSPLIT_RETURN_IF_ERROR(gated_ffn(l, "." + std::to_string(e), xe, c.n_ff_exp, ye));
+      std::string suffix(1, '.');
+      suffix += std::to_string(e);
+      BITSPLIT_RETURN_IF_ERROR(gated_ffn(l, suffix, xe, c.n_ff_exp, ye));
       for (size_t j = 0; j < rows.size(); ++j) {
         float* o = out.row(rows[j].first);
         const float* y = ye.row(int64_t(j));

@@ -15,7 +15,8 @@ std::vector<ProjectionSlot> layer_projections(const ModelConfig& c) {
     return p;
   }
   for (int64_t e = 0; e < c.n_expert; ++e) {
-    const std::string n = "." + std::to_string(e);
+    std::string n(1, '.');  // (not "." + ...: GCC 12's -Wrestrict misfires on that)
+    n += std::to_string(e);
     p.insert(p.end(), {{"ffn_gate" + n, c.n_ff_exp, c.n_embd},
                        {"ffn_up" + n, c.n_ff_exp, c.n_embd},
                        {"ffn_down" + n, c.n_embd, c.n_ff_exp}});

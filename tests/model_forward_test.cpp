@@ -252,7 +252,9 @@ TEST(ForwardReference, MixtureOfExpertsRunsOnlyTheRoutedExperts) {
         }
       }
       EXPECT_EQ(routed, rows * c.n_expert_used) << "layer " << l;
-      if (rows == 1) EXPECT_EQ(touched, c.n_expert_used);
+      if (rows == 1) {
+        EXPECT_EQ(touched, c.n_expert_used);
+      }
       EXPECT_LE(touched, c.n_expert);
       std::printf("[ %d rows ] layer %lld: %lld of %lld experts touched\n", rows, (long long)l, (long long)touched,
                   (long long)c.n_expert);

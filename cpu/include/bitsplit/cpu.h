@@ -33,6 +33,25 @@ void rms_norm_f32(const float* x, const float* weight, int64_t n, float eps, flo
 // In-place softmax over n values (max-subtracted; sum in double).
 void softmax_f32(float* x, int64_t n);
 
+// One query row of attention over cache slots j < kv_len: s_j = dot_f32(q, k_j) · scale, soft-
+// capped (c · tanh(s / c)) when softcap > 0, -inf where visible[j] == 0; p = softmax_f32(s);
+// out[0..head_dim) = Σ_j p_j · v_j over the visible j in slot order (products, then sums), with
+// k_j = k + j · stride and v_j = v + j · stride. `scores` is kv_len floats of scratch. The
+// scalar reference of attention_block.
+void attention_row_ref(const float* q, const float* k, const float* v, int64_t stride, int64_t head_dim,
+                       int64_t kv_len, const uint8_t* visible, float scale, float softcap, float* scores, float* out);
+// attention_row for nq <= kAttentionBlock query rows that share the keys and values (rows of a
+// batch, heads of one kv group): q[r], visible[r], scores[r] (kv_len floats each), out[r]. Each
+// row's result is attention_row_ref's bit for bit; the block reads every key and value once.
+// Runs the best tier of default_isa(); attention_block_avx2 is the AVX2 tier (for tests).
+inline constexpr int kAttentionBlock = 16;
+void attention_block(int nq, const float* const* q, const uint8_t* const* visible, const float* k, const float* v,
+                     int64_t stride, int64_t head_dim, int64_t kv_len, float scale, float softcap, float* const* scores,
+                     float* const* out);
+void attention_block_avx2(int nq, const float* const* q, const uint8_t* const* visible, const float* k, const float* v,
+                          int64_t stride, int64_t head_dim, int64_t kv_len, float scale, float softcap,
+                          float* const* scores, float* const* out);
+
 inline float silu(float x) { return x / (1.0f + __builtin_expf(-x)); }
 // GELU with the tanh approximation (PyTorch's approximate="tanh", gemma's GeGLU).
 inline float gelu_tanh(float x) {

@@ -1,0 +1,183 @@
+// attention_block's AVX2 tier: dot_f32's eight lanes in one register (a[i..i+7] · b[i..i+7]
+// added lane by lane, then the same pairwise reduction, eight keys at once), and the weighted sum
+// of V eight values of d at a time; exp and the softmax's double sum stay scalar and in slot
+// order, so every row is attention_row_ref's bit for bit. Built with -mavx2 -ffp-contract=off:
+// every multiply and add is its own instruction. (dot_f32 dispatches here too.)
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "bitsplit/cpu.h"
+#include "bitsplit/status.h"
+
+namespace bitsplit::cpu {
+namespace {
+
+float dot8(const float* a, const float* b, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+  alignas(32) float lane[8];
+  _mm256_store_ps(lane, acc);
+  for (int k = 0; i < n; ++i, ++k) lane[k] += a[i] * b[i];
+  return ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+}
+
+// Eight dot products q · k_{j0+t} (t < 8) of head_dim % 8 == 0 values at once, each with
+// dot8's arithmetic: lane l of key t accumulates q[i+l]·k[i+l] over the chunks i, then the lanes
+// are summed ((0+4)+(1+5))+((2+6)+(3+7)). The 8x8 transpose puts lane l of every key in one
+// register, so that sum runs for the eight keys in parallel, the same adds in the same order.
+__m256 dot8_x8(const float* q, const float* k, int64_t stride, int64_t head_dim) {
+  __m256 acc[8];
+  for (auto& a : acc) a = _mm256_setzero_ps();
+  for (int64_t i = 0; i < head_dim; i += 8) {
+    const __m256 qc = _mm256_loadu_ps(q + i);
+    for (int t = 0; t < 8; ++t) acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(qc, _mm256_loadu_ps(k + t * stride + i)));
+  }
+  // Transpose: r[l] = (acc[0][l], ..., acc[7][l]).
+  const __m256 t0 = _mm256_unpacklo_ps(acc[0], acc[1]), t1 = _mm256_unpackhi_ps(acc[0], acc[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(acc[2], acc[3]), t3 = _mm256_unpackhi_ps(acc[2], acc[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(acc[4], acc[5]), t5 = _mm256_unpackhi_ps(acc[4], acc[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(acc[6], acc[7]), t7 = _mm256_unpackhi_ps(acc[6], acc[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  const __m256 r0 = _mm256_permute2f128_ps(u0, u4, 0x20), r4 = _mm256_permute2f128_ps(u0, u4, 0x31);
+  const __m256 r1 = _mm256_permute2f128_ps(u1, u5, 0x20), r5 = _mm256_permute2f128_ps(u1, u5, 0x31);
+  const __m256 r2 = _mm256_permute2f128_ps(u2, u6, 0x20), r6 = _mm256_permute2f128_ps(u2, u6, 0x31);
+  const __m256 r3 = _mm256_permute2f128_ps(u3, u7, 0x20), r7 = _mm256_permute2f128_ps(u3, u7, 0x31);
+  return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(r0, r4), _mm256_add_ps(r1, r5)),
+                       _mm256_add_ps(_mm256_add_ps(r2, r6), _mm256_add_ps(r3, r7)));
+}
+
+// softmax_f32's arithmetic, faster where it can be without changing a bit: the max (order-free)
+// eight at a time, exp only of finite scores (a masked slot's exp(-inf) is 0 and adds nothing),
+// the exps summed in double in slot order as the reference does, the scaling eight at a time.
+void softmax_avx2(float* x, int64_t n) {
+  __m256 m8 = _mm256_set1_ps(-INFINITY);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(x + i));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m8);
+  float max = -INFINITY;
+  for (float l : lanes) max = std::max(max, l);
+  for (; i < n; ++i) max = std::max(max, x[i]);
+  double sum = 0.0;
+  for (i = 0; i < n; ++i) {
+    if (x[i] == -INFINITY) {
+      x[i] = 0.0f;
+      continue;
+    }
+    x[i] = std::exp(x[i] - max);
+    sum += x[i];
+  }
+  const float inv = float(1.0 / sum);
+  const __m256 inv8 = _mm256_set1_ps(inv);
+  for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv8));
+  for (; i < n; ++i) x[i] *= inv;
+}
+
+}  // namespace
+
+float dot_f32_avx2(const float* a, const float* b, int64_t n) { return dot8(a, b, n); }
+
+namespace {
+
+// acc[0..C) (C·8 values of d) += p_j · v_j[d] over the slots j in [j0, j1) the row sees.
+template <int C>
+void weighted_sum_tile(const float* scores, const uint8_t* visible, const float* v, int64_t stride, int64_t j0,
+                       int64_t j1, float* out) {
+  __m256 acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = _mm256_loadu_ps(out + 8 * c);
+  for (int64_t j = j0; j < j1; ++j) {
+    if (!visible[j]) continue;
+    const __m256 p = _mm256_set1_ps(scores[j]);
+    const float* vj = v + j * stride;
+    for (int c = 0; c < C; ++c) acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(p, _mm256_loadu_ps(vj + 8 * c)));
+  }
+  for (int c = 0; c < C; ++c) _mm256_storeu_ps(out + 8 * c, acc[c]);
+}
+
+using TileFn = void (*)(const float*, const uint8_t*, const float*, int64_t, int64_t, int64_t, float*);
+constexpr TileFn kTiles[9] = {nullptr,
+                              weighted_sum_tile<1>,
+                              weighted_sum_tile<2>,
+                              weighted_sum_tile<3>,
+                              weighted_sum_tile<4>,
+                              weighted_sum_tile<5>,
+                              weighted_sum_tile<6>,
+                              weighted_sum_tile<7>,
+                              weighted_sum_tile<8>};
+
+}  // namespace
+
+// The block: slots in tiles of kTile, every row of the block over one tile before the next, so
+// a tile's keys and values are read from memory once and from L1 by the other rows. Per row the
+// same operations in the same order as attention_row (its dot lanes, its softmax, its sum over
+// the slots it sees in slot order, partial sums kept exactly in `out` between tiles).
+void attention_block_avx2(int nq, const float* const* q, const uint8_t* const* visible, const float* k, const float* v,
+                          int64_t stride, int64_t head_dim, int64_t kv_len, float scale, float softcap,
+                          float* const* scores, float* const* out) {
+  BITSPLIT_CHECK(nq >= 1 && nq <= kAttentionBlock);
+  constexpr int64_t kTile = 64;
+  for (int64_t j0 = 0; j0 < kv_len; j0 += kTile) {
+    const int64_t j1 = std::min(kv_len, j0 + kTile);
+    for (int r = 0; r < nq; ++r) {
+      const uint8_t* vis = visible[r];
+      float* sc = scores[r];
+      int64_t j = j0;
+      if (head_dim % 8 == 0) {
+        const __m256 scale8 = _mm256_set1_ps(scale);
+        for (; j + 8 <= j1; j += 8) {
+          uint64_t seen;
+          std::memcpy(&seen, vis + j, 8);
+          if (seen == 0) {
+            for (int t = 0; t < 8; ++t) sc[j + t] = -INFINITY;
+            continue;
+          }
+          _mm256_storeu_ps(sc + j, _mm256_mul_ps(dot8_x8(q[r], k + j * stride, stride, head_dim), scale8));
+          for (int t = 0; t < 8; ++t) {
+            if (!vis[j + t]) {
+              sc[j + t] = -INFINITY;
+            } else if (softcap > 0.0f) {
+              sc[j + t] = cpu::softcap(sc[j + t], softcap);
+            }
+          }
+        }
+      }
+      for (; j < j1; ++j) {
+        if (!vis[j]) {
+          sc[j] = -INFINITY;
+          continue;
+        }
+        float s = dot8(q[r], k + j * stride, head_dim) * scale;
+        if (softcap > 0.0f) s = cpu::softcap(s, softcap);
+        sc[j] = s;
+      }
+    }
+  }
+  for (int r = 0; r < nq; ++r) softmax_avx2(scores[r], kv_len);
+  const int64_t vec = head_dim / 8 * 8;
+  for (int r = 0; r < nq; ++r) std::fill(out[r], out[r] + head_dim, 0.0f);
+  for (int64_t j0 = 0; j0 < kv_len; j0 += kTile) {
+    const int64_t j1 = std::min(kv_len, j0 + kTile);
+    for (int r = 0; r < nq; ++r) {
+      for (int64_t d0 = 0; d0 < vec; d0 += 64) {
+        const int chunks = int(std::min<int64_t>(8, (vec - d0) / 8));
+        kTiles[chunks](scores[r], visible[r], v + d0, stride, j0, j1, out[r] + d0);
+      }
+      for (int64_t d = vec; d < head_dim; ++d) {
+        float a = out[r][d];
+        for (int64_t j = j0; j < j1; ++j) {
+          if (visible[r][j]) a += scores[r][j] * v[j * stride + d];
+        }
+        out[r][d] = a;
+      }
+    }
+  }
+}
+
+}  // namespace bitsplit::cpu
