@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "bitsplit/attention_exp.h"
 #include "bitsplit/cpu.h"
 #include "bitsplit/status.h"
 
@@ -53,9 +54,22 @@ __m256 dot8_x8(const float* q, const float* k, int64_t stride, int64_t head_dim)
                        _mm256_add_ps(_mm256_add_ps(r2, r6), _mm256_add_ps(r3, r7)));
 }
 
-// softmax_f32's arithmetic, faster where it can be without changing a bit: the max (order-free)
-// eight at a time, exp only of finite scores (a masked slot's exp(-inf) is 0 and adds nothing),
-// the exps summed in double in slot order as the reference does, the scaling eight at a time.
+// attention_exp eight at a time: the same operations on each lane (rint by the rounding mode's
+// nearest-even, Cody–Waite, Horner, times 2^n), 0 where x < −87, −inf or NaN.
+__m256 attention_exp8(__m256 x) {
+  using namespace attention_exp_constants;
+  const __m256 valid = _mm256_cmp_ps(x, _mm256_set1_ps(kMin), _CMP_GE_OQ);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 r = _mm256_sub_ps(_mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(kLn2Hi))),
+                                 _mm256_mul_ps(n, _mm256_set1_ps(kLn2Lo)));
+  __m256 p = _mm256_set1_ps(kC7);
+  for (float c : {kC6, kC5, kC4, kC3, kC2, 1.0f, 1.0f}) p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(c));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(_mm256_and_ps(n, valid)), _mm256_set1_epi32(127)), 23);
+  return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), valid);
+}
+
+// softmax_attention_ref's arithmetic: the max (order-free) and the exponentials eight at a time,
+// the sum in double in slot order, the scaling eight at a time.
 void softmax_avx2(float* x, int64_t n) {
   __m256 m8 = _mm256_set1_ps(-INFINITY);
   int64_t i = 0;
@@ -66,12 +80,15 @@ void softmax_avx2(float* x, int64_t n) {
   for (float l : lanes) max = std::max(max, l);
   for (; i < n; ++i) max = std::max(max, x[i]);
   double sum = 0.0;
-  for (i = 0; i < n; ++i) {
-    if (x[i] == -INFINITY) {
-      x[i] = 0.0f;
-      continue;
-    }
-    x[i] = std::exp(x[i] - max);
+  const __m256 max8 = _mm256_set1_ps(max);
+  for (i = 0; i + 8 <= n; i += 8) {
+    const __m256 e = attention_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), max8));
+    _mm256_storeu_ps(x + i, e);
+    _mm256_store_ps(lanes, e);
+    for (float l : lanes) sum += l;
+  }
+  for (; i < n; ++i) {
+    x[i] = attention_exp(x[i] - max);
     sum += x[i];
   }
   const float inv = float(1.0 / sum);

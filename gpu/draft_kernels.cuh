@@ -9,6 +9,7 @@
 // Each kernel states its launch shape; those with block reductions need exactly kBlock threads.
 #pragma once
 
+#include "bitsplit/attention_exp.h"
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -423,7 +424,7 @@ BS_KERNEL void write_kv(const float* BS_RESTRICT k, const float* BS_RESTRICT v, 
 // visible; in a sliding-window layer (window > 0) only slots with row_pos[r] - slot_pos[j] <
 // window), grouped-query heads, as the CPU forward pass: scores = q·k · scale (soft-capped when
 // softcap > 0) where visible,
-// softmax (max subtracted, sum in double, multiplied by float(1 / sum)), out = Σ p_j v_j over
+// softmax (max subtracted, attention_exp, sum in double, multiplied by float(1 / sum)), out = Σ p_j v_j over
 // visible j in slot order. `scores` is scratch of rows · heads · kv_len floats.
 // Launch: one block per (row, head) = rows · heads blocks, kBlock threads.
 BS_KERNEL void attention_rows(const float* BS_RESTRICT q, const float* BS_RESTRICT k_cache,
@@ -454,7 +455,7 @@ BS_KERNEL void attention_rows(const float* BS_RESTRICT q, const float* BS_RESTRI
   const float mx = block_reduce(local_max, fscratch, MaxOp());
   double local_sum = 0.0;
   for (int64_t j = threadIdx.x; j < kv_len; j += kBlock) {
-    const float e = expf(sc[j] - mx);
+    const float e = attention_exp(sc[j] - mx);  // the CPU attention's exponential
     sc[j] = e;
     local_sum += e;
   }

@@ -33,8 +33,12 @@ void rms_norm_f32(const float* x, const float* weight, int64_t n, float eps, flo
 // In-place softmax over n values (max-subtracted; sum in double).
 void softmax_f32(float* x, int64_t n);
 
+// The attention softmax: softmax_f32's steps (max subtracted, sum in double in order, scaled by
+// float(1 / sum)) with attention_exp (bitsplit/attention_exp.h) for the exponential.
+void softmax_attention_ref(float* x, int64_t n);
+
 // One query row of attention over cache slots j < kv_len: s_j = dot_f32(q, k_j) · scale, soft-
-// capped (c · tanh(s / c)) when softcap > 0, -inf where visible[j] == 0; p = softmax_f32(s);
+// capped (c · tanh(s / c)) when softcap > 0, -inf where visible[j] == 0; p = softmax_attention_ref(s);
 // out[0..head_dim) = Σ_j p_j · v_j over the visible j in slot order (products, then sums), with
 // k_j = k + j · stride and v_j = v + j · stride. `scores` is kv_len floats of scratch. The
 // scalar reference of attention_block.
