@@ -184,6 +184,22 @@ std::vector<int32_t> plain_greedy(const Model& m, const std::vector<int32_t>& pr
   return out;
 }
 
+// n tokens of greedy speculative decoding of m (and the variant) by itself with a fixed setting.
+Result<SpeculativeResult> spec_greedy(const Model& m, const std::vector<int32_t>& prompt, int n,
+                                      speculation::DraftShape shape, int budget, int depth, const Variant* variant,
+                                      std::vector<int32_t>* out) {
+  SamplingParams sp;
+  sp.temperature = 0;
+  Sampler s(sp);
+  SpeculativeOptions o;
+  o.n_predict = n;
+  o.policy.shape = shape;
+  o.policy.budget = budget;
+  o.policy.max_depth = depth;
+  o.variant = variant;
+  return generate_speculative(m, m, prompt, o, s, [&](int32_t t) { out->push_back(t); return true; });
+}
+
 struct Fixture {
   testing::TempDir dir{"emulated-draft"};
   std::unique_ptr<WeightSource> src;
@@ -312,16 +328,8 @@ TEST(EmulatedDraftPass, GemmaDraftMatchesTheCpuAndDecodesLosslessly) {
     testing::expect_device_draft_matches_cpu(m, **dev, f->prompt, slots, 0.0f);
 
     const std::vector<int32_t> plain = plain_greedy(m, f->prompt, 24);
-    SamplingParams sp;
-    sp.temperature = 0;
     std::vector<int32_t> spec_out;
-    Sampler b(sp);
-    SpeculativeOptions o;
-    o.n_predict = 24;
-    o.policy.shape = speculation::DraftShape::kTree;
-    o.policy.budget = 8;
-    o.policy.max_depth = 3;
-    auto r = generate_speculative(m, m, f->prompt, o, b, [&](int32_t t) { spec_out.push_back(t); return true; });
+    auto r = spec_greedy(m, f->prompt, 24, speculation::DraftShape::kTree, 8, 3, nullptr, &spec_out);
     ASSERT_TRUE(r.is_ok()) << r.status().message();
     EXPECT_EQ(r->draft_pass, "device (emulated)");
     EXPECT_EQ(spec_out, plain);
@@ -379,17 +387,8 @@ TEST(EmulatedDraftPass, VariantDraftMatchesTheCpuAndDecodesLosslessly) {
   EXPECT_GT(from_base, 1.0f) << "the variant's draft must differ from the base's (measured 8.6)";
 
   const std::vector<int32_t> plain = plain_greedy(m, f->prompt, 24, v.get());
-  SamplingParams sp;
-  sp.temperature = 0;
   std::vector<int32_t> spec_out;
-  Sampler b(sp);
-  SpeculativeOptions o;
-  o.n_predict = 24;
-  o.policy.shape = speculation::DraftShape::kChain;
-  o.policy.budget = 4;
-  o.policy.max_depth = 4;
-  o.variant = v.get();
-  auto r = generate_speculative(m, m, f->prompt, o, b, [&](int32_t t) { spec_out.push_back(t); return true; });
+  auto r = spec_greedy(m, f->prompt, 24, speculation::DraftShape::kChain, 4, 4, v.get(), &spec_out);
   ASSERT_TRUE(r.is_ok()) << r.status().message();
   EXPECT_EQ(r->draft_pass, "device (emulated)");
   EXPECT_EQ(spec_out, plain);

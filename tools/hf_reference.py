@@ -315,6 +315,20 @@ def golden(args):
         f.write("\n")
 
 
+def gated_ffn_tensors(w, b, suffix, n_ff, n_embd, rnd):
+    """ffn_gate/up/down<suffix> of width n_ff (in this order: the fixtures' random stream)."""
+    w.add_tensor(b + f"ffn_gate{suffix}.weight", rnd(n_ff, n_embd, scale=n_embd ** -0.5))
+    w.add_tensor(b + f"ffn_up{suffix}.weight", rnd(n_ff, n_embd, scale=n_embd ** -0.5))
+    w.add_tensor(b + f"ffn_down{suffix}.weight", rnd(n_embd, n_ff, scale=n_ff ** -0.5))
+
+
+def finish(w):
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def attention_tensors(w, b, arch, n_embd, n_heads, n_kv, head_dim, rnd, norm):
     """A block's input norm and attention: q/k/v/output, qwen2moe's biases, QK-norm."""
     w.add_tensor(b + "attn_norm.weight", norm(n_embd))
@@ -355,13 +369,8 @@ def moe_fixture(w, arch, vocab, rnd, norm):
         w.add_tensor(b + "ffn_down_exps.weight", rnd(n_expert, n_embd, n_ff, scale=n_ff ** -0.5))
         if arch == "qwen2moe":
             w.add_tensor(b + "ffn_gate_inp_shexp.weight", rnd(n_embd, scale=n_embd ** -0.5))
-            w.add_tensor(b + "ffn_gate_shexp.weight", rnd(n_shexp, n_embd, scale=n_embd ** -0.5))
-            w.add_tensor(b + "ffn_up_shexp.weight", rnd(n_shexp, n_embd, scale=n_embd ** -0.5))
-            w.add_tensor(b + "ffn_down_shexp.weight", rnd(n_embd, n_shexp, scale=n_shexp ** -0.5))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+            gated_ffn_tensors(w, b, "_shexp", n_shexp, n_embd, rnd)
+    finish(w)
 
 
 def fixture(args):
@@ -433,10 +442,7 @@ def fixture(args):
             w.add_tensor(b + "ffn_norm.weight", norm(n_embd))
             w.add_tensor(b + "ffn_up.weight", rnd(2 * n_ff, n_embd, scale=n_embd ** -0.5))  # gate rows, then up rows
             w.add_tensor(b + "ffn_down.weight", rnd(n_embd, n_ff, scale=n_ff ** -0.5))
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
+        finish(w)
         return
 
     # An untied head: a tied one on random weights mostly repeats the input token.
@@ -449,13 +455,8 @@ def fixture(args):
         w.add_tensor(b + "post_attention_norm.weight", norm(n_embd))
         w.add_tensor(b + "ffn_norm.weight", norm(n_embd))
         w.add_tensor(b + "post_ffw_norm.weight", norm(n_embd))
-        w.add_tensor(b + "ffn_gate.weight", rnd(n_ff, n_embd, scale=n_embd ** -0.5))
-        w.add_tensor(b + "ffn_up.weight", rnd(n_ff, n_embd, scale=n_embd ** -0.5))
-        w.add_tensor(b + "ffn_down.weight", rnd(n_embd, n_ff, scale=n_ff ** -0.5))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+        gated_ffn_tensors(w, b, "", n_ff, n_embd, rnd)
+    finish(w)
 
 
 def main():

@@ -362,6 +362,54 @@ std::vector<uint8_t> tiny_fused_phi3() {
   return w.to_bytes();
 }
 
+// A tiny qwen2moe file with stacked experts (ffn_*_exps, 4 experts of width 16, 2 per token) and
+// a shared expert: the fused-tensor views and the routing.
+std::vector<uint8_t> tiny_moe() {
+  auto file = gguf::File::parse(
+      gguf::storage_from_bytes(testing::tiny_model_bytes(tiny_spec("qwen2", TensorType::F32, false))), "moe.gguf");
+  BITSPLIT_CHECK(file.is_ok());
+  gguf::Writer w;
+  for (const auto& [key, value] : file->metadata().entries()) {
+    w.metadata().set(key.rfind("qwen2.", 0) == 0 ? "qwen2moe." + key.substr(6) : key, value);
+  }
+  w.metadata().set("general.architecture", gguf::Value::string("qwen2moe"));
+  const int64_t n_expert = 4, ff = 16;
+  w.metadata().set("qwen2moe.expert_count", gguf::Value::u32(n_expert));
+  w.metadata().set("qwen2moe.expert_used_count", gguf::Value::u32(2));
+  w.metadata().set("qwen2moe.expert_feed_forward_length", gguf::Value::u32(ff));
+  w.metadata().set("qwen2moe.expert_shared_feed_forward_length", gguf::Value::u32(ff));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 0.2f);
+  auto random = [&](std::vector<int64_t> dims) {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = normal(rng);
+    return testing::encode_tensor(TensorType::F32, v);
+  };
+  int64_t embd = 0;
+  for (const auto& t : file->tensors()) {
+    if (t.name == "token_embd.weight") embd = t.dims[0];
+    if (t.name.find(".ffn_gate.") != std::string::npos || t.name.find(".ffn_up.") != std::string::npos ||
+        t.name.find(".ffn_down.") != std::string::npos) {
+      continue;
+    }
+    auto span = file->tensor_bytes(t);
+    BITSPLIT_CHECK(w.add_tensor(t.name, t.type, t.dims, std::vector<uint8_t>(span.begin(), span.end())).is_ok());
+  }
+  const std::string b = "blk.0.";
+  BITSPLIT_CHECK(w.add_tensor(b + "ffn_gate_inp.weight", TensorType::F32, {embd, n_expert}, random({embd, n_expert})).is_ok());
+  BITSPLIT_CHECK(w.add_tensor(b + "ffn_gate_exps.weight", TensorType::F32, {embd, ff, n_expert}, random({embd, ff, n_expert})).is_ok());
+  BITSPLIT_CHECK(w.add_tensor(b + "ffn_up_exps.weight", TensorType::F32, {embd, ff, n_expert}, random({embd, ff, n_expert})).is_ok());
+  BITSPLIT_CHECK(w.add_tensor(b + "ffn_down_exps.weight", TensorType::F32, {ff, embd, n_expert}, random({ff, embd, n_expert})).is_ok());
+  BITSPLIT_CHECK(w.add_tensor(b + "ffn_gate_inp_shexp.weight", TensorType::F32, {embd}, random({embd})).is_ok());
+  for (const char* kind : {"ffn_gate_shexp", "ffn_up_shexp"}) {
+    BITSPLIT_CHECK(w.add_tensor(b + kind + ".weight", TensorType::F32, {embd, ff}, random({embd, ff})).is_ok());
+  }
+  BITSPLIT_CHECK(w.add_tensor(b + "ffn_down_shexp.weight", TensorType::F32, {ff, embd}, random({ff, embd})).is_ok());
+  return w.to_bytes();
+}
+
 std::vector<Seed> model_seeds() {
   std::vector<Seed> out;
   out.push_back({"llama-f32", testing::tiny_model_bytes(tiny_spec("llama", TensorType::F32, false))});
@@ -381,6 +429,7 @@ std::vector<Seed> model_seeds() {
     out.push_back({"gemma2-f32-softcap", g2.to_bytes()});
   }
   out.push_back({"phi3-fused", tiny_fused_phi3()});
+  out.push_back({"qwen2moe-stacked-experts", tiny_moe()});
   out.push_back({"bitsplit-g32-d2-r8", tiny_split_model(32, 2, 8)});
   out.push_back({"bitsplit-g64-d4-r6", tiny_split_model(64, 4, 6)});
   // The last byte picks Model::load's options (harness_model.h): every combination once.
