@@ -9,6 +9,7 @@
 
 #include <map>
 #include <mutex>
+#include <chrono>
 #include <thread>
 
 #include "bitsplit/convert.h"
@@ -115,7 +116,13 @@ TEST(ServeConcurrency, ManyClientsOnTheBaseAndAVariant) {
     EXPECT_NE(m->body.find("running_lora_adapters=\"devil\""), std::string::npos) << m->body;
     EXPECT_NE(m->body.find("registered=\"devil,unused\""), std::string::npos) << m->body;
   }
-  const std::string metrics = server.metrics().render();
+  // A client has its whole response before the server's handler returns and releases its slot:
+  // wait (bounded) for the last handlers to finish.
+  std::string metrics = server.metrics().render();
+  for (int i = 0; i < 500 && metrics.find("vllm:num_requests_running{model_name=\"base\"} 0") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    metrics = server.metrics().render();
+  }
   EXPECT_NE(metrics.find("vllm:num_requests_running{model_name=\"base\"} 0"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("vllm:num_requests_waiting{model_name=\"base\"} 0"), std::string::npos) << metrics;
   server.stop();
