@@ -158,6 +158,18 @@ TEST(TokenizerJson, SentencePieceStyleWithByteFallback) {
   EXPECT_EQ(tok.vocab().unk, 0);
   EXPECT_EQ(tok.vocab().types[3 + 0x41], TokenType::kByte);
   EXPECT_NE(tok.describe().find("SentencePiece-style BPE with byte fallback"), std::string::npos) << tok.describe();
+
+  // Malformed special_tokens entries (fuzz finding tokenizer_json/post-processor-special-token-
+  // without-ids: a missing "ids" was read through const operator[], undefined behaviour) fall
+  // back to the token's name; a SpecialToken that is not an object names no token.
+  j["post_processor"]["special_tokens"] = {{"<s>", {{"no_ids", 1}}}, {"</s>", 7}};
+  auto lenient = load(dir, j);
+  ASSERT_TRUE(lenient.is_ok()) << lenient.status().message();
+  EXPECT_EQ((*lenient)->vocab().bos, 1);
+  j["post_processor"]["single"][0] = {{"SpecialToken", 5}};
+  auto no_bos = load(dir, j);
+  ASSERT_TRUE(no_bos.is_ok()) << no_bos.status().message();
+  EXPECT_FALSE((*no_bos)->vocab().add_bos);
 }
 
 TEST(TokenizerJson, UnsupportedContentIsReported) {

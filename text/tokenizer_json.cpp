@@ -161,14 +161,22 @@ void read_post_processor(const json& p, const Vocabulary& v, int32_t* bos, int32
     return;
   }
   if (type != "TemplateProcessing" || !p.contains("single") || !p["single"].is_array() || p["single"].empty()) return;
+  // (const json's operator[] on a missing key is undefined behaviour: every lookup goes through find.)
   auto special_id = [&](const json& item) -> int32_t {
-    if (!item.is_object() || !item.contains("SpecialToken")) return -1;
-    const std::string name = item["SpecialToken"].value("id", "");
-    if (p.contains("special_tokens") && p["special_tokens"].contains(name)) {
-      const json& ids = p["special_tokens"][name]["ids"];
-      if (ids.is_array() && !ids.empty() && ids[0].is_number_integer()) {
-        const int64_t id = ids[0].get<int64_t>();
-        if (id >= 0 && id < v.size()) return int32_t(id);
+    if (!item.is_object()) return -1;
+    const auto token = item.find("SpecialToken");
+    if (token == item.end() || !token->is_object()) return -1;
+    const auto id_field = token->find("id");
+    const std::string name = id_field != token->end() && id_field->is_string() ? id_field->get<std::string>() : "";
+    const auto specials = p.find("special_tokens");
+    if (specials != p.end() && specials->is_object()) {
+      const auto entry = specials->find(name);
+      if (entry != specials->end() && entry->is_object()) {
+        const auto ids = entry->find("ids");
+        if (ids != entry->end() && ids->is_array() && !ids->empty() && (*ids)[0].is_number_integer()) {
+          const int64_t id = (*ids)[0].get<int64_t>();
+          if (id >= 0 && id < v.size()) return int32_t(id);
+        }
       }
     }
     return v.find(name);
