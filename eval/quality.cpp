@@ -162,14 +162,16 @@ std::vector<Window> make_windows(const std::vector<int32_t>& tokens, int32_t ctx
   const int64_t run = bos >= 0 ? ctx - 1 : ctx;
   int64_t budget = max_tokens > 0 ? max_tokens : INT64_MAX;
   for (size_t at = 0; at + 1 < tokens.size() && budget > 0;) {
-    const size_t n = std::min<size_t>(size_t(run), tokens.size() - at);
+    // n text tokens make n - 1 predictions: the last window stops at the budget.
+    int64_t n = std::min<int64_t>(run, int64_t(tokens.size() - at));
+    if (budget < n - 1) n = budget + 1;
     Window w;
     if (bos >= 0) w.tokens.push_back(bos);
-    w.tokens.insert(w.tokens.end(), tokens.begin() + at, tokens.begin() + at + n);
+    w.tokens.insert(w.tokens.end(), tokens.begin() + int64_t(at), tokens.begin() + int64_t(at) + n);
     w.first_target = bos >= 0 ? 1 : 0;
-    budget -= int64_t(n) - 1;
+    budget -= n - 1;
     windows.push_back(std::move(w));
-    at += n - 1;
+    at += size_t(n - 1);
   }
   return windows;
 }

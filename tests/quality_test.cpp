@@ -54,6 +54,14 @@ TEST(Eval, ReportsEverySchemeWithSaneStatistics) {
   auto r = evaluate_quality(m, some_tokens(60), o, nullptr);
   ASSERT_TRUE(r.is_ok()) << r.status().message();
   EXPECT_EQ(r->tokens, 59);  // every token after the first is predicted once
+  // --max-tokens stops at that many predictions, inside a window (it scored whole windows: 28).
+  EvalOptions limited = o;
+  limited.max_tokens = 20;
+  limited.schemes = {"Q8_0"};
+  auto l = evaluate_quality(m, some_tokens(60), limited, nullptr);
+  ASSERT_TRUE(l.is_ok()) << l.status().message();
+  EXPECT_EQ(l->tokens, 20);
+  EXPECT_EQ(l->windows, 2);
   ASSERT_EQ(r->rows.size(), eval_scheme_names().size());
   for (const auto& row : r->rows) {
     EXPECT_GE(row.kl_mean, 0.0) << row.scheme;
