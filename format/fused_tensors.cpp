@@ -46,7 +46,7 @@ class UnfusedWeights final : public WeightSource {
     // The fused tensor's pages serve its other views too: released with the last one only.
     const Slice* s = slice_of(t);
     if (!s) return inner_->release(t);
-    if (s->first_row + t.dims[1] == s->fused->dims[1]) inner_->release(*s->fused);
+    if (s->first_row + t.dims[1] == s->fused->rows()) inner_->release(*s->fused);
   }
   Result<std::string> content_sha256() const override { return inner_->content_sha256(); }
   std::string describe() const override { return inner_->describe() + ", fused or stacked projections read as separate tensors"; }
@@ -62,10 +62,6 @@ class UnfusedWeights final : public WeightSource {
   std::map<std::string, Slice> slices_;
   std::map<std::string, size_t> index_;
 };
-
-}  // namespace
-
-namespace {
 
 bool is_stacked_experts(const gguf::TensorInfo& t) {
   return t.dims.size() == 3 && (t.name.ends_with(".ffn_gate_exps.weight") || t.name.ends_with(".ffn_up_exps.weight") ||
