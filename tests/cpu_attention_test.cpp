@@ -65,7 +65,6 @@ void expect_block_equals_reference(const Case& c, bool avx2) {
 
 TEST(CpuAttention, BlockEqualsTheReferenceBitForBit) {
   const bool avx2 = isa_supported(Isa::kAvx2);
-  int cases = 0;
   for (int nq : {1, 3, 8, 16}) {
     for (int64_t head_dim : {8, 12, 64, 96, 256}) {
       for (int64_t kv_len : {1, 9, 64, 131}) {
@@ -74,13 +73,11 @@ TEST(CpuAttention, BlockEqualsTheReferenceBitForBit) {
             const Case c{nq, head_dim, kv_len, softcap, causal};
             expect_block_equals_reference(c, false);
             if (avx2) expect_block_equals_reference(c, true);
-            ++cases;
           }
         }
       }
     }
   }
-  EXPECT_EQ(cases, 4 * 5 * 4 * 2 * 2);
   if (!avx2) GTEST_SKIP() << "no AVX2 here: only the dispatching (scalar) path was compared";
 }
 

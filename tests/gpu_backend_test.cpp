@@ -17,6 +17,7 @@
 #include "bitsplit/variant.h"
 #include "bitsplit/vram_plan.h"
 #include "draft_testing.h"
+#include "generation_testing.h"
 #include "test_paths.h"
 #include "gguf_testing.h"
 
@@ -30,15 +31,12 @@ namespace {
 // Greedy speculative decoding (the model as its own draft), optionally of a variant.
 std::vector<int32_t> greedy_spec(const Model& m, std::vector<int32_t> prompt, int n, int budget,
                                  const Variant* variant = nullptr) {
-  SamplingParams sp;
-  sp.temperature = 0;
-  Sampler s(sp);
   SpeculativeOptions o;
   o.n_predict = n;
   o.policy.budget = budget;
   o.variant = variant;
   std::vector<int32_t> out;
-  auto r = generate_speculative(m, m, prompt, o, s, [&](int32_t t) { out.push_back(t); return true; });
+  auto r = testing::speculative_greedy(m, m, prompt, o, &out);
   EXPECT_TRUE(r.is_ok()) << r.status().message();
   return out;
 }

@@ -18,6 +18,7 @@
 #include "bitsplit/tokenizer.h"
 #include "bitsplit/variant.h"
 #include "draft_testing.h"
+#include "generation_testing.h"
 #include "test_paths.h"
 
 namespace bitsplit {
@@ -170,34 +171,19 @@ Result<std::shared_ptr<DeviceDraft>> EmulatedTier::make_device_draft(const Descr
   return std::shared_ptr<DeviceDraft>(last);
 }
 
-// n tokens of plain greedy decoding (of the variant, when given): what speculation must equal.
-std::vector<int32_t> plain_greedy(const Model& m, const std::vector<int32_t>& prompt, int n, const Variant* variant = nullptr) {
-  SamplingParams sp;
-  sp.temperature = 0;
-  Sampler s(sp);
-  GenerateOptions g;
-  g.n_predict = n;
-  g.variant = variant;
-  std::vector<int32_t> out;
-  auto r = generate(m, prompt, g, s, [&](int32_t t) { out.push_back(t); return true; });
-  EXPECT_TRUE(r.is_ok()) << r.status().message();
-  return out;
-}
+using testing::plain_greedy;
 
-// n tokens of greedy speculative decoding of m (and the variant) by itself with a fixed setting.
+// Greedy speculative decoding of m (and the variant) by itself with a fixed setting.
 Result<SpeculativeResult> spec_greedy(const Model& m, const std::vector<int32_t>& prompt, int n,
                                       speculation::DraftShape shape, int budget, int depth, const Variant* variant,
                                       std::vector<int32_t>* out) {
-  SamplingParams sp;
-  sp.temperature = 0;
-  Sampler s(sp);
   SpeculativeOptions o;
   o.n_predict = n;
   o.policy.shape = shape;
   o.policy.budget = budget;
   o.policy.max_depth = depth;
   o.variant = variant;
-  return generate_speculative(m, m, prompt, o, s, [&](int32_t t) { out->push_back(t); return true; });
+  return testing::speculative_greedy(m, m, prompt, o, out);
 }
 
 struct Fixture {
@@ -270,19 +256,13 @@ TEST(EmulatedDraftPass, SpeculativeDecodingThroughTheDeviceDraftIsLossless) {
   auto f = load_fixture();
   f->tier->g64 = false;  // the plain kernel: the same bits, and many times faster emulated
   const Model& m = *f->model;
-  SamplingParams sp;
-  sp.temperature = 0;
   const int n = 24;
   const std::vector<int32_t> plain = plain_greedy(m, f->prompt, n);
   for (auto shape : {speculation::DraftShape::kChain, speculation::DraftShape::kTree}) {
-    Sampler s(sp);
-    SpeculativeOptions o;
-    o.n_predict = n;
-    o.policy.shape = shape;
-    o.policy.budget = shape == speculation::DraftShape::kChain ? 4 : 8;
-    o.policy.max_depth = shape == speculation::DraftShape::kChain ? 4 : 3;
+    const bool chain = shape == speculation::DraftShape::kChain;
+    const int depth = chain ? 4 : 3;
     std::vector<int32_t> out;
-    auto r = generate_speculative(m, m, f->prompt, o, s, [&](int32_t t) { out.push_back(t); return true; });
+    auto r = spec_greedy(m, f->prompt, n, shape, chain ? 4 : 8, depth, nullptr, &out);
     ASSERT_TRUE(r.is_ok()) << r.status().message();
     EXPECT_EQ(r->draft_pass, "device (emulated)");
     EXPECT_EQ(out, plain) << (shape == speculation::DraftShape::kChain ? "chain" : "tree");
@@ -294,14 +274,14 @@ TEST(EmulatedDraftPass, SpeculativeDecodingThroughTheDeviceDraftIsLossless) {
               int64_t(f->prompt.size()) - 1 + r->acceptance.checks + r->acceptance.accepted);
     // One device call per draft level: at least one per check, at most max_depth.
     EXPECT_GE(r->device_transfers.calls, uint64_t(r->acceptance.checks));
-    EXPECT_LE(r->device_transfers.calls, uint64_t(r->acceptance.checks) * uint64_t(o.policy.max_depth));
+    EXPECT_LE(r->device_transfers.calls, uint64_t(r->acceptance.checks) * uint64_t(depth));
   }
   // Off switch and variants keep the host path, and say so.
-  Sampler s(sp);
   SpeculativeOptions o;
   o.n_predict = 4;
   o.device_draft = false;
-  auto r = generate_speculative(m, m, f->prompt, o, s, [](int32_t) { return true; });
+  std::vector<int32_t> ignored;
+  auto r = testing::speculative_greedy(m, m, f->prompt, o, &ignored);
   ASSERT_TRUE(r.is_ok());
   EXPECT_EQ(r->draft_pass, "host (device draft switched off)");
 }

@@ -11,6 +11,7 @@
 #include "bitsplit/convert.h"
 #include "bitsplit/speculative.h"
 #include "bitsplit/tokenizer.h"
+#include "generation_testing.h"
 #include "gguf_testing.h"
 #include "test_paths.h"
 
@@ -41,47 +42,26 @@ Pair converted(const WeightSource& source, int residual_bits = 8, bool planes = 
   return {std::move(*target), std::move(*draft)};
 }
 
-std::vector<int32_t> plain_greedy(const Model& m, const std::vector<int32_t>& prompt, int n) {
-  SamplingParams p;
-  p.temperature = 0;
-  Sampler s(p);
-  GenerateOptions o;
+using testing::plain_greedy;
+
+std::vector<int32_t> spec_greedy_with(const Pair& p, const std::vector<int32_t>& prompt, int n, SpeculativeOptions o,
+                                      speculation::AcceptanceStats* stats = nullptr, SpeculativeResult* result = nullptr) {
   o.n_predict = n;
   std::vector<int32_t> out;
-  auto r = generate(m, prompt, o, s, [&](int32_t t) { out.push_back(t); return true; });
+  auto r = testing::speculative_greedy(p.target, p.draft, prompt, o, &out);
   BITSPLIT_CHECK(r.is_ok(), r.status().message());
+  if (stats) *stats = r->acceptance;
+  if (result) *result = *r;
   return out;
 }
 
 std::vector<int32_t> spec_greedy(const Pair& p, const std::vector<int32_t>& prompt, int n, speculation::DraftShape shape,
                                  int budget, speculation::AcceptanceStats* stats = nullptr) {
-  SamplingParams sp;
-  sp.temperature = 0;
-  Sampler s(sp);
   SpeculativeOptions o;
-  o.n_predict = n;
   o.policy.shape = shape;
   o.policy.budget = budget;
   o.policy.max_depth = shape == speculation::DraftShape::kChain ? budget : 8;
-  std::vector<int32_t> out;
-  auto r = generate_speculative(p.target, p.draft, prompt, o, s, [&](int32_t t) { out.push_back(t); return true; });
-  BITSPLIT_CHECK(r.is_ok(), r.status().message());
-  if (stats) *stats = r->acceptance;
-  return out;
-}
-
-std::vector<int32_t> spec_greedy_with(const Pair& p, const std::vector<int32_t>& prompt, int n, SpeculativeOptions o,
-                                      speculation::AcceptanceStats* stats = nullptr, SpeculativeResult* result = nullptr) {
-  SamplingParams sp;
-  sp.temperature = 0;
-  Sampler s(sp);
-  o.n_predict = n;
-  std::vector<int32_t> out;
-  auto r = generate_speculative(p.target, p.draft, prompt, o, s, [&](int32_t t) { out.push_back(t); return true; });
-  BITSPLIT_CHECK(r.is_ok(), r.status().message());
-  if (stats) *stats = r->acceptance;
-  if (result) *result = *r;
-  return out;
+  return spec_greedy_with(p, prompt, n, o, stats);
 }
 
 // The online controller (both shapes, or one) and the context lookup, alone and together, and

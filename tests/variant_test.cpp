@@ -12,6 +12,7 @@
 #include "bitsplit/speculative.h"
 #include "bitsplit/tokenizer.h"
 #include "bitsplit/variant.h"
+#include "generation_testing.h"
 #include "test_paths.h"
 
 namespace bitsplit {
@@ -79,9 +80,6 @@ std::vector<float> logits(const Model& m, const std::vector<int32_t>& tokens, Pa
 std::vector<int32_t> spec_greedy(const Setup& s, const Variant* v, const std::vector<int32_t>& prompt, int n,
                                  speculation::DraftShape shape, int budget, bool base_draft,
                                  speculation::AcceptanceStats* stats = nullptr) {
-  SamplingParams sp;
-  sp.temperature = 0;
-  Sampler sampler(sp);
   SpeculativeOptions o;
   o.n_predict = n;
   o.policy.shape = shape;
@@ -90,7 +88,7 @@ std::vector<int32_t> spec_greedy(const Setup& s, const Variant* v, const std::ve
   o.variant = v;
   o.base_draft = base_draft;
   std::vector<int32_t> out;
-  auto r = generate_speculative(*s.split, *s.split, prompt, o, sampler, [&](int32_t t) { out.push_back(t); return true; });
+  auto r = testing::speculative_greedy(*s.split, *s.split, prompt, o, &out);
   BITSPLIT_CHECK(r.is_ok(), r.status().message());
   if (stats) *stats = r->acceptance;
   return out;
