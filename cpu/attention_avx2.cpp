@@ -1,8 +1,9 @@
 // attention_block's AVX2 tier: dot_f32's eight lanes in one register (a[i..i+7] · b[i..i+7]
-// added lane by lane, then the same pairwise reduction, eight keys at once), and the weighted sum
-// of V eight values of d at a time; exp and the softmax's double sum stay scalar and in slot
-// order, so every row is attention_row_ref's bit for bit. Built with -mavx2 -ffp-contract=off:
-// every multiply and add is its own instruction. (dot_f32 dispatches here too.)
+// added lane by lane, then the same pairwise reduction, eight keys at once), attention_exp eight
+// lanes at a time, and the weighted sum of V eight values of d at a time; the softmax's double
+// sum stays scalar and in slot order, so every row is attention_row_ref's bit for bit. Built
+// with -mavx2 -ffp-contract=off: every multiply and add is its own instruction. (dot_f32
+// dispatches here too.)
 #include <immintrin.h>
 
 #include <algorithm>

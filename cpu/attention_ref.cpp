@@ -1,23 +1,13 @@
 // attention_row_ref (the scalar reference) and attention_block's dispatch to the SIMD tier (cpu.h).
-#include <algorithm>
 #include <cmath>
 
 #include "bitsplit/attention_exp.h"
 #include "bitsplit/cpu.h"
+#include "softmax.h"
 
 namespace bitsplit::cpu {
 
-void softmax_attention_ref(float* x, int64_t n) {
-  float max = -INFINITY;
-  for (int64_t i = 0; i < n; ++i) max = std::max(max, x[i]);
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    x[i] = attention_exp(x[i] - max);
-    sum += x[i];
-  }
-  const float inv = float(1.0 / sum);
-  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
-}
+void softmax_attention_ref(float* x, int64_t n) { detail::softmax_with(x, n, attention_exp); }
 
 void attention_row_ref(const float* q, const float* k, const float* v, int64_t stride, int64_t head_dim,
                        int64_t kv_len, const uint8_t* visible, float scale, float softcap, float* scores, float* out) {

@@ -7,6 +7,7 @@
 
 #include "bitsplit/cpu.h"
 #include "bitsplit/status.h"
+#include "softmax.h"
 
 namespace bitsplit::cpu {
 
@@ -66,15 +67,7 @@ void rms_norm_f32(const float* x, const float* weight, int64_t n, float eps, flo
 }
 
 void softmax_f32(float* x, int64_t n) {
-  float max = -INFINITY;
-  for (int64_t i = 0; i < n; ++i) max = std::max(max, x[i]);
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    x[i] = std::exp(x[i] - max);
-    sum += x[i];
-  }
-  const float inv = float(1.0 / sum);
-  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+  detail::softmax_with(x, n, [](float v) { return std::exp(v); });
 }
 
 void rope_f32(float* head, int64_t n_rot, RopeOrder order, float pos, float base, float freq_scale,

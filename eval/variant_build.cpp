@@ -24,10 +24,11 @@ std::vector<NamedTensor> named_tensors(const Model& m) {
   std::vector<NamedTensor> t = {{"token_embd.weight", &m.token_embd(), true},
                                 {"output_norm.weight", &m.output_norm(), false}};
   if (!c.tied_output) t.push_back({"output.weight", &m.output(), true});
+  const std::vector<ProjectionSlot> projections = layer_projections(c);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = m.layer(l);
     const std::string b = "blk." + std::to_string(l) + ".";
-    for (const ProjectionSlot& p : layer_projections(c)) t.push_back({b + p.kind + ".weight", &w.projection(p.kind), true});
+    for (const ProjectionSlot& p : projections) t.push_back({b + p.kind + ".weight", &w.projection(p.kind), true});
     const std::pair<const char*, const std::vector<float>*> small[] = {
         {"attn_norm.weight", &w.attn_norm}, {"ffn_norm.weight", &w.ffn_norm}, {"attn_q_norm.weight", &w.q_norm},
         {"attn_k_norm.weight", &w.k_norm},  {"attn_q.bias", &w.bq},          {"attn_k.bias", &w.bk},

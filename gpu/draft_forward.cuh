@@ -71,7 +71,7 @@ inline ShapeDev shape_of(const DraftModelHost& m) {
   ShapeDev s{m.n_layers, m.n_embd, m.n_heads, m.n_kv_heads, m.head_dim, m.n_ff, m.n_vocab, m.n_rot,
              m.rope_base, m.rope_freq_scale, m.rms_eps, m.rope_neox, m.group};
   s.embd_scale = m.embd_scale;
-  s.attn_scale = m.attn_scale > 0.0f ? m.attn_scale : 1.0f / sqrtf(float(m.head_dim));
+  s.attn_scale = m.attn_scale;
   s.attn_softcap = m.attn_softcap;
   s.final_softcap = m.final_softcap;
   s.gelu = m.gelu;

@@ -24,25 +24,26 @@ struct Activations {
   const float* row(int64_t r) const { return data.data() + r * width; }
 };
 
-void attention(const ModelConfig& c, const KvCache& cache, int64_t layer, const Batch& batch,
+// The mask of the sliding-window layers: the batch's, less the slots whose token is window or
+// more positions behind the row's (the cache holds every slot's position). Empty without a
+// sliding window.
+std::vector<uint8_t> sliding_window_mask(const ModelConfig& c, const KvCache& cache, const Batch& batch) {
+  if (c.sliding_window <= 0) return {};
+  std::vector<uint8_t> visible = batch.mask;
+  for (int64_t i = 0; i < batch.size(); ++i) {
+    const int64_t pos = batch.positions[size_t(i)];
+    for (int64_t j = 0; j < batch.kv_len; ++j) {
+      if (pos - cache.position(j) >= c.sliding_window) visible[size_t(i * batch.kv_len + j)] = 0;
+    }
+  }
+  return visible;
+}
+
+// `vis`: [rows x kv_len], the batch's mask or (sliding-window layers) sliding_window_mask's.
+void attention(const ModelConfig& c, const KvCache& cache, int64_t layer, const Batch& batch, const uint8_t* vis,
                const Activations& q, Activations& out) {
   const int64_t group = c.n_heads / c.n_kv_heads;
-  // A sliding-window layer: a token at position p sees slots whose token is at p - window + 1
-  // or later (and, as everywhere, only slots its mask allows).
-  const int64_t window = c.is_swa(layer) ? c.sliding_window : 0;
   const int64_t kv_len = batch.kv_len;
-  std::vector<uint8_t> visible;
-  const uint8_t* vis = batch.mask.data();
-  if (window > 0) {
-    visible.assign(batch.mask.begin(), batch.mask.end());
-    for (int64_t i = 0; i < batch.size(); ++i) {
-      const int64_t pos = batch.positions[size_t(i)];
-      for (int64_t j = 0; j < kv_len; ++j) {
-        if (pos - cache.position(j) >= window) visible[size_t(i * kv_len + j)] = 0;
-      }
-    }
-    vis = visible.data();
-  }
   // Keys and values of one kv head: rows of the layer's cache, kv_dim apart. A task is a block
   // of up to kAttentionBlock (row, head) pairs of one kv head, which read its K and V once.
   const float* k0 = cache.k(layer, 0);
@@ -282,6 +283,10 @@ Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, cons
     }
     return Status::ok();
   };
+  // Every slot the batch writes takes its token's position (before any layer reads positions),
+  // and the sliding-window layers' mask is made once for the pass.
+  for (int64_t i = 0; i < n; ++i) cache.set_position(batch.slots[size_t(i)], batch.positions[size_t(i)]);
+  const std::vector<uint8_t> swa_mask = sliding_window_mask(c, cache, batch);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = model.layer(l);
     const std::vector<float>& attn_norm = pick_layer(l, "attn_norm", ".weight", w.attn_norm);
@@ -320,9 +325,8 @@ Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, cons
       }
       std::copy(k.row(i), k.row(i) + c.kv_dim(), cache.k(l, batch.slots[size_t(i)]));
       std::copy(v.row(i), v.row(i) + c.kv_dim(), cache.v(l, batch.slots[size_t(i)]));
-      cache.set_position(batch.slots[size_t(i)], batch.positions[size_t(i)]);
     }
-    attention(c, cache, l, batch, q, attn);
+    attention(c, cache, l, batch, c.is_swa(l) ? swa_mask.data() : batch.mask.data(), q, attn);
     observe(l, "attn_output", attn);
     ProjectionInput out_in(attn);
     BITSPLIT_RETURN_IF_ERROR(project(l, "attn_output", out_in, w.wo, no_bias, proj));

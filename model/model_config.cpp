@@ -72,11 +72,9 @@ Status read_moe_config(const gguf::Metadata& m, const std::string& p, ModelConfi
   return Status::ok();
 }
 
-// The RoPE base of the sliding-window layers: gemma3's local base (10000 unless the file says),
-// gemma2's single base.
+// The RoPE of the sliding-window layers: gemma3's local base (10000 unless the file says) without
+// scaling; the other families' (gemma2, phi3) are the global base and scaling.
 Status read_swa_rope(const gguf::Metadata& m, const std::string& p, ModelConfig& c) {
-  // The sliding layers of phi3 and gemma2 share the global base; their RoPE scaling too (phi3's
-  // LongRoPE is rejected before this).
   const double fallback = c.arch == Architecture::kGemma3 ? 10000.0 : c.rope_base;
   auto base = m.get_float_or(p + "rope.freq_base_swa", fallback);
   if (!base) return base.status();

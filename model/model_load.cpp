@@ -99,6 +99,7 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
   if (!c.tied_output) BITSPLIT_RETURN_IF_ERROR(t.load("output.weight", {c.n_embd, c.n_vocab}, &model.output_));
   BITSPLIT_RETURN_IF_ERROR(t.load("rope_freqs.weight", {c.n_rot / 2}, &model.rope_freqs_, /*optional=*/true));
   model.layers_.resize(size_t(c.n_layers));
+  const std::vector<ProjectionSlot> projections = layer_projections(c);
   for (int64_t i = 0; i < c.n_layers; ++i) {
     LayerWeights& l = model.layers_[size_t(i)];
     const std::string b = "blk." + std::to_string(i) + ".";
@@ -126,7 +127,7 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
     }
     // Every projection (a mixture of experts: each expert's, read from the stacked tensors'
     // per-expert views, fused_tensors.h).
-    for (const ProjectionSlot& p : layer_projections(c)) {
+    for (const ProjectionSlot& p : projections) {
       BITSPLIT_RETURN_IF_ERROR(t.load(b + p.kind + ".weight", {p.cols, p.rows}, &l.projection(p.kind)));
     }
     if (options.progress && !options.progress(i + 1, c.n_layers)) {
@@ -199,12 +200,13 @@ Model Model::transformed(const WeightTransform& projection, const WeightTransfor
   m.output_norm_ = output_norm_;
   m.rope_freqs_ = rope_freqs_;
   m.layers_.resize(layers_.size());
+  const std::vector<ProjectionSlot> projections = layer_projections(c);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const LayerWeights& src = layers_[i];
     LayerWeights& dst = m.layers_[i];
     dst = src;  // norms and biases as they are
     const std::string b = "blk." + std::to_string(i) + ".";
-    for (const ProjectionSlot& p : layer_projections(c)) {
+    for (const ProjectionSlot& p : projections) {
       dst.projection(p.kind) = projection(b + p.kind + ".weight", src.projection(p.kind), p.rows, p.cols);
     }
   }

@@ -106,8 +106,9 @@ struct DraftModelHost {
   float rope_base = 10000.0f, rope_freq_scale = 1.0f, rms_eps = 1e-5f;
   bool rope_neox = false;
   int group = 64;  // shared by every plane
-  // Gemma (bitsplit::ModelConfig's fields of the same names); the defaults are llama's.
-  float embd_scale = 1.0f, attn_scale = 0.0f /* 0: 1/sqrt(head_dim) */, attn_softcap = 0.0f, final_softcap = 0.0f;
+  // bitsplit::ModelConfig's fields of the same names (describe_device_draft copies them); the
+  // defaults are llama's, but attn_scale has none (1/sqrt(head_dim) for most families).
+  float embd_scale = 1.0f, attn_scale = 0.0f, attn_softcap = 0.0f, final_softcap = 0.0f;
   bool gelu = false;           // GeGLU (tanh GELU) instead of SwiGLU
   int64_t sliding_window = 0;  // in the layers with swa set
   const float* token_embd = nullptr;         // [n_vocab x n_embd]
