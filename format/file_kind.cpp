@@ -40,7 +40,8 @@ Status require_model(const WeightSource& source, ModelUse use) {
       return Status::error(head + "; load its base model and register this file as a variant of it");
     case FileKind::kImatrix:
       return Status::error(head + "; it is an input to conversion");
-    case FileKind::kAdapter: return Status::error(head + "; adapters are not supported yet");
+    case FileKind::kAdapter:
+      return Status::error(head + "; load its base model and register the adapter as a variant (--lora NAME=FILE)");
   }
   return Status::ok();
 }

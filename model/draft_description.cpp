@@ -35,6 +35,9 @@ Result<gpu::DraftModelHost> describe_device_draft(const Model& draft, const Vari
   auto pick = [&](const std::string& name, const std::vector<float>& base) -> const std::vector<float>& {
     return variant ? variant->pick(name, base) : base;
   };
+  if (variant && variant->has_lora()) {
+    return Status::error("the device draft does not run LoRA variants yet (their low-rank products are drafted on the host)");
+  }
   if (variant) {
     for (const std::string& name : variant->full_names()) {
       if (name.ends_with("norm.weight") || name.ends_with(".bias")) continue;

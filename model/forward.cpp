@@ -126,9 +126,10 @@ class ProjectionInput {
 
 // One projection: f32 weights through the reference matmul, or bit-split planes through the
 // plane kernels (D + R for the target, D alone for the draft), then the bias. A variant's sign
-// plane joins D (fused into the draft kernel on the plane path).
+// plane joins D (fused into the draft kernel on the plane path); its LoRA change is added in
+// f32 from the unrounded input, in every tier, before the bias.
 Status linear(const Model& model, Pass pass, const std::string& name, ProjectionInput& in, const std::vector<float>& w,
-              const std::vector<float>& bias, Activations& y, const VariantSigns* signs) {
+              const std::vector<float>& bias, Activations& y, const VariantSigns* signs, const VariantLora* lora) {
   const Activations& x = in.f32();
   const SplitProjection* planes = model.split(name);
   std::optional<cpu::SignPlaneView> delta;
@@ -155,6 +156,7 @@ Status linear(const Model& model, Pass pass, const std::string& name, Projection
       for (size_t i = 0; i < residual.size(); ++i) y.data[i] += residual[i];
     }
   }
+  if (lora) lora->apply(x.data.data(), x.rows, y.data.data());
   if (!bias.empty()) {
     for (int64_t r = 0; r < y.rows; ++r)
       for (int64_t o = 0; o < y.width; ++o) y.data[size_t(r * y.width + o)] += bias[size_t(o)];
@@ -184,8 +186,10 @@ Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, cons
     return variant->pick("blk." + std::to_string(layer) + "." + tensor + suffix, base);
   };
   auto signs_of = [&](const std::string& weight) { return variant ? variant->signs(weight) : nullptr; };
+  auto lora_of = [&](const std::string& weight) { return variant ? variant->lora(weight) : nullptr; };
   const std::vector<float>& embd = pick("token_embd.weight", model.token_embd());
   const VariantSigns* embd_signs = signs_of("token_embd.weight");
+  const VariantLora* embd_lora = lora_of("token_embd.weight");
   std::vector<float> delta_row(embd_signs ? static_cast<size_t>(c.n_embd) : 0);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t token = batch.tokens[size_t(i)];
@@ -196,6 +200,7 @@ Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, cons
                                      embd_signs->alpha_of(token), c.n_embd, delta_row.data());
       for (int64_t j = 0; j < c.n_embd; ++j) x.row(i)[j] += delta_row[size_t(j)];
     }
+    if (embd_lora) embd_lora->add_row(token, x.row(i));
     if (c.embd_scale != 1.0f) {
       for (int64_t j = 0; j < c.n_embd; ++j) x.row(i)[j] *= c.embd_scale;
     }
@@ -206,7 +211,7 @@ Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, cons
                      const std::vector<float>& bias, Activations& y) {
     const std::string n = name(layer, weight);
     const std::vector<float>& b = pick_layer(layer, weight, ".bias", bias);
-    return linear(model, pass, n, in, w, b, y, signs_of(n));
+    return linear(model, pass, n, in, w, b, y, signs_of(n), lora_of(n));
   };
   auto observe = [&](int64_t layer, const char* weight, const Activations& a) {
     if (observer) (*observer)(name(layer, weight), a.data.data(), a.rows, a.width);
@@ -356,7 +361,9 @@ Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, cons
     const bool tied = c.tied_output;
     const std::vector<float>& head = tied ? embd : model.output();
     const VariantSigns* head_signs = tied ? embd_signs : signs_of("output.weight");
-    BITSPLIT_RETURN_IF_ERROR(linear(model, pass, "output.weight", head_in, head, no_bias, logits, head_signs));
+    // Variant::make gives a head read from the embedding the embedding's LoRA under this name.
+    BITSPLIT_RETURN_IF_ERROR(
+        linear(model, pass, "output.weight", head_in, head, no_bias, logits, head_signs, lora_of("output.weight")));
     if (c.final_softcap > 0.0f) {
       for (float& v : logits.data) v = cpu::softcap(v, c.final_softcap);
     }

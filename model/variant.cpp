@@ -1,8 +1,15 @@
-// Variants: a delta file's sign planes read into memory and checked against the loaded base.
+// Variants: a delta file's sign planes or a LoRA adapter's factors read into memory and
+// checked against the loaded base.
 #include "bitsplit/variant.h"
 
+#include <sys/stat.h>
+
+#include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+
+#include "bitsplit/file_kind.h"
 
 #include "bitsplit/model.h"
 
@@ -60,7 +67,8 @@ Result<WeightShape> weight_shape(const Model& model, const std::string& weight) 
 
 Result<std::shared_ptr<const Variant>> Variant::make(const Model& base, std::string name,
                                                      std::map<std::string, VariantSigns> signs,
-                                                     std::map<std::string, std::vector<float>> full) {
+                                                     std::map<std::string, std::vector<float>> full,
+                                                     std::map<std::string, VariantLora> lora) {
   auto v = std::shared_ptr<Variant>(new Variant());
   v->name_ = std::move(name);
   for (auto& [weight, s] : signs) {
@@ -81,6 +89,21 @@ Result<std::shared_ptr<const Variant>> Variant::make(const Model& base, std::str
   const bool head_is_embedding = base.config().tied_output || base.output_from_embedding();
   if (head_is_embedding && !v->signs_.contains("output.weight")) {
     if (auto it = v->signs_.find("token_embd.weight"); it != v->signs_.end()) v->signs_["output.weight"] = it->second;
+  }
+  for (auto& [weight, l] : lora) {
+    BITSPLIT_ASSIGN_OR_RETURN(WeightShape shape, weight_shape(base, weight));
+    if (l.out != shape.out || l.in != shape.in || l.rank < 1 || l.up.size() != size_t(l.out * l.rank) ||
+        l.down.size() != size_t(l.rank * l.in) || !std::isfinite(l.scale)) {
+      return Status::error("variant '" + v->name_ + "': the LoRA factors of '" + weight + "' are for a [" +
+                           std::to_string(l.in) + ", " + std::to_string(l.out) + "] weight of rank " +
+                           std::to_string(l.rank) + "; the base's weight is [" + std::to_string(shape.in) + ", " +
+                           std::to_string(shape.out) + "]");
+    }
+    v->bytes_ += l.bytes();
+    v->lora_[weight] = std::make_shared<const VariantLora>(std::move(l));
+  }
+  if (head_is_embedding && !v->lora_.contains("output.weight")) {
+    if (auto it = v->lora_.find("token_embd.weight"); it != v->lora_.end()) v->lora_["output.weight"] = it->second;
   }
   for (auto& [weight, t] : full) {
     auto size = full_tensor_size(base, weight);
@@ -123,6 +146,81 @@ Result<std::shared_ptr<const Variant>> Variant::load(const DeltaFile& delta, con
   auto v = make(base, std::move(name), std::move(signs), std::move(full));
   if (!v) return v.status().with_context(delta.path);
   return v;
+}
+
+Status check_lora_base(const LoraFile& lora, const Model& base) {
+  if (lora.architecture != base.config().arch_name) {
+    return Status::error(lora.path + ": the adapter is for a '" + lora.architecture + "' model; the base is '" +
+                         base.config().arch_name + "'");
+  }
+  for (const auto& [weight, t] : lora.tensors) {
+    auto shape = weight_shape(base, weight);
+    if (!shape) return Status::error(lora.path + ": the adapter changes '" + weight + "', which the base does not have as a matrix");
+    if (shape->out != t.out || shape->in != t.in) {
+      return Status::error(lora.path + ": the adapter's '" + weight + "' is [" + std::to_string(t.in) + ", " +
+                           std::to_string(t.out) + "] (rank " + std::to_string(t.rank) + "); the base's is [" +
+                           std::to_string(shape->in) + ", " + std::to_string(shape->out) +
+                           "]: an adapter for another model");
+    }
+    if (t.rank > std::min(t.in, t.out)) {
+      return Status::error(lora.path + ": '" + weight + "' has rank " + std::to_string(t.rank) +
+                           ", more than its matrix's smaller side (" + std::to_string(std::min(t.in, t.out)) + ")");
+    }
+  }
+  return Status::ok();
+}
+
+Result<std::shared_ptr<const Variant>> Variant::load(const LoraFile& lora, const Model& base, std::string name,
+                                                     float scale) {
+  if (!std::isfinite(scale)) return Status::error(lora.path + ": the adapter's scale must be finite");
+  BITSPLIT_RETURN_IF_ERROR(check_lora_base(lora, base));
+  std::map<std::string, VariantLora> factors;
+  for (const auto& [weight, t] : lora.tensors) {
+    BITSPLIT_ASSIGN_OR_RETURN(LoraFactors f, read_lora_factors(lora, t));
+    VariantLora l;
+    l.out = t.out;
+    l.in = t.in;
+    l.rank = t.rank;
+    l.scale = lora.effective_scale(t, scale);
+    l.up = std::move(f.up);
+    l.down = std::move(f.down);
+    factors[weight] = std::move(l);
+  }
+  auto v = make(base, std::move(name), {}, {}, std::move(factors));
+  if (!v) return v.status().with_context(lora.path);
+  return v;
+}
+
+void VariantLora::apply(const float* x, int64_t rows, float* y) const {
+  std::vector<float> t(size_t(rows * rank)), u(size_t(rows * out));
+  cpu::matmul_f32({x, size_t(rows * in)}, rows, in, down, rank, {}, t);
+  cpu::matmul_f32(t, rows, rank, up, out, {}, u);
+  for (size_t e = 0; e < u.size(); ++e) y[e] += scale * u[e];
+}
+
+void VariantLora::add_row(int64_t token, float* row) const {
+  const float* u = up.data() + token * rank;
+  for (int64_t j = 0; j < in; ++j) {
+    float s = 0.0f;
+    for (int64_t k = 0; k < rank; ++k) s += u[k] * down[size_t(k * in + j)];
+    row[j] += scale * s;
+  }
+}
+
+const VariantLora* Variant::lora(const std::string& weight) const {
+  auto it = lora_.find(weight);
+  return it == lora_.end() ? nullptr : it->second.get();
+}
+
+std::vector<std::string> Variant::lora_names() const {
+  std::vector<std::string> names;
+  for (const auto& [n, l] : lora_) names.push_back(n);
+  return names;
+}
+
+std::string Variant::kind() const {
+  if (!lora_.empty() && !signs_.empty()) return "BitDelta + LoRA";
+  return lora_.empty() ? "BitDelta" : "LoRA";
 }
 
 const VariantSigns* Variant::signs(const std::string& weight) const {
@@ -170,7 +268,7 @@ VariantRegistry::VariantRegistry(const Model& base, const WeightSource& base_sou
       base_source_(base_source),
       log_(std::move(log)),
       cache_(options, [this](const std::string& name) -> Result<VariantCache<Variant>::Loaded> {
-        std::shared_ptr<const DeltaFile> file;
+        Registered file;
         {
           std::lock_guard<std::mutex> lock(mu_);
           auto it = files_.find(name);
@@ -178,7 +276,9 @@ VariantRegistry::VariantRegistry(const Model& base, const WeightSource& base_sou
           file = it->second;
         }
         const auto t0 = std::chrono::steady_clock::now();
-        BITSPLIT_ASSIGN_OR_RETURN(std::shared_ptr<const Variant> loaded, Variant::load(*file, base_, base_source_, name));
+        BITSPLIT_ASSIGN_OR_RETURN(std::shared_ptr<const Variant> loaded,
+                                  file.delta ? Variant::load(*file.delta, base_, base_source_, name)
+                                             : Variant::load(*file.lora, base_, name, file.scale));
         // The signs go where D lives (VRAM with a GPU backend) before the first request, and
         // leave it when the last owner of the variant (the cache, a running generation) lets go.
         BITSPLIT_ASSIGN_OR_RETURN(auto handles, make_resident(base_, *loaded));
@@ -186,32 +286,67 @@ VariantRegistry::VariantRegistry(const Model& base, const WeightSource& base_sou
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (log_) {
           char line[256];
-          std::snprintf(line, sizeof line, "variant '%s': loaded %.2f MiB in %.1f ms (%s)", name.c_str(),
-                        double(v->bytes()) / (1 << 20), 1e3 * s, file->path.c_str());
+          std::snprintf(line, sizeof line, "variant '%s': loaded %.2f MiB of %s in %.1f ms (%s)", name.c_str(),
+                        double(v->bytes()) / (1 << 20), v->kind().c_str(), 1e3 * s, file.path().c_str());
           log_(line);
         }
         return VariantCache<Variant>::Loaded{v, v->bytes()};
       }) {}
 
-Status VariantRegistry::add(const std::string& name, const std::string& path) {
+Status VariantRegistry::add(const std::string& name, const std::string& path, float scale) {
   if (name.empty()) return Status::error("a variant needs a name (NAME=FILE)");
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (files_.contains(name)) return Status::error("variant '" + name + "' is registered twice");
   }
-  BITSPLIT_ASSIGN_OR_RETURN(DeltaFile delta, open_delta(path));
-  BITSPLIT_RETURN_IF_ERROR(check_delta_base(delta, base_source_).with_context("variant '" + name + "'"));
+  const std::string context = "variant '" + name + "'";
+  BITSPLIT_ASSIGN_OR_RETURN(gguf::File peek, gguf::File::open(path));
+  auto kind = file_kind(peek.metadata());
+  if (!kind) return kind.status().with_context(path);
+  Registered r;
+  if (*kind == FileKind::kAdapter) {
+    if (!std::isfinite(scale)) return Status::error(context + ": the adapter's scale must be a finite number");
+    BITSPLIT_ASSIGN_OR_RETURN(LoraFile lora, open_lora(path));
+    BITSPLIT_RETURN_IF_ERROR(check_lora_base(lora, base_).with_context(context));
+    r.lora = std::make_shared<const LoraFile>(std::move(lora));
+    r.scale = scale;
+  } else if (*kind == FileKind::kDelta) {
+    if (scale != 1.0f) return Status::error(context + ": a scale applies to LoRA adapters, not to BitDelta files");
+    BITSPLIT_ASSIGN_OR_RETURN(DeltaFile delta, open_delta(path));
+    BITSPLIT_RETURN_IF_ERROR(check_delta_base(delta, base_source_).with_context(context));
+    r.delta = std::make_shared<const DeltaFile>(std::move(delta));
+  } else {
+    return Status::error(path + ": is " + file_kind_description(*kind) +
+                         ", not a variant (a variant is a delta from `bitsplit delta` or a LoRA adapter)");
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  files_[name] = std::make_shared<const DeltaFile>(std::move(delta));
+  if (files_.contains(name)) return Status::error("variant '" + name + "' is registered twice");
+  files_[name] = std::move(r);
   return Status::ok();
 }
 
 Status VariantRegistry::add_spec(const std::string& spec) {
   const size_t eq = spec.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
-    return Status::error("a variant is registered as NAME=FILE, not '" + spec + "'");
+    return Status::error("a variant is registered as NAME=FILE or NAME=FILE:SCALE, not '" + spec + "'");
   }
-  return add(spec.substr(0, eq), spec.substr(eq + 1));
+  const std::string name = spec.substr(0, eq);
+  std::string path = spec.substr(eq + 1);
+  float scale = 1.0f;
+  // "FILE:SCALE": only when the whole is not a file and the suffix is a number.
+  struct stat st {};
+  const size_t colon = path.rfind(':');
+  if (colon != std::string::npos && colon > 0 && ::stat(path.c_str(), &st) != 0) {
+    const std::string tail = path.substr(colon + 1);
+    float v = 0.0f;
+    auto [end, ec] = std::from_chars(tail.data(), tail.data() + tail.size(), v);
+    if (ec == std::errc() && end == tail.data() + tail.size() && !tail.empty()) {
+      if (!std::isfinite(v)) return Status::error("the scale in '" + spec + "' must be a finite number");
+      scale = v;
+      path.resize(colon);
+    }
+  }
+  return add(name, path, scale);
 }
 
 Result<std::shared_ptr<const Variant>> VariantRegistry::get(const std::string& name) {

@@ -32,6 +32,7 @@ class CliBadInput : public ::testing::Test {
     f["BASE"] = dir_->file("base.gguf");
     fs::copy_file(models + "/bible-base.gguf", f["BASE"]);
     f["FT"] = models + "/bible-devil.gguf";
+    f["LORA"] = models + "/bible-devil-lora.gguf";
     f["TEXT"] = models + "/text/kjv.valid.txt";
     f["SHORT"] = dir_->file("short.txt");  // a few windows, for the imatrix
     f["BS"] = dir_->file("base.bitsplit.gguf");
@@ -146,7 +147,14 @@ const Case kCases[] = {
     {"run -m {BS} -p hi --delta d={DELTA}", "none was chosen"},
     {"run -m {BS} -p hi --variant nope", "nope"},
     {"run -m {BS} -p hi --base-draft", "needs --variant"},
-    {"run -m {BS} -p hi --delta d={BASE} --variant d", "not a delta file"},
+    {"run -m {BS} -p hi --delta d={BASE} --variant d", "is a model, not a variant"},
+    {"run -m {BS} -p hi --lora d={DELTA} --variant d", "register it with --delta, not --lora"},
+    {"run -m {BS} -p hi --delta d={LORA} --variant d", "register it with --lora, not --delta"},
+    {"run -m {BS} -p hi --lora d={LORA}:nan --variant d", "must be a finite number"},
+    {"run -m {BS} -p hi --lora d={LORA}", "none was chosen"},
+    {"run -m {TINY} -p hi --lora d={LORA} --variant d", "bible-devil-lora.gguf"},
+    {"run -m {LORA} -p hi", "is an adapter file (LoRA), not a model; load its base model"},
+    {"info {LORA} --vram-budget 1G", "is an adapter"},
     {"run -m {BASE} --no-bos -p ''", "--no-bos"},
     // info.
     {"info", "a model file is required"},
@@ -210,6 +218,20 @@ const Case kCases[] = {
     {"delta --base {BASE} --finetuned {FT} -o {OUT} --alpha column", "column"},
     {"delta --base {BASE} --finetuned {FT} -o {OUT} --distill-kl-sweeps 9", "above the maximum 8"},
     {"delta --base {BASE} --finetuned {FT} -o {OUT} --distill {MISSING}", "missing.gguf"},
+    // merge.
+    {"merge --base {BASE} {FT} {FT} -o {OUT}", "merging a fine-tune with itself"},
+    {"merge --base {BASE} {FT} {BASE} -o {OUT}", "is the base model itself"},
+    {"merge --base {BASE} {FT} {LORA} --rank 0 -o {OUT}", "below the minimum 1"},
+    {"merge --base {BASE} {FT} {LORA} --rank 100 -o {OUT}", "at most 64"},
+    {"merge --base {BASE} {FT} {LORA} --method ties -o {OUT}", "unknown merge method 'ties'"},
+    {"merge --base {BASE} {FT} {TINY} -o {OUT}", "a fine-tune of another model"},
+    {"merge --base {BS} {FT} -o {OUT}", "converted bit-split"},
+    {"merge --base {BASE} {BS} -o {OUT}", "converted bit-split"},
+    {"merge --base {BASE} {FT} {IM} -o {OUT}", "importance matrix"},
+    {"merge --base {BASE} {FT} -o {FT}", "would destroy the input"},
+    {"merge --base {BASE} {FT} --method task-arithmetic --lambda nan -o {OUT}", "not a finite number"},
+    {"eval {BASE} --text {TEXT} --reference {TINY}", "vocabulary"},
+    {"eval {BASE} --text {TEXT} --reference {FT} --base {FT}", "do not go together"},
     // synth.
     {"synth --shape huge -o {OUT}", "huge"},
     {"synth --shape tiny -o /dev/null", "not a regular file"},

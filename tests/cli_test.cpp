@@ -132,6 +132,56 @@ TEST(Cli, VariantsAndTheQ8_0BaselineEndToEnd) {
   EXPECT_NE(o.out.find("Q8_0 kernel"), std::string::npos) << o.out;
 }
 
+// LoRA adapters as variants, and merges: `run --lora` writes the adapter's golden greedy text
+// (the independent reference of tests/models/golden/bible-devil-lora) on the f32 base, speculative
+// equals plain on the converted base, `info` describes the adapter, `merge` writes a model and a
+// delta that `eval --reference` and `run --delta` take.
+TEST(Cli, LoraVariantsAndMergesEndToEnd) {
+  const std::string models = BITSPLIT_SOURCE_DIR "/tests/models/";
+  BITSPLIT_REQUIRE_FILE(models + "bible-devil-lora.gguf");
+  bitsplit::testing::TempDir dir("cli-lora");
+  const std::string lora = models + "bible-devil-lora.gguf", psalms = models + "bible-psalms-lora.gguf";
+  std::ifstream in(models + "golden/bible-devil-lora/0.json");
+  const auto g = nlohmann::json::parse(in);
+  const std::string prompt = g["prompt"].get<std::string>();
+  auto o = run_cli("run -m " + models + "bible-base.gguf --lora devil=" + lora + " --variant devil -p \"" + prompt +
+                   "\" -n 64 --temp 0");
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("variant: devil (LoRA"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find(prompt + g["greedy_text"].get<std::string>().substr(0, 80)), std::string::npos) << o.out;
+
+  const std::string base = dir.file("base.bs.gguf");
+  ASSERT_EQ(run_cli("convert " + models + "bible-base.gguf " + base).code, 0);
+  const std::string args = " --lora devil=" + lora + ":0.5 --variant devil -p \"The devil\" -n 40 --temp 0";
+  const auto spec = run_cli("run -m " + base + args);
+  const auto plain = run_cli("run -m " + base + args + " --no-spec");
+  ASSERT_EQ(spec.code, 0) << spec.out;
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  EXPECT_EQ(generated_text(spec.out, "The devil"), generated_text(plain.out, "The devil"));
+  EXPECT_NE(spec.out.find("decoding: speculative"), std::string::npos) << spec.out;
+
+  o = run_cli("info " + lora);
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("LoRA adapter"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("43 matrices (43 of rank 8)"), std::string::npos) << o.out;
+
+  const std::string merged = dir.file("merged.gguf"), merged_delta = dir.file("merged.delta.gguf");
+  o = run_cli("merge --base " + models + "bible-base.gguf " + lora + " " + psalms + " --method monosoup --rank 4 -o " + merged);
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("cut to rank 4 keep"), std::string::npos) << o.out;
+  o = run_cli("eval " + merged + " --reference " + models + "bible-devil.gguf --text " + models +
+              "text/devil.valid.txt --max-tokens 256");
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("KL(reference || model) mean"), std::string::npos) << o.out;
+  o = run_cli("merge --base " + models + "bible-base.gguf " + lora + " " + psalms + " --method average --as-delta -o " +
+              merged_delta);
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_FALSE(std::filesystem::exists(merged_delta + ".merged-model.tmp"));
+  o = run_cli("run -m " + base + " --delta both=" + merged_delta + " --variant both -p hi -n 8 --temp 0");
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("variant: both (BitDelta"), std::string::npos) << o.out;
+}
+
 }  // namespace
 
 namespace {

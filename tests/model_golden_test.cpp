@@ -11,6 +11,7 @@
 
 #include "bitsplit/generate.h"
 #include "bitsplit/tokenizer.h"
+#include "bitsplit/variant.h"
 #include "test_paths.h"
 
 namespace bitsplit {
@@ -22,6 +23,9 @@ struct GoldenSet {
   std::string name, model, dir;
   // llama.cpp keeps K and V in f16 by default and so multiplies Q·K and P·V in f16.
   bool reference_attention_in_f16 = false;
+  // A LoRA adapter on `model` at a scale (the dir's variant.json), or none.
+  std::string lora;
+  float lora_scale = 1.0f;
 };
 
 // Every golden directory whose model file exists.
@@ -35,7 +39,17 @@ std::vector<GoldenSet> golden_sets() {
     for (const auto& entry : fs::directory_iterator(ours)) {
       if (!entry.is_directory()) continue;
       const std::string name = entry.path().filename().string();
-      const fs::path model = fs::path(testing::source_dir()) / "tests/models" / (name + ".gguf");
+      const fs::path models = fs::path(testing::source_dir()) / "tests/models";
+      // {"base": MODEL, "lora": ADAPTER, "scale": S}: the golden outputs of MODEL with the adapter.
+      const fs::path variant = entry.path() / "variant.json";
+      if (fs::exists(variant)) {
+        std::ifstream in(variant);
+        const auto v = nlohmann::json::parse(in);
+        sets.push_back({name, (models / v["base"].get<std::string>()).string(), entry.path().string(), false,
+                        (models / v["lora"].get<std::string>()).string(), v.value("scale", 1.0f)});
+        continue;
+      }
+      const fs::path model = models / (name + ".gguf");
       if (fs::exists(model)) sets.push_back({name, model.string(), entry.path().string()});
     }
   }
@@ -66,6 +80,14 @@ TEST(Golden, GreedyTokensAndPromptLogitsMatchIndependentImplementation) {
     ASSERT_TRUE(model.is_ok()) << model.status().message();
     auto tokenizer = Tokenizer::from_metadata((*source)->metadata());
     ASSERT_TRUE(tokenizer.is_ok()) << tokenizer.status().message();
+    std::shared_ptr<const Variant> variant;
+    if (!set.lora.empty()) {
+      auto lora = open_lora(set.lora);
+      ASSERT_TRUE(lora.is_ok()) << lora.status().message();
+      auto v = Variant::load(*lora, *model, "lora", set.lora_scale);
+      ASSERT_TRUE(v.is_ok()) << v.status().message();
+      variant = *v;
+    }
     int cases = 0;
     for (int i = 0;; ++i) {
       const std::string json_path = set.dir + "/" + std::to_string(i) + ".json";
@@ -86,6 +108,7 @@ TEST(Golden, GreedyTokensAndPromptLogitsMatchIndependentImplementation) {
       Sampler sampler(params);
       GenerateOptions options;
       options.n_predict = int32_t(greedy.size());
+      options.variant = variant.get();
       std::vector<int32_t> ours;
       std::vector<float> logits;
       auto stats = generate(*model, prompt_ids, options, sampler,

@@ -77,6 +77,7 @@ int main(int argc, char** argv) {
   bitsplit::cli::add_bench_command(app, &exit_code);
   bitsplit::cli::add_synth_command(app, &exit_code);
   bitsplit::cli::add_delta_command(app, &exit_code);
+  bitsplit::cli::add_merge_command(app, &exit_code);
   bitsplit::cli::add_serve_command(app, &exit_code);
   bitsplit::cli::add_chat_command(app, &exit_code);
   bitsplit::install_interrupt_handlers();

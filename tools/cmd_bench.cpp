@@ -19,6 +19,7 @@
 #include "bench_prompts.h"
 #include "bench_report.h"
 #include "option_checks.h"
+#include "variant_options.h"
 #include "progress.h"
 
 namespace bitsplit::cli {
@@ -32,7 +33,7 @@ struct BenchAcceptArgs {
   std::vector<int> chains = {1, 2, 4, 8};
   std::vector<int> budgets = {4, 8, 16, 32};
   std::vector<std::string> settings;  // explicit rows; replaces --chains/--budgets/--auto
-  std::vector<std::string> deltas;    // NAME=FILE
+  cli::VariantSpecs variant_specs;    // --delta, --lora
   bool json = false;
   std::string json_file;  // also write the JSON here (the tables then go to stdout)
   std::string render_dir;  // write the rendered prompts here and stop (for other engines)
@@ -274,9 +275,9 @@ int bench_accept(const BenchAcceptArgs& a) {
   VariantRegistry registry(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX});
   std::vector<std::shared_ptr<const Variant>> variants;
   std::vector<Decoded> decoded = {{"base", nullptr, false, "base"}};
-  for (const auto& d : a.deltas) {
-    if (Status st = registry.add_spec(d); !st) return report_error("--delta: " + st.message());
-    auto v = registry.get(d.substr(0, d.find('=')));
+  if (Status st = cli::register_variants(registry, a.variant_specs); !st) return report_error(st.message());
+  for (const std::string& name : a.variant_specs.names()) {
+    auto v = registry.get(name);
     if (!v) return report_error(v.status().message());
     variants.push_back(*v);
     decoded.push_back({(*v)->name(), v->get(), false, (*v)->name()});
@@ -440,10 +441,9 @@ void add_bench_command(CLI::App& app, int* exit_code) {
                   "auto+lookup is what `bitsplit run` does by default). E.g. plain,auto+lookup,chain-4,tree-16. "
                   "Replaces --chains/--budgets/--auto, whose rows are plain, then the chains, the trees and auto")
       ->delimiter(',')->excludes(chains)->excludes(budgets)->excludes(auto_row)->type_name("LIST");
-  cmd->add_option("--delta", a->deltas,
-                  "Also decode this BitDelta variant, NAME=FILE (repeatable): rows for its own draft and for the "
-                  "plain base draft, interleaved with the base in the same run")
-      ->type_name("NAME=FILE");
+  cli::add_variant_options(cmd, &a->variant_specs,
+                           "each variant is also decoded, with rows for its own draft and for the plain base draft, "
+                           "interleaved with the base in the same run");
   cmd->add_option("--lookup", a->lookup,
                   "Context lookup in every speculative row (instead of +lookup's 8): up to N tokens that followed an earlier occurrence of the text's "
                   "last tokens (greedy only; 0 = off)")

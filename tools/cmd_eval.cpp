@@ -15,7 +15,7 @@ namespace bitsplit::cli {
 namespace {
 
 struct EvalArgs {
-  std::string model, text, imatrix, base, distill;
+  std::string model, text, imatrix, base, distill, reference;
   int ctx = 128, group = 64, threads = 0;
   int64_t max_tokens = 0;
   double draft_bpw = 0.0;
@@ -89,6 +89,36 @@ int eval_variant(const EvalArgs& a, LoadedModel& ft, const std::vector<int32_t>&
   return 0;
 }
 
+// `eval MODEL --reference REF`: MODEL as it is (f32), scored against another model of the same
+// vocabulary, e.g. a merge against each fine-tune it merged.
+int eval_against(const EvalArgs& a, LoadedModel& model, const std::vector<int32_t>& tokens) {
+  auto ref = load_model(a.reference);
+  if (!ref) return report_error(ref.status().message());
+  if (ref->model.has_planes()) return report_error("--reference: " + a.reference + " is a converted (bit-split) model; give an original one");
+  if (ref->model.config().n_vocab != model.model.config().n_vocab) {
+    return report_error("--reference: " + a.reference + " has a vocabulary of " + std::to_string(ref->model.config().n_vocab) +
+                        " tokens, " + a.model + " of " + std::to_string(model.model.config().n_vocab));
+  }
+  ProgressBar bar("eval");
+  auto r = score_against(ref->model, {{a.model, &model.model, Pass::kDefault, nullptr}}, tokens, a.ctx,
+                         model.tokenizer->vocab().bos, a.max_tokens, [&](int64_t d, int64_t t) { bar.update(double(d), double(t)); });
+  if (!r) return report_error(r.status().message());
+  const Score& row = r->rows.at(0);
+  if (a.json) {
+    nlohmann::json j = {{"model", a.model},           {"reference", a.reference},      {"text", a.text},
+                        {"ctx", a.ctx},               {"tokens", r->tokens},          {"reference_perplexity", r->reference_perplexity},
+                        {"perplexity", row.perplexity}, {"kl_mean", row.kl_mean},     {"kl_p99", row.kl_p99},
+                        {"top1_agreement", row.top1_agreement}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("model %s against %s, text %s: %lld predictions in windows of <= %d tokens\n", a.model.c_str(),
+              a.reference.c_str(), a.text.c_str(), (long long)r->tokens, a.ctx);
+  std::printf("perplexity %.4f (reference %.4f), KL(reference || model) mean %.6f, p99 %.6f, top-1 agreement %.2f%%\n",
+              row.perplexity, r->reference_perplexity, row.kl_mean, row.kl_p99, 100 * row.top1_agreement);
+  return 0;
+}
+
 int eval(const EvalArgs& a) {
   const auto threads = limit_threads(a.threads);
   auto loaded = load_model(a.model);
@@ -102,7 +132,9 @@ int eval(const EvalArgs& a) {
   auto text = read_text_file(a.text);
   if (!text) return report_error(text.status().message());
   const auto tokens = loaded->tokenizer->encode(*text, {.add_special = false});
+  if (!a.base.empty() && !a.reference.empty()) return report_error("--base and --reference do not go together");
   if (!a.base.empty()) return eval_variant(a, *loaded, tokens);
+  if (!a.reference.empty()) return eval_against(a, *loaded, tokens);
   if (!a.distill.empty()) return report_error("--distill-text needs --base (it distils the variant's scales)");
 
   ImportanceMatrix imatrix;
@@ -193,6 +225,10 @@ void add_eval_command(CLI::App& app, int* exit_code) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--distill-text", a->distill, "With --base: also rows with scales distilled on this text (use a "
                                                 "text other than --text)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--reference", a->reference,
+                  "Score MODEL itself (f32) against this model of the same vocabulary: KL(REFERENCE || MODEL), "
+                  "top-1 agreement, perplexities (e.g. a merge against each fine-tune it merged)")
       ->check(CLI::ExistingFile);
   cmd->add_flag("--json", a->json, "Print JSON instead of a table");
   cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(whole_in(1, 4096));

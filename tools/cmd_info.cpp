@@ -9,6 +9,7 @@
 #include "bitsplit/delta_format.h"
 #include "bitsplit/file_kind.h"
 #include "bitsplit/gpu.h"
+#include "bitsplit/lora_format.h"
 #include "bitsplit/memory_plan.h"
 #include "bitsplit/model.h"
 #include "bitsplit/tokenizer.h"
@@ -55,6 +56,30 @@ int info_delta(const std::string& path) {
   return 0;
 }
 
+// A LoRA adapter: what it adapts, at which ranks, and how big it is.
+int info_lora(const std::string& path) {
+  auto l = open_lora(path);
+  if (!l) return report_error(l.status().message());
+  std::map<int64_t, int64_t> ranks;  // rank -> tensors
+  uint64_t bytes = 0;
+  for (const auto& [name, t] : l->tensors) {
+    ++ranks[t.rank];
+    bytes += t.a->nbytes + t.b->nbytes;
+  }
+  std::string rank_list;
+  for (const auto& [r, n] : ranks) rank_list += (rank_list.empty() ? "" : ", ") + std::to_string(n) + " of rank " + std::to_string(r);
+  std::printf("file:          %s\n", path.c_str());
+  std::printf("type:          LoRA adapter (llama.cpp adapter format)\n");
+  if (!l->name.empty()) std::printf("name:          %s\n", l->name.c_str());
+  std::printf("architecture:  %s\n", l->architecture.c_str());
+  std::printf("alpha:         %g (scale alpha/rank%s)\n", double(l->alpha), l->alpha == 0.0f ? "; 0 means 1" : "");
+  std::printf("adapted:       %zu matrices (%s), %lld parameters\n", l->tensors.size(), rank_list.c_str(),
+              (long long)l->parameters());
+  std::printf("size:          %s\n", format_bytes(bytes).c_str());
+  std::printf("run it:        bitsplit run -m BASE.gguf --lora NAME=%s --variant NAME\n", path.c_str());
+  return 0;
+}
+
 int info(const InfoOptions& o) {
   if (o.topology) {
     // What the CPU tier detected and chose: cores, NUMA nodes, ISA tier, arena size.
@@ -78,6 +103,10 @@ int info(const InfoOptions& o) {
   if (*kind == FileKind::kDelta) {
     if (asked_budget) return report_error("--vram-budget plans a bit-split model's draft planes; " + o.model + " is a delta file");
     return info_delta(o.model);
+  }
+  if (*kind == FileKind::kAdapter) {
+    if (asked_budget) return report_error("--vram-budget plans a bit-split model's draft planes; " + o.model + " is an adapter");
+    return info_lora(o.model);
   }
   if (*kind != FileKind::kModel && *kind != FileKind::kBitSplitModel) {
     return report_error(require_model(w, ModelUse::kAny).message());

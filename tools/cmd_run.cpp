@@ -13,6 +13,7 @@
 #include "bitsplit/vram_plan.h"
 #include "commands.h"
 #include "option_checks.h"
+#include "variant_options.h"
 
 namespace bitsplit::cli {
 namespace {
@@ -40,7 +41,7 @@ struct RunOptions {
   bool draft_shape_given = false;  // --draft on the command line: auto budgets keep to that shape
   std::optional<int> lookup;  // default: kDefaultLookup with --budget auto, off with a fixed budget
   std::string vram_budget;
-  std::vector<std::string> deltas;  // NAME=FILE
+  cli::VariantSpecs variant_specs;  // --delta, --lora
   std::string variant;
   bool base_draft = false;
   bool host_draft = false;
@@ -115,16 +116,15 @@ int run(const RunOptions& o) {
   // Variants ride on the loaded base; the one asked for is loaded (and timed) through the cache.
   VariantRegistry variants(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX},
                            [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
-  for (const std::string& d : o.deltas)
-    if (Status st = variants.add_spec(d); !st) return report_error("--delta: " + st.message());
+  if (Status st = cli::register_variants(variants, o.variant_specs); !st) return report_error(st.message());
   std::shared_ptr<const Variant> variant;
   if (!o.variant.empty()) {
     auto v = variants.get(o.variant);
     if (!v) return report_error(v.status().message());
     variant = *v;
-  } else if (!o.deltas.empty()) {
-    return report_error("--delta registers variants but none was chosen; add --variant NAME (or leave out --delta to "
-                        "run the base)");
+  } else if (!o.variant_specs.empty()) {
+    return report_error("--delta/--lora register variants but none was chosen; add --variant NAME (or leave them out "
+                        "to run the base)");
   }
 
   EncodeOptions enc;
@@ -215,8 +215,9 @@ int run(const RunOptions& o) {
                                          ? "plain, Q8_0 projections on the Q8_0 kernel (not a bit-split model; `bitsplit convert` it for speculative decoding)"
                                          : "plain (not a bit-split model; `bitsplit convert` it for speculative decoding)");
   if (variant) {
-    std::fprintf(stderr, "variant: %s (%.2f MiB of sign planes and scales on the shared base%s)\n", variant->name().c_str(),
-                 double(variant->bytes()) / (1 << 20), speculative && o.base_draft ? "; drafting with the plain base D" : "");
+    std::fprintf(stderr, "variant: %s (%s, %.2f MiB on the shared base%s)\n", variant->name().c_str(),
+                 variant->kind().c_str(), double(variant->bytes()) / (1 << 20),
+                 speculative && o.base_draft ? "; drafting with the plain base D" : "");
   }
   if (acceptance) print_acceptance(*acceptance);
   if (!draft_note.empty()) std::fprintf(stderr, "  %s\n", draft_note.c_str());
@@ -277,10 +278,7 @@ void add_run_command(CLI::App& app, int* exit_code) {
                   "Bytes of VRAM for the draft planes (e.g. 6G; default: free memory minus max(1 GiB, 10%)). "
                   "Planes go to the GPU layer by layer while they fit; the rest are drafted on the CPU")
       ->type_name("SIZE");
-  cmd->add_option("--delta", o->deltas,
-                  "Register a fine-tuned variant: NAME=FILE (a .delta.gguf from `bitsplit delta` made against this "
-                  "model's source); repeatable")
-      ->type_name("NAME=FILE");
+  cli::add_variant_options(cmd, &o->variant_specs, "run it with --variant NAME");
   cmd->add_option("--variant", o->variant, "Run the registered variant NAME instead of the base");
   cmd->add_flag("--host-draft", o->host_draft,
                 "With a GPU: run only the draft's projections on it and the rest of the draft on the CPU (the "

@@ -10,6 +10,7 @@
 #include "bitsplit/vram_plan.h"
 #include "commands.h"
 #include "option_checks.h"
+#include "variant_options.h"
 
 namespace bitsplit::cli {
 namespace {
@@ -18,7 +19,7 @@ struct ServeArgs {
   std::string model, host = "127.0.0.1", api_key, api_key_file, chat_template, vram_budget, budget = "auto",
                      max_body = "8M", name;
   int port = 8080, parallel = 1, queue = 64, threads = 0;
-  std::vector<std::string> deltas;
+  cli::VariantSpecs variant_specs;
   bool no_spec = false;
 };
 
@@ -107,13 +108,12 @@ int serve(const ServeArgs& a) {
   if (!loaded) return stop_all(report_error(loaded.status().message()));
   VariantRegistry variants(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX},
                            [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
-  for (const std::string& d : a.deltas)
-    if (Status st = variants.add_spec(d); !st) return stop_all(report_error("--delta: " + st.message()));
+  if (Status st = cli::register_variants(variants, a.variant_specs); !st) return stop_all(report_error(st.message()));
   auto tmpl = chat_template_for(a, *loaded);
   if (!tmpl) return stop_all(report_error(tmpl.status().message()));
   server.attach(*loaded, variants, std::move(*tmpl));
   std::fprintf(stderr, "ready: %s%s\n", a.model.c_str(),
-               a.deltas.empty() ? "" : (" with " + std::to_string(a.deltas.size()) + " variant(s)").c_str());
+               a.variant_specs.empty() ? "" : (" with " + std::to_string(a.variant_specs.size()) + " variant(s)").c_str());
   watcher.join();
   done.store(true);
   http.join();
@@ -132,7 +132,7 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand("serve", "An OpenAI-compatible HTTP server (completions, chat, models, metrics)");
   cmd->add_option("-m,--model", a->model, "Model file (.gguf; a bit-split model decodes speculatively)")
       ->required()->check(CLI::ExistingFile);
-  cmd->add_option("--delta", a->deltas, "Serve a BitDelta variant NAME=FILE as model NAME (repeatable)")->type_name("NAME=FILE");
+  cli::add_variant_options(cmd, &a->variant_specs, "served as model NAME");
   cmd->add_option("--host", a->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", a->port, "Port to listen on (0: any free port)")->capture_default_str()->check(whole_in(0, 65535));
   auto* key = cmd->add_option("--api-key", a->api_key, "Require Authorization: Bearer KEY on every route but /health");

@@ -20,6 +20,7 @@ void add_eval_command(CLI::App& app, int* exit_code);
 void add_bench_command(CLI::App& app, int* exit_code);
 void add_synth_command(CLI::App& app, int* exit_code);
 void add_delta_command(CLI::App& app, int* exit_code);
+void add_merge_command(CLI::App& app, int* exit_code);
 void add_serve_command(CLI::App& app, int* exit_code);
 void add_chat_command(CLI::App& app, int* exit_code);
 

@@ -1,6 +1,6 @@
 // A fine-tuned variant of a loaded base model: the BitDelta sign planes and scales of one
-// delta file, held in memory beside the base and applied inside the kernels (the variant's
-// weights are never materialised). Many variants share one base; a forward pass, a plain or a
+// delta file, or the low-rank factors of a LoRA adapter, held in memory beside the base and
+// applied inside the passes (the variant's weights are never materialised). Many variants share one base; a forward pass, a plain or a
 // speculative generation takes the variant to run as a parameter.
 #pragma once
 
@@ -14,6 +14,7 @@
 
 #include "bitsplit/cpu.h"
 #include "bitsplit/delta_format.h"
+#include "bitsplit/lora_format.h"
 #include "bitsplit/model.h"
 #include "bitsplit/variant_cache.h"
 #include "bitsplit/status.h"
@@ -31,6 +32,20 @@ struct VariantSigns {
   float alpha_of(int64_t row) const { return alpha[alpha_per_row ? size_t(row) : 0]; }
 };
 
+// One projection's LoRA change ΔW = scale · U·V (U: out x rank, V: rank x in, row-major, f32),
+// applied beside the base's product: y += scale · U·(V·x), in f32 on the CPU in both tiers
+// (each product one dot_f32 per element, so a row's result does not depend on its batch).
+struct VariantLora {
+  int64_t out = 0, in = 0, rank = 0;
+  float scale = 1.0f;
+  std::vector<float> up, down;
+  // y[r][o] += scale · Σ_k U[o][k] · (Σ_i V[k][i] · x[r][i]) for rows r of x ([rows x in]) and y ([rows x out]).
+  void apply(const float* x, int64_t rows, float* y) const;
+  // An embedding row's change: row[j] += scale · Σ_k U[token][k] · V[k][j].
+  void add_row(int64_t token, float* row) const;
+  uint64_t bytes() const { return 4 * (up.size() + down.size()); }
+};
+
 class Variant {
  public:
   // Reads every tensor of `delta` into memory and checks it against the loaded base: the
@@ -38,14 +53,24 @@ class Variant {
   // tensor's shape against the model. Errors name the delta file and the tensor.
   static Result<std::shared_ptr<const Variant>> load(const DeltaFile& delta, const Model& base,
                                                      const WeightSource& base_source, std::string name);
-  // A variant built in memory (tests, `eval`): sign planes and full tensors by weight name.
+  // Reads a LoRA adapter's factors and checks them against the base (architecture, every
+  // adapted weight's shape); `scale` multiplies the adapter's alpha / rank.
+  static Result<std::shared_ptr<const Variant>> load(const LoraFile& lora, const Model& base, std::string name,
+                                                     float scale);
+  // A variant built in memory (tests, `eval`): sign planes, full tensors and LoRA factors by
+  // weight name.
   static Result<std::shared_ptr<const Variant>> make(const Model& base, std::string name,
                                                      std::map<std::string, VariantSigns> signs,
-                                                     std::map<std::string, std::vector<float>> full);
+                                                     std::map<std::string, std::vector<float>> full,
+                                                     std::map<std::string, VariantLora> lora = {});
 
   const std::string& name() const { return name_; }
   // The sign plane of a projection ("blk.0.attn_q.weight", "output.weight", "token_embd.weight"), or null.
   const VariantSigns* signs(const std::string& weight) const;
+  // The LoRA change of a projection ("output.weight" on a model whose head is the embedding
+  // takes token_embd's), or null.
+  const VariantLora* lora(const std::string& weight) const;
+  bool has_lora() const { return !lora_.empty(); }
   // A tensor the variant replaces in full (norms, biases), or null.
   const std::vector<float>* full(const std::string& weight) const;
   // `base` unless the variant replaces `weight` in full.
@@ -53,18 +78,22 @@ class Variant {
     const std::vector<float>* f = full(weight);
     return f ? *f : base;
   }
-  // Resident bytes (signs, scales and full tensors).
+  // Resident bytes (signs, scales, full tensors and LoRA factors).
   uint64_t bytes() const { return bytes_; }
   int64_t sign_weights() const { return sign_weights_; }
   // Which weights the variant touches, for `info`.
   std::vector<std::string> sign_names() const;
   std::vector<std::string> full_names() const;
+  std::vector<std::string> lora_names() const;
+  // What the variant is, for logs: "BitDelta", "LoRA" (or both).
+  std::string kind() const;
 
  private:
   Variant() = default;
   std::string name_;
   std::map<std::string, std::shared_ptr<const VariantSigns>> signs_;
   std::map<std::string, std::vector<float>> full_;
+  std::map<std::string, std::shared_ptr<const VariantLora>> lora_;
   uint64_t bytes_ = 0;
   int64_t sign_weights_ = 0;
 };
@@ -73,18 +102,25 @@ class Variant {
 // and returns the handles that keep them there: the signs leave when the last copy goes.
 Result<std::vector<std::shared_ptr<const void>>> make_resident(const Model& base, const Variant& variant);
 
-// The variants one loaded base serves: names registered against delta files (opened and
-// checked against the base when registered), loaded on first use through a VariantCache
+// Checks an adapter against a loaded base without reading its factors: the architecture and
+// every adapted weight's shape. Errors name the adapter file and the tensor.
+Status check_lora_base(const LoraFile& lora, const Model& base);
+
+// The variants one loaded base serves: names registered against delta files or LoRA adapters
+// (opened and checked against the base when registered), loaded on first use through a VariantCache
 // under a byte budget. Thread-safe; concurrent requests for a variant being loaded share one
 // load. Cold loads are timed and reported through `log` (one line each).
 class VariantRegistry {
  public:
   VariantRegistry(const Model& base, const WeightSource& base_source, VariantCacheOptions options,
                   std::function<void(const std::string&)> log = nullptr);
-  // Registers `name` for the delta file at `path`. Errors: a name used twice, a file that is
-  // not a delta, or a delta made against another base (naming both).
-  Status add(const std::string& name, const std::string& path);
-  // "NAME=FILE", as `--delta` takes it.
+  // Registers `name` for the delta file or LoRA adapter at `path` (told apart by general.type),
+  // a LoRA at `scale` (1: as trained). Errors: a name used twice, a file that is neither, a
+  // delta made against another base (naming both), an adapter for another architecture or
+  // shape, a scale given for a delta or not finite.
+  Status add(const std::string& name, const std::string& path, float scale = 1.0f);
+  // "NAME=FILE" as `--delta` and `--lora` take it, or "NAME=FILE:SCALE" for an adapter (the
+  // suffix is read as a scale only when FILE:SCALE is not itself a file).
   Status add_spec(const std::string& spec);
   Result<std::shared_ptr<const Variant>> get(const std::string& name);
   // Forgets `name`: later get() calls fail; a variant already handed out stays valid (and its
@@ -101,7 +137,13 @@ class VariantRegistry {
   const WeightSource& base_source_;
   std::function<void(const std::string&)> log_;
   mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<const DeltaFile>> files_;
+  struct Registered {
+    std::shared_ptr<const DeltaFile> delta;  // one of the two
+    std::shared_ptr<const LoraFile> lora;
+    float scale = 1.0f;
+    const std::string& path() const { return delta ? delta->path : lora->path; }
+  };
+  std::map<std::string, Registered> files_;
   VariantCache<Variant> cache_;
 };
 
