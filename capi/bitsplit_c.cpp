@@ -4,6 +4,7 @@
 #include "bitsplit/bitsplit.h"
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -14,6 +15,7 @@
 
 #include "bitsplit/loaded_model.h"
 #include "bitsplit/session.h"
+#include "bitsplit/file_kind.h"
 #include "bitsplit/variant.h"
 
 namespace {
@@ -151,6 +153,21 @@ bitsplit_status bitsplit_model_add_variant(bitsplit_model* model, const char* na
   return guarded([&] {
     if (!model || !name || !delta_path) return invalid("bitsplit_model_add_variant: no argument may be NULL");
     if (Status st = model->variants->add(name, delta_path); !st) return fail(BITSPLIT_ERR_LOAD, st.message());
+    return BITSPLIT_OK;
+  });
+}
+
+bitsplit_status bitsplit_model_add_lora(bitsplit_model* model, const char* name, const char* lora_path, float scale) {
+  return guarded([&] {
+    if (!model || !name || !lora_path) return invalid("bitsplit_model_add_lora: no argument may be NULL");
+    if (!std::isfinite(scale)) return invalid("bitsplit_model_add_lora: the scale must be a finite number");
+    auto file = gguf::File::open(lora_path);
+    if (!file) return fail(BITSPLIT_ERR_LOAD, file.status().message());
+    auto kind = file_kind(file->metadata());
+    if (!kind || *kind != FileKind::kAdapter) {
+      return fail(BITSPLIT_ERR_LOAD, std::string(lora_path) + ": not a LoRA adapter (general.type must be 'adapter')");
+    }
+    if (Status st = model->variants->add(name, lora_path, scale); !st) return fail(BITSPLIT_ERR_LOAD, st.message());
     return BITSPLIT_OK;
   });
 }

@@ -176,35 +176,47 @@ Result<std::unique_ptr<TaskVector>> TaskVector::open(const std::string& path, co
   return Status::error(path + ": unknown kind of file");
 }
 
-Result<std::vector<float>> truncated_svd(const std::vector<float>& m, int64_t rows, int64_t cols, int64_t rank,
-                                         double* energy_kept) {
-  const int64_t k = std::min(rows, cols);
-  if (rows < 1 || cols < 1 || int64_t(m.size()) != rows * cols) return Status::error("truncated_svd: bad matrix shape");
-  if (rank < 1 || rank > k) {
-    return Status::error("rank " + std::to_string(rank) + " is larger than the " + std::to_string(rows) + " x " +
-                         std::to_string(cols) + " matrix allows (at most " + std::to_string(k) + ")");
-  }
-  if (rows > INT32_MAX || cols > INT32_MAX) return Status::error("truncated_svd: matrix too large for LAPACK");
+Result<ThinSvd> thin_svd(const std::vector<float>& m, int64_t rows, int64_t cols) {
+  if (rows < 1 || cols < 1 || int64_t(m.size()) != rows * cols) return Status::error("thin_svd: bad matrix shape");
+  if (rows > INT32_MAX || cols > INT32_MAX) return Status::error("thin_svd: matrix too large for LAPACK");
+  ThinSvd r;
+  r.rows = rows;
+  r.cols = cols;
+  r.k = std::min(rows, cols);
   std::vector<float> a = m;
-  std::vector<float> s(static_cast<size_t>(k)), u(static_cast<size_t>(rows * k)), vt(static_cast<size_t>(k * cols));
+  r.s.resize(static_cast<size_t>(r.k));
+  r.u.resize(static_cast<size_t>(rows * r.k));
+  r.vt.resize(static_cast<size_t>(r.k * cols));
   const lapack_int info = LAPACKE_sgesdd(LAPACK_ROW_MAJOR, 'S', lapack_int(rows), lapack_int(cols), a.data(),
-                                         lapack_int(cols), s.data(), u.data(), lapack_int(k), vt.data(), lapack_int(cols));
+                                         lapack_int(cols), r.s.data(), r.u.data(), lapack_int(r.k), r.vt.data(),
+                                         lapack_int(cols));
   if (info != 0) {
     return Status::error("the SVD of a " + std::to_string(rows) + " x " + std::to_string(cols) +
                          " matrix failed (LAPACK sgesdd info " + std::to_string(info) + ")");
   }
+  return r;
+}
+
+Result<std::vector<float>> truncated_svd(const std::vector<float>& m, int64_t rows, int64_t cols, int64_t rank,
+                                         double* energy_kept) {
+  const int64_t k = std::min(rows, cols);
+  if (rank < 1 || rank > k) {
+    return Status::error("rank " + std::to_string(rank) + " is larger than the " + std::to_string(rows) + " x " +
+                         std::to_string(cols) + " matrix allows (at most " + std::to_string(k) + ")");
+  }
+  BITSPLIT_ASSIGN_OR_RETURN(ThinSvd svd, thin_svd(m, rows, cols));
   double total = 0, kept = 0;
   for (int64_t i = 0; i < k; ++i) {
-    total += double(s[size_t(i)]) * s[size_t(i)];
-    if (i < rank) kept += double(s[size_t(i)]) * s[size_t(i)];
+    total += double(svd.s[size_t(i)]) * svd.s[size_t(i)];
+    if (i < rank) kept += double(svd.s[size_t(i)]) * svd.s[size_t(i)];
   }
   if (energy_kept) *energy_kept = total > 0 ? kept / total : 1.0;
   std::vector<float> out(size_t(rows * cols), 0.0f);
   for (int64_t r = 0; r < rows; ++r) {
     float* row = out.data() + r * cols;
     for (int64_t i = 0; i < rank; ++i) {
-      const float us = u[size_t(r * k + i)] * s[size_t(i)];
-      const float* v = vt.data() + i * cols;
+      const float us = svd.u[size_t(r * k + i)] * svd.s[size_t(i)];
+      const float* v = svd.vt.data() + i * cols;
       for (int64_t c = 0; c < cols; ++c) row[c] += us * v[c];
     }
   }

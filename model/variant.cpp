@@ -276,6 +276,7 @@ VariantRegistry::VariantRegistry(const Model& base, const WeightSource& base_sou
           file = it->second;
         }
         const auto t0 = std::chrono::steady_clock::now();
+        if (file.resident) return VariantCache<Variant>::Loaded{file.resident, file.resident->bytes()};
         BITSPLIT_ASSIGN_OR_RETURN(std::shared_ptr<const Variant> loaded,
                                   file.delta ? Variant::load(*file.delta, base_, base_source_, name)
                                              : Variant::load(*file.lora, base_, name, file.scale));
@@ -325,28 +326,44 @@ Status VariantRegistry::add(const std::string& name, const std::string& path, fl
   return Status::ok();
 }
 
-Status VariantRegistry::add_spec(const std::string& spec) {
+Status VariantRegistry::add_resident(const std::string& name, std::shared_ptr<const Variant> variant, bool replace) {
+  if (name.empty()) return Status::error("a variant needs a name");
+  if (!variant) return Status::error("variant '" + name + "': nothing to register");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (files_.contains(name) && !replace) return Status::error("variant '" + name + "' is registered twice");
+    Registered r;
+    r.resident = std::move(variant);
+    files_[name] = std::move(r);
+  }
+  cache_.drop(name);  // a replaced variant's cached copy goes; holders keep theirs
+  return Status::ok();
+}
+
+Result<VariantSpec> parse_variant_spec(const std::string& spec) {
   const size_t eq = spec.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
     return Status::error("a variant is registered as NAME=FILE or NAME=FILE:SCALE, not '" + spec + "'");
   }
-  const std::string name = spec.substr(0, eq);
-  std::string path = spec.substr(eq + 1);
-  float scale = 1.0f;
-  // "FILE:SCALE": only when the whole is not a file and the suffix is a number.
+  VariantSpec v{spec.substr(0, eq), spec.substr(eq + 1), 1.0f};
   struct stat st {};
-  const size_t colon = path.rfind(':');
-  if (colon != std::string::npos && colon > 0 && ::stat(path.c_str(), &st) != 0) {
-    const std::string tail = path.substr(colon + 1);
-    float v = 0.0f;
-    auto [end, ec] = std::from_chars(tail.data(), tail.data() + tail.size(), v);
+  const size_t colon = v.path.rfind(':');
+  if (colon != std::string::npos && colon > 0 && ::stat(v.path.c_str(), &st) != 0) {
+    const std::string tail = v.path.substr(colon + 1);
+    float x = 0.0f;
+    auto [end, ec] = std::from_chars(tail.data(), tail.data() + tail.size(), x);
     if (ec == std::errc() && end == tail.data() + tail.size() && !tail.empty()) {
-      if (!std::isfinite(v)) return Status::error("the scale in '" + spec + "' must be a finite number");
-      scale = v;
-      path.resize(colon);
+      if (!std::isfinite(x)) return Status::error("the scale in '" + spec + "' must be a finite number");
+      v.scale = x;
+      v.path.resize(colon);
     }
   }
-  return add(name, path, scale);
+  return v;
+}
+
+Status VariantRegistry::add_spec(const std::string& spec) {
+  BITSPLIT_ASSIGN_OR_RETURN(VariantSpec v, parse_variant_spec(spec));
+  return add(v.name, v.path, v.scale);
 }
 
 Result<std::shared_ptr<const Variant>> VariantRegistry::get(const std::string& name) {

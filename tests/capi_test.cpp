@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <tbb/global_control.h>
 
 #include <atomic>
@@ -304,6 +306,37 @@ TEST(CApi, SessionsOnOneModelFromTwoThreads) {
   ASSERT_EQ(bitsplit_model_remove_variant(l.model, "devil"), BITSPLIT_OK);
   bitsplit_session* s = nullptr;
   EXPECT_EQ(bitsplit_session_create(l.model, &sampled, &s), BITSPLIT_ERR_NOT_FOUND);
+}
+
+}  // namespace
+}  // namespace bitsplit
+
+namespace bitsplit {
+namespace {
+
+// LoRA adapters through the C API: at scale 0 the variant writes the base's text, at scale 1
+// its own; a delta, a missing file or a scale that is not finite are refused.
+TEST(CApi, LoraAdaptersAsVariants) {
+  BITSPLIT_REQUIRE_FILE(fixture("bible-devil-lora.gguf"));
+  Loaded l;
+  ASSERT_EQ(bitsplit_model_load(converted_base().c_str(), nullptr, &l.model), BITSPLIT_OK);
+  const std::string lora = fixture("bible-devil-lora.gguf");
+  ASSERT_EQ(bitsplit_model_add_lora(l.model, "zero", lora.c_str(), 0.0f), BITSPLIT_OK) << bitsplit_last_error();
+  ASSERT_EQ(bitsplit_model_add_lora(l.model, "devil", lora.c_str(), 1.0f), BITSPLIT_OK) << bitsplit_last_error();
+  EXPECT_EQ(bitsplit_model_variant_count(l.model), 2);
+  bitsplit_session_params p;
+  bitsplit_session_params_init(&p);
+  p.temperature = 0;
+  const Collected base = generate(l.model, &p, "The devil", 32);
+  p.variant = "zero";
+  EXPECT_EQ(generate(l.model, &p, "The devil", 32).tokens, base.tokens);
+  p.variant = "devil";
+  EXPECT_NE(generate(l.model, &p, "The devil", 32).tokens, base.tokens);
+  EXPECT_EQ(bitsplit_model_add_lora(l.model, "nan", lora.c_str(), std::nanf("")), BITSPLIT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(bitsplit_model_add_lora(l.model, "gone", "/nonexistent.gguf", 1.0f), BITSPLIT_ERR_LOAD);
+  EXPECT_EQ(bitsplit_model_add_lora(l.model, "base", fixture("bible-base.gguf").c_str(), 1.0f), BITSPLIT_ERR_LOAD);
+  EXPECT_NE(std::string(bitsplit_last_error()).find("not a LoRA adapter"), std::string::npos);
+  EXPECT_EQ(bitsplit_model_add_lora(l.model, nullptr, lora.c_str(), 1.0f), BITSPLIT_ERR_INVALID_ARGUMENT);
 }
 
 }  // namespace

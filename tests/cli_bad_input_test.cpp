@@ -154,6 +154,13 @@ const Case kCases[] = {
     {"run -m {BS} -p hi --lora d={LORA}", "none was chosen"},
     {"run -m {TINY} -p hi --lora d={LORA} --variant d", "bible-devil-lora.gguf"},
     {"run -m {LORA} -p hi", "is an adapter file (LoRA), not a model; load its base model"},
+    {"run -m {BASE} -p hi --lora d={LORA} --variant d --variant-storage-budget 1K --lora-calibration d={TEXT}", "a budget smaller than one adapter"},
+    {"run -m {BASE} -p hi --lora d={LORA} --variant d --variant-storage-budget 1M", "needs its calibration text"},
+    {"run -m {BASE} -p hi --lora d={LORA} --variant d --lora-calibration d={TEXT}", "needs --variant-storage-budget"},
+    {"run -m {BASE} -p hi --lora d={LORA} --variant d --variant-storage-budget lots --lora-calibration d={TEXT}", "--variant-storage-budget"},
+    {"run -m {BASE} -p hi --lora d={LORA} --variant d --variant-storage-budget 1M --lora-calibration d={TEXT} --lora-calibration x={TEXT}", "no --lora named 'x'"},
+    {"run -m {BASE} -p hi --lora d={LORA} --variant d --variant-storage-budget 1M --lora-calibration d={MISSING}", "missing.gguf"},
+    {"run -m {BASE} -p hi --lora d={LORA} --variant d --variant-storage-budget 1M --lora-calibration d={TEXT} --merge-kl-threshold -1", "below the minimum 0"},
     {"info {LORA} --vram-budget 1G", "is an adapter"},
     {"run -m {BASE} --no-bos -p ''", "--no-bos"},
     // info.

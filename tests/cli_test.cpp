@@ -180,6 +180,22 @@ TEST(Cli, LoraVariantsAndMergesEndToEnd) {
   o = run_cli("run -m " + base + " --delta both=" + merged_delta + " --variant both -p hi -n 8 --temp 0");
   ASSERT_EQ(o.code, 0) << o.out;
   EXPECT_NE(o.out.find("variant: both (BitDelta"), std::string::npos) << o.out;
+
+  // A K-Merge pool with room for the devil adapter only: psalms is merged into it at a loose
+  // threshold, refused at the default one.
+  const std::string pooled = "run -m " + models + "bible-base.gguf --lora devil=" + lora + " --lora psalms=" + psalms +
+                             " --variant-storage-budget 820K --lora-calibration devil=" + models +
+                             "text/devil.valid.txt --lora-calibration psalms=" + models +
+                             "text/psalms.valid.txt -p \"Blessed is\" -n 8 --temp 0 --variant psalms";
+  o = run_cli(pooled + " --merge-kl-threshold 5");
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("pool: 'devil' admitted"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("pool: 'psalms' merged into 'devil'"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("variant: devil+psalms (LoRA"), std::string::npos) << o.out;
+  o = run_cli(pooled);
+  EXPECT_NE(o.code, 0);
+  EXPECT_NE(o.out.find("pool: 'psalms' refused"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("no variant named 'psalms'"), std::string::npos) << o.out;
 }
 
 }  // namespace

@@ -43,6 +43,7 @@ TEST(ServeConcurrency, ManyClientsOnTheBaseAndAVariant) {
   VariantRegistry variants(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX});
   ASSERT_TRUE(variants.add("devil", delta).is_ok());
   ASSERT_TRUE(variants.add("unused", delta).is_ok());  // registered, never requested: not resident
+  ASSERT_TRUE(variants.add("lora", kModels + "/bible-devil-lora.gguf").is_ok());  // a LoRA adapter beside the delta
 
   serve::ServerOptions options;
   options.port = 0;
@@ -64,8 +65,9 @@ TEST(ServeConcurrency, ManyClientsOnTheBaseAndAVariant) {
       httplib::Client client("127.0.0.1", server.port());
       client.set_read_timeout(120, 0);
       for (int i = 0; i < 3; ++i) {
-        const std::string model = (c + i) % 2 ? "devil" : "base";
-        const std::string& prompt = prompts[size_t(c + i) % prompts.size()];
+        const char* names[] = {"base", "devil", "lora"};
+        const std::string model = names[i % 3];  // every client asks for each model once
+        const std::string& prompt = prompts[size_t(c) % prompts.size()];
         const nlohmann::json body = {{"model", model}, {"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}};
         auto res = client.Post("/v1/completions", body.dump(), "application/json");
         std::lock_guard<std::mutex> lock(mu);
@@ -105,16 +107,17 @@ TEST(ServeConcurrency, ManyClientsOnTheBaseAndAVariant) {
   for (auto& t : clients) t.join();
   EXPECT_EQ(failures, 0);
   EXPECT_EQ(mismatches, 0);
-  EXPECT_EQ(first_text.size(), 6u);
+  EXPECT_EQ(first_text.size(), 9u);
   EXPECT_NE(first_text["base|And God said"], first_text["devil|And God said"]) << "the variant decodes differently";
+  EXPECT_NE(first_text["base|And God said"], first_text["lora|And God said"]) << "the adapter decodes differently";
   // The variant that ran is resident and the one never asked for is not; /metrics tells them
   // apart (router affinity).
   {
     httplib::Client client("127.0.0.1", server.port());
     auto m = client.Get("/metrics");
     ASSERT_TRUE(m && m->status == 200);
-    EXPECT_NE(m->body.find("running_lora_adapters=\"devil\""), std::string::npos) << m->body;
-    EXPECT_NE(m->body.find("registered=\"devil,unused\""), std::string::npos) << m->body;
+    EXPECT_NE(m->body.find("running_lora_adapters=\"devil,lora\""), std::string::npos) << m->body;
+    EXPECT_NE(m->body.find("registered=\"devil,lora,unused\""), std::string::npos) << m->body;
   }
   // A client has its whole response before the server's handler returns and releases its slot:
   // wait (bounded) for the last handlers to finish.

@@ -275,7 +275,8 @@ int bench_accept(const BenchAcceptArgs& a) {
   VariantRegistry registry(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX});
   std::vector<std::shared_ptr<const Variant>> variants;
   std::vector<Decoded> decoded = {{"base", nullptr, false, "base"}};
-  if (Status st = cli::register_variants(registry, a.variant_specs); !st) return report_error(st.message());
+  if (Status st = cli::register_variants(registry, a.variant_specs, *loaded,
+                                                 [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }); !st) return report_error(st.message());
   for (const std::string& name : a.variant_specs.names()) {
     auto v = registry.get(name);
     if (!v) return report_error(v.status().message());

@@ -116,7 +116,8 @@ int run(const RunOptions& o) {
   // Variants ride on the loaded base; the one asked for is loaded (and timed) through the cache.
   VariantRegistry variants(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX},
                            [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
-  if (Status st = cli::register_variants(variants, o.variant_specs); !st) return report_error(st.message());
+  if (Status st = cli::register_variants(variants, o.variant_specs, *loaded,
+                                                 [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }); !st) return report_error(st.message());
   std::shared_ptr<const Variant> variant;
   if (!o.variant.empty()) {
     auto v = variants.get(o.variant);

@@ -108,7 +108,8 @@ int serve(const ServeArgs& a) {
   if (!loaded) return stop_all(report_error(loaded.status().message()));
   VariantRegistry variants(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX},
                            [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
-  if (Status st = cli::register_variants(variants, a.variant_specs); !st) return stop_all(report_error(st.message()));
+  if (Status st = cli::register_variants(variants, a.variant_specs, *loaded,
+                                                 [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }); !st) return stop_all(report_error(st.message()));
   auto tmpl = chat_template_for(a, *loaded);
   if (!tmpl) return stop_all(report_error(tmpl.status().message()));
   server.attach(*loaded, variants, std::move(*tmpl));

@@ -8,6 +8,7 @@
 #include "harness_delta.h"
 #include "harness_gguf.h"
 #include "harness_imatrix.h"
+#include "harness_lora.h"
 #include "harness_model.h"
 #include "harness_openai_request.h"
 #include "harness_options.h"
@@ -31,6 +32,7 @@ inline Harness harness(const std::string& target) {
   if (target == "chat_template") return run_chat_template;
   if (target == "openai_request") return run_openai_request;
   if (target == "split_set") return run_split_set;
+  if (target == "lora") return run_lora;
   return nullptr;
 }
 

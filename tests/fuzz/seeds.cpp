@@ -16,6 +16,7 @@
 
 #include "../gguf_testing.h"
 #include "bitsplit/gguf.h"
+#include "bitsplit/quant.h"
 #include "bitsplit/split_format.h"
 #include "bitsplit/split_gguf.h"
 #include "harness_tokenizer.h"
@@ -121,6 +122,39 @@ std::vector<uint8_t> tiny_delta(bool per_row) {
                                 f32_bytes(std::vector<float>(size_t(n_alpha), 0.02f))).is_ok());
   }
   BITSPLIT_CHECK(w.add_tensor("output_norm.weight", TensorType::F32, {32}, f32_bytes(std::vector<float>(32, 1.0f))).is_ok());
+  return w.to_bytes();
+}
+
+// A LoRA adapter of the tiny model: q (F32, rank 2), the token embedding in llama.cpp's flipped
+// convention (F16, rank 2) and the head (F32, rank 1).
+std::vector<uint8_t> tiny_lora(double alpha) {
+  gguf::Writer w;
+  auto& m = w.metadata();
+  m.set("general.architecture", Value::string("llama"));
+  m.set("general.type", Value::string("adapter"));
+  m.set("adapter.type", Value::string("lora"));
+  m.set("adapter.lora.alpha", Value::f32(float(alpha)));
+  std::mt19937 rng(5);
+  std::normal_distribution<float> n(0.0f, 0.1f);
+  auto values = [&](size_t count) {
+    std::vector<float> v(count);
+    for (float& x : v) x = n(rng);
+    return v;
+  };
+  auto f16 = [](const std::vector<float>& v) {
+    std::vector<uint8_t> b(v.size() * 2);
+    for (size_t i = 0; i < v.size(); ++i) {
+      const uint16_t h = quant::fp32_to_fp16(v[i]);
+      std::memcpy(b.data() + 2 * i, &h, 2);
+    }
+    return b;
+  };
+  BITSPLIT_CHECK(w.add_tensor("blk.0.attn_q.weight.lora_a", TensorType::F32, {32, 2}, f32_bytes(values(64))).is_ok());
+  BITSPLIT_CHECK(w.add_tensor("blk.0.attn_q.weight.lora_b", TensorType::F32, {2, 32}, f32_bytes(values(64))).is_ok());
+  BITSPLIT_CHECK(w.add_tensor("token_embd.weight.lora_a", TensorType::F16, {2, 48}, f16(values(96))).is_ok());
+  BITSPLIT_CHECK(w.add_tensor("token_embd.weight.lora_b", TensorType::F16, {2, 32}, f16(values(64))).is_ok());
+  BITSPLIT_CHECK(w.add_tensor("output.weight.lora_a", TensorType::F32, {32, 1}, f32_bytes(values(32))).is_ok());
+  BITSPLIT_CHECK(w.add_tensor("output.weight.lora_b", TensorType::F32, {1, 48}, f32_bytes(values(48))).is_ok());
   return w.to_bytes();
 }
 
@@ -597,7 +631,7 @@ std::vector<Seed> split_set_seeds() {
 const std::vector<std::string>& fuzz_targets() {
   static const std::vector<std::string> targets = {"gguf", "model", "delta", "imatrix", "tokenizer_encode",
                                                    "tokenizer_metadata", "tokenizer_json", "options",
-                                                   "chat_template", "openai_request", "split_set"};
+                                                   "chat_template", "openai_request", "split_set", "lora"};
   return targets;
 }
 
@@ -605,6 +639,7 @@ std::vector<Seed> make_seeds(const std::string& target, const std::string& share
   if (target == "model") return model_seeds();
   if (target == "delta") return {{"delta-row", tiny_delta(true)}, {"delta-matrix", tiny_delta(false)}};
   if (target == "imatrix") return {{"imatrix", tiny_imatrix()}};
+  if (target == "lora") return {{"lora-alpha", tiny_lora(4.0)}, {"lora-no-alpha", tiny_lora(0.0)}};
   if (target == "tokenizer_metadata") return tokenizer_metadata_seeds(shared_dir);
   if (target == "tokenizer_encode") return tokenizer_encode_seeds(shared_dir);
   if (target == "tokenizer_json") {
@@ -622,6 +657,7 @@ std::vector<Seed> make_seeds(const std::string& target, const std::string& share
     std::vector<Seed> out = {{"every-type", every_type_gguf()},
                              {"delta", tiny_delta(true)},
                              {"imatrix", tiny_imatrix()},
+                             {"lora", tiny_lora(4.0)},
                              {"vocab-spm", metadata_gguf(builtin_spm_metadata())}};
     for (auto& s : model_seeds()) {
       if (s.name.find("flags") == std::string::npos) out.push_back(std::move(s));

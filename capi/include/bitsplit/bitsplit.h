@@ -99,8 +99,15 @@ BITSPLIT_API bitsplit_status bitsplit_model_load(const char* path, const bitspli
 BITSPLIT_API void bitsplit_model_free(bitsplit_model* model);
 
 /* Registers a fine-tuned variant of this base: a BitDelta file from `bitsplit delta`, made
- * against the file this model was loaded from (or its original, for a converted model). */
+ * against the file this model was loaded from (or its original, for a converted model), or a
+ * LoRA adapter in llama.cpp's GGUF format (at scale 1). */
 BITSPLIT_API bitsplit_status bitsplit_model_add_variant(bitsplit_model* model, const char* name, const char* delta_path);
+/* Registers a LoRA adapter (llama.cpp's GGUF adapter format) as the variant `name`; `scale`
+ * multiplies the adapter's alpha / rank (1: as trained). BITSPLIT_ERR_LOAD for a file that is
+ * not an adapter of this base's architecture and shapes, BITSPLIT_ERR_INVALID_ARGUMENT for a
+ * scale that is not finite. */
+BITSPLIT_API bitsplit_status bitsplit_model_add_lora(bitsplit_model* model, const char* name, const char* lora_path,
+                                                     float scale);
 /* Forgets a variant; sessions already using it keep it until they are freed. */
 BITSPLIT_API bitsplit_status bitsplit_model_remove_variant(bitsplit_model* model, const char* name);
 BITSPLIT_API int32_t bitsplit_model_variant_count(const bitsplit_model* model);

@@ -46,6 +46,14 @@ class TaskVector {
   std::string path_, sha256_;
 };
 
+// A thin SVD m = U·diag(S)·Vt of an [rows x cols] row-major matrix, k = min(rows, cols):
+// U [rows x k], S [k] descending, Vt [k x cols], all row-major (LAPACK sgesdd).
+struct ThinSvd {
+  int64_t rows = 0, cols = 0, k = 0;
+  std::vector<float> u, s, vt;
+};
+Result<ThinSvd> thin_svd(const std::vector<float>& m, int64_t rows, int64_t cols);
+
 // The best rank-r approximation of m ([rows x cols], row-major) in the Frobenius norm:
 // U_r·diag(S_r)·V_rᵀ from a thin SVD. `energy_kept` (optional): Σ_{k<r} s_k² / Σ s_k² (1 for a
 // zero matrix). An error for rank < 1 or rank > min(rows, cols), or when LAPACK fails.

@@ -106,6 +106,14 @@ Result<std::vector<std::shared_ptr<const void>>> make_resident(const Model& base
 // every adapted weight's shape. Errors name the adapter file and the tensor.
 Status check_lora_base(const LoraFile& lora, const Model& base);
 
+// "NAME=FILE" or "NAME=FILE:SCALE" (the suffix is a scale only when it is a number and
+// FILE:SCALE is not itself a file), as --delta and --lora take them.
+struct VariantSpec {
+  std::string name, path;
+  float scale = 1.0f;
+};
+Result<VariantSpec> parse_variant_spec(const std::string& spec);
+
 // The variants one loaded base serves: names registered against delta files or LoRA adapters
 // (opened and checked against the base when registered), loaded on first use through a VariantCache
 // under a byte budget. Thread-safe; concurrent requests for a variant being loaded share one
@@ -122,6 +130,9 @@ class VariantRegistry {
   // "NAME=FILE" as `--delta` and `--lora` take it, or "NAME=FILE:SCALE" for an adapter (the
   // suffix is read as a scale only when FILE:SCALE is not itself a file).
   Status add_spec(const std::string& spec);
+  // Registers `name` for a variant already built in memory (e.g. a merged adapter of the
+  // K-Merge pool); `replace` lets it take the place of a variant registered before.
+  Status add_resident(const std::string& name, std::shared_ptr<const Variant> variant, bool replace = false);
   Result<std::shared_ptr<const Variant>> get(const std::string& name);
   // Forgets `name`: later get() calls fail; a variant already handed out stays valid (and its
   // signs resident) until its last holder lets it go. An error for a name not registered.
@@ -138,10 +149,11 @@ class VariantRegistry {
   std::function<void(const std::string&)> log_;
   mutable std::mutex mu_;
   struct Registered {
-    std::shared_ptr<const DeltaFile> delta;  // one of the two
+    std::shared_ptr<const DeltaFile> delta;  // one of the three
     std::shared_ptr<const LoraFile> lora;
+    std::shared_ptr<const Variant> resident;
     float scale = 1.0f;
-    const std::string& path() const { return delta ? delta->path : lora->path; }
+    std::string path() const { return delta ? delta->path : lora ? lora->path : "in memory"; }
   };
   std::map<std::string, Registered> files_;
   VariantCache<Variant> cache_;
