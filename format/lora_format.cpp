@@ -2,6 +2,7 @@
 #include "bitsplit/lora_format.h"
 
 #include <cmath>
+#include <limits>
 
 namespace bitsplit {
 
@@ -33,7 +34,9 @@ Result<LoraFile> open_lora(const std::string& path) {
   BITSPLIT_ASSIGN_OR_RETURN(l.name, m.get_string_or("general.name", ""));
   auto alpha = m.get_float_or("adapter.lora.alpha", 0.0);
   if (!alpha) return alpha.status().with_context(path);
-  if (!std::isfinite(*alpha) || *alpha < 0.0) return fail("adapter.lora.alpha must be a finite value >= 0");
+  if (!std::isfinite(*alpha) || *alpha < 0.0 || *alpha > double(std::numeric_limits<float>::max())) {
+    return fail("adapter.lora.alpha must be a finite f32 value >= 0");
+  }
   l.alpha = float(*alpha);
   if (m.contains("adapter.alora.invocation_tokens")) {
     return fail("activated LoRA (adapter.alora.invocation_tokens) is not supported");

@@ -32,6 +32,11 @@ struct PlaneDev {
   const uint8_t* signs = nullptr;
   const float* alpha = nullptr;
   bool alpha_per_row = true;
+  // A variant's LoRA change (DraftModelHost::Plane::Lora), or null.
+  const float* lora_up = nullptr;
+  const float* lora_down = nullptr;
+  int64_t lora_rank = 0;
+  float lora_scale = 1.0f;
 };
 
 struct LayerDev {
@@ -61,6 +66,7 @@ struct ShapeDev {
   float embd_scale = 1.0f, attn_scale = 0.0f, attn_softcap = 0.0f, final_softcap = 0.0f;
   bool gelu = false;
   int64_t sliding_window = 0;
+  int64_t max_lora_rank = 0;  // a variant's largest LoRA rank (scratch), 0 without
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
 };
@@ -76,6 +82,7 @@ inline ShapeDev shape_of(const DraftModelHost& m) {
   s.final_softcap = m.final_softcap;
   s.gelu = m.gelu;
   s.sliding_window = m.sliding_window;
+  s.max_lora_rank = m.max_lora_rank;
   return s;
 }
 
@@ -122,6 +129,11 @@ struct ModelDev {
   const float* embd_alpha = nullptr;
   bool embd_alpha_per_row = true;
   int64_t embd_row_bytes = 0;
+  // A variant's embedding LoRA (U [n_vocab x rank], V [rank x n_embd]), or null.
+  const float* embd_lora_up = nullptr;
+  const float* embd_lora_down = nullptr;
+  int64_t embd_lora_rank = 0;
+  float embd_lora_scale = 1.0f;
   const LayerDev* layers = nullptr;  // host array of n_layers (its pointers are device pointers)
   int32_t* slot_pos = nullptr;        // [n_slots]: the position of each slot's token (sliding window)
   // Group-64 planes on draft_matmul_g64 (16-byte loads, dp4a); false: the plain kernel for all
@@ -131,7 +143,7 @@ struct ModelDev {
 
 // Scratch for up to max_rows rows and max_kv_len cache slots (draft_scratch_floats()).
 struct ScratchDev {
-  float *x, *h, *q, *k, *v, *attn, *proj, *gate, *up, *logits, *scores;
+  float *x, *h, *q, *k, *v, *attn, *proj, *gate, *up, *logits, *scores, *lora;
   int8_t* qa;
   float* qa_scale;
   int32_t* qa_sum;
@@ -152,16 +164,16 @@ inline unsigned blocks_for(int64_t n, int threads) { return unsigned((n + thread
 
 // Element counts of ScratchDev's arrays, in its order (the owner allocates them).
 struct ScratchSizes {
-  int64_t x, h, q, k, v, attn, proj, gate, up, logits, scores, qa, qa_groups;
+  int64_t x, h, q, k, v, attn, proj, gate, up, logits, scores, qa, qa_groups, lora;
   // The float arrays together (qa_scale has qa_groups values).
-  int64_t floats() const { return x + h + q + k + v + attn + proj + gate + up + logits + scores + qa_groups; }
+  int64_t floats() const { return x + h + q + k + v + attn + proj + gate + up + logits + scores + qa_groups + lora; }
 };
 inline ScratchSizes scratch_sizes(const ShapeDev& s, int64_t rows, int64_t kv_len) {
   const int64_t widest = s.n_ff > s.q_dim() ? (s.n_ff > s.n_embd ? s.n_ff : s.n_embd) : (s.q_dim() > s.n_embd ? s.q_dim() : s.n_embd);
   const int64_t padded = padded_width(widest, s.group);
   return {rows * s.n_embd, rows * s.n_embd, rows * s.q_dim(), rows * s.kv_dim(), rows * s.kv_dim(),
           rows * s.q_dim(), rows * s.n_embd, rows * s.n_ff,   rows * s.n_ff,      rows * s.n_vocab,
-          rows * s.n_heads * kv_len, rows * padded, rows * (padded / s.group)};
+          rows * s.n_heads * kv_len, rows * padded, rows * (padded / s.group), rows * s.max_lora_rank};
 }
 
 // ScratchDev over one block of sizes.floats() floats and the int8 / int32 arrays.
@@ -169,7 +181,7 @@ inline ScratchDev carve_scratch(float* f, int8_t* qa, int32_t* qa_sum, const Scr
   ScratchDev t{};
   for (auto [dst, n] : {std::pair{&t.x, z.x}, {&t.h, z.h}, {&t.q, z.q}, {&t.k, z.k}, {&t.v, z.v}, {&t.attn, z.attn},
                         {&t.proj, z.proj}, {&t.gate, z.gate}, {&t.up, z.up}, {&t.logits, z.logits},
-                        {&t.scores, z.scores}, {&t.qa_scale, z.qa_groups}}) {
+                        {&t.scores, z.scores}, {&t.qa_scale, z.qa_groups}, {&t.lora, z.lora}}) {
     *dst = f;
     f += n;
   }
@@ -198,6 +210,17 @@ inline void matmul(const PlaneDev& p, int64_t rows, const ScratchDev& t, float* 
             t.qa_scale, t.qa_sum, rows, p.groups * p.group, p.signs, p.alpha, p.alpha_per_row, y);
 }
 
+// y += scale · U·(V·x) when the plane carries a variant's LoRA; x is the projection's f32
+// input [rows x p.in] (before its int8 quantisation), as forward_pass applies it.
+inline void add_lora(const PlaneDev& p, const float* x, int64_t rows, const ScratchDev& t, float* y, Stream stream) {
+  (void)stream;
+  if (!p.lora_up) return;
+  BS_LAUNCH(lora_down_rows, blocks_for(rows * p.lora_rank, 128), 128, stream, p.lora_down, x, rows, p.in, p.lora_rank,
+            t.lora);
+  BS_LAUNCH(lora_up_add, blocks_for(rows * p.out, 128), 128, stream, p.lora_up, t.lora, rows, p.out, p.lora_rank,
+            p.lora_scale, y);
+}
+
 // Runs the batch through the draft; logits [rows x n_vocab] land in t.logits. Every row's
 // K/V are written to its slot before any row attends (stream order).
 inline void draft_forward(const ModelDev& m, const BatchDev& b, ScratchDev& t, Stream stream) {
@@ -205,7 +228,8 @@ inline void draft_forward(const ModelDev& m, const BatchDev& b, ScratchDev& t, S
   const ShapeDev& s = m.shape;
   const int64_t n = b.rows;
   BS_LAUNCH(embed_rows, n, 128, stream, m.token_embd, b.tokens, s.n_embd, m.embd_signs, m.embd_alpha,
-            m.embd_alpha_per_row, m.embd_row_bytes, s.embd_scale, t.x);
+            m.embd_alpha_per_row, m.embd_row_bytes, m.embd_lora_up, m.embd_lora_down, m.embd_lora_rank,
+            m.embd_lora_scale, s.embd_scale, t.x);
   if (s.sliding_window > 0) {
     BS_LAUNCH(write_positions, blocks_for(n, 128), 128, stream, b.slots, b.positions, n, m.slot_pos);
   }
@@ -216,6 +240,9 @@ inline void draft_forward(const ModelDev& m, const BatchDev& b, ScratchDev& t, S
     matmul(w.wq, n, t, t.q, stream, m.g64_kernel);
     matmul(w.wk, n, t, t.k, stream, m.g64_kernel);
     matmul(w.wv, n, t, t.v, stream, m.g64_kernel);
+    add_lora(w.wq, t.h, n, t, t.q, stream);
+    add_lora(w.wk, t.h, n, t, t.k, stream);
+    add_lora(w.wv, t.h, n, t, t.v, stream);
     if (w.bq) {
       BS_LAUNCH(add_bias, blocks_for(n * s.q_dim(), 128), 128, stream, t.q, w.bq, n, s.q_dim());
       BS_LAUNCH(add_bias, blocks_for(n * s.kv_dim(), 128), 128, stream, t.k, w.bk, n, s.kv_dim());
@@ -239,6 +266,7 @@ inline void draft_forward(const ModelDev& m, const BatchDev& b, ScratchDev& t, S
                    w.swa ? s.sliding_window : int64_t{0}, t.scores, t.attn);
     quantize_input(s, t.attn, n, s.q_dim(), t, stream);
     matmul(w.wo, n, t, t.proj, stream, m.g64_kernel);
+    add_lora(w.wo, t.attn, n, t, t.proj, stream);
     if (w.post_attn_norm) BS_LAUNCH_SYNC(rms_norm_rows, n, kBlock, stream, t.proj, w.post_attn_norm, s.n_embd, s.rms_eps, t.proj);
     BS_LAUNCH(add_into, blocks_for(n * s.n_embd, 128), 128, stream, t.x, t.proj, n * s.n_embd);
 
@@ -246,6 +274,8 @@ inline void draft_forward(const ModelDev& m, const BatchDev& b, ScratchDev& t, S
     quantize_input(s, t.h, n, s.n_embd, t, stream);
     matmul(w.gate, n, t, t.gate, stream, m.g64_kernel);
     matmul(w.up, n, t, t.up, stream, m.g64_kernel);
+    add_lora(w.gate, t.h, n, t, t.gate, stream);
+    add_lora(w.up, t.h, n, t, t.up, stream);
     if (s.gelu) {
       BS_LAUNCH(gelu_mul, blocks_for(n * s.n_ff, 128), 128, stream, t.gate, t.up, n * s.n_ff);
     } else {
@@ -253,12 +283,14 @@ inline void draft_forward(const ModelDev& m, const BatchDev& b, ScratchDev& t, S
     }
     quantize_input(s, t.gate, n, s.n_ff, t, stream);
     matmul(w.down, n, t, t.proj, stream, m.g64_kernel);
+    add_lora(w.down, t.gate, n, t, t.proj, stream);
     if (w.post_ffn_norm) BS_LAUNCH_SYNC(rms_norm_rows, n, kBlock, stream, t.proj, w.post_ffn_norm, s.n_embd, s.rms_eps, t.proj);
     BS_LAUNCH(add_into, blocks_for(n * s.n_embd, 128), 128, stream, t.x, t.proj, n * s.n_embd);
   }
   BS_LAUNCH_SYNC(rms_norm_rows, n, kBlock, stream, t.x, m.output_norm, s.n_embd, s.rms_eps, t.h);
   quantize_input(s, t.h, n, s.n_embd, t, stream);
   matmul(m.head, n, t, t.logits, stream, m.g64_kernel);
+  add_lora(m.head, t.h, n, t, t.logits, stream);
   if (s.final_softcap > 0.0f) {
     BS_LAUNCH(softcap_in_place, blocks_for(n * s.n_vocab, 128), 128, stream, t.logits, n * s.n_vocab, s.final_softcap);
   }

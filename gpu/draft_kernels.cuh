@@ -285,16 +285,42 @@ BS_KERNEL void draft_matmul_g64(const uint8_t* BS_RESTRICT codes, const uint16_t
 // adds quant::bitdelta_decode_row_ref's row. Launch: one block per row, any block size.
 BS_KERNEL void embed_rows(const float* BS_RESTRICT table, const int32_t* BS_RESTRICT tokens, int64_t width,
                           const uint8_t* BS_RESTRICT signs, const float* BS_RESTRICT alpha, bool alpha_per_row,
-                          int64_t row_bytes, float scale, float* BS_RESTRICT x) {
+                          int64_t row_bytes, const float* BS_RESTRICT lora_up, const float* BS_RESTRICT lora_down,
+                          int64_t lora_rank, float lora_scale, float scale, float* BS_RESTRICT x) {
   const int64_t r = blockIdx.x, token = tokens[r];
   const float* src = table + token * width;
   const uint8_t* srow = signs ? signs + token * row_bytes : nullptr;
   const float a = signs ? alpha[alpha_per_row ? token : 0] : 0.0f;
+  const float* u = lora_up ? lora_up + token * lora_rank : nullptr;
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
     float v = src[i];
     if (srow) v += ((srow[i >> 3] >> (i & 7)) & 1) ? -a : a;
+    if (u) {  // a variant's LoRA row, as VariantLora::add_row: in order over k, then scaled
+      float d = 0.0f;
+      for (int64_t k = 0; k < lora_rank; ++k) d += BS_MUL(u[k], lora_down[k * width + i]);
+      v += BS_MUL(lora_scale, d);
+    }
     x[r * width + i] = scale == 1.0f ? v : BS_MUL(v, scale);  // gemma: × sqrt(n_embd)
   }
+}
+
+// A variant's LoRA change, the two products of VariantLora::apply (each element one dot8, as
+// cpu::matmul_f32's dot_f32, plus its zero bias). t [rows x rank] = V·x: one thread per (r, k).
+BS_KERNEL void lora_down_rows(const float* BS_RESTRICT down, const float* BS_RESTRICT x, int64_t rows, int64_t in,
+                              int64_t rank, float* BS_RESTRICT t) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * rank) return;
+  const int64_t r = i / rank, k = i % rank;
+  t[i] = dot8(down + k * in, x + r * in, in) + 0.0f;
+}
+// y [rows x out] += scale · (U·t): one thread per (r, o).
+BS_KERNEL void lora_up_add(const float* BS_RESTRICT up, const float* BS_RESTRICT t, int64_t rows, int64_t out,
+                           int64_t rank, float scale, float* BS_RESTRICT y) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * out) return;
+  const int64_t r = i / out, o = i % out;
+  const float u = dot8(up + o * rank, t + r * rank, rank) + 0.0f;
+  y[i] = y[i] + BS_MUL(scale, u);
 }
 
 // y[r] = x[r] / sqrt(mean(x[r]²) + eps) ⊙ w, as cpu::rms_norm_f32 (sum of squares in double).

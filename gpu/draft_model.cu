@@ -51,6 +51,16 @@ class CudaDraftModel final : public DraftModel {
       counters_.weight_bytes_to_device += bytes;
       bytes_ += bytes;
     }
+    if (m.embd_lora.up) {  // a variant's embedding LoRA
+      if (m.embd_lora.rank < 1 || m.embd_lora.rank > m.max_lora_rank) {
+        return Status::error("device draft: the embedding's LoRA has rank " + std::to_string(m.embd_lora.rank));
+      }
+      BITSPLIT_ASSIGN_OR_RETURN(model_.embd_lora_up, put(m.embd_lora.up, m.n_vocab * m.embd_lora.rank, "token_embd LoRA up"));
+      BITSPLIT_ASSIGN_OR_RETURN(model_.embd_lora_down,
+                                put(m.embd_lora.down, m.embd_lora.rank * m.n_embd, "token_embd LoRA down"));
+      model_.embd_lora_rank = m.embd_lora.rank;
+      model_.embd_lora_scale = m.embd_lora.scale;
+    }
     if (m.rope_freq_factors) {
       BITSPLIT_ASSIGN_OR_RETURN(model_.rope_freq_factors, put(m.rope_freq_factors, m.n_rot / 2, "rope_freqs"));
     }
@@ -256,6 +266,16 @@ class CudaDraftModel final : public DraftModel {
       dev.signs = static_cast<const uint8_t*>(g.signs);
       dev.alpha = g.alpha;
       dev.alpha_per_row = g.alpha_per_row;
+    }
+    if (p.lora.up) {  // a variant's LoRA factors, this draft's own copy
+      if (p.lora.rank < 1 || p.lora.rank > model_.shape.max_lora_rank) {
+        return Status::error("device draft: the LoRA of " + what + " has rank " + std::to_string(p.lora.rank) +
+                             " (the scratch holds " + std::to_string(model_.shape.max_lora_rank) + ")");
+      }
+      BITSPLIT_ASSIGN_OR_RETURN(dev.lora_up, put(p.lora.up, out * p.lora.rank, what + " LoRA up"));
+      BITSPLIT_ASSIGN_OR_RETURN(dev.lora_down, put(p.lora.down, p.lora.rank * in, what + " LoRA down"));
+      dev.lora_rank = p.lora.rank;
+      dev.lora_scale = p.lora.scale;
     }
     return dev;
   }

@@ -31,15 +31,34 @@ LowRankDelta factors_of(const ThinSvd& svd, int64_t rank) {
   return d;
 }
 
-// Δ less its components in τ's dominant directions (OPCM's projection, adapter_pool.h): with
-// τ = U·diag(σ)·Vᵀ (thin), P = Uᵀ·Δ·V loses its leading r_α × r_α block and its diagonal;
-// returns Δ − U·(the removed entries)·Vᵀ, which needs only the thin bases.
-std::vector<float> project_out(const std::vector<float>& delta, const ThinSvd& tau, double alpha) {
+// ⟨X·Y, Z·W⟩_F for two low-rank products (X: out x r1, Y: r1 x in; Z: out x r2, W: r2 x in):
+// Σ_ij (XᵀZ)_ij (Y·Wᵀ)_ij, without forming either product.
+double low_rank_dot(const LowRankDelta& a, const LowRankDelta& b) {
+  const int64_t r1 = a.rank, r2 = b.rank;
+  double s = 0;
+  for (int64_t i = 0; i < r1; ++i)
+    for (int64_t j = 0; j < r2; ++j) {
+      double uu = 0, vv = 0;
+      for (int64_t o = 0; o < a.out; ++o) uu += double(a.up[size_t(o * r1 + i)]) * b.up[size_t(o * r2 + j)];
+      for (int64_t c = 0; c < a.in; ++c) vv += double(a.down[size_t(i * a.in + c)]) * b.down[size_t(j * a.in + c)];
+      s += uu * vv;
+    }
+  return s;
+}
+
+}  // namespace
+
+std::vector<float> opcm_project(const std::vector<float>& delta, const ThinSvd& tau, double alpha) {
   const int64_t m = tau.rows, n = tau.cols, k = tau.k;
   double total = 0;
   for (float s : tau.s) total += s;
+  // r: the fewest leading singular values whose sum exceeds alpha of the total (none for τ = 0).
   int64_t r = 0;
-  for (double run = 0; r < k && (total <= 0 || run / total <= alpha); ++r) run += tau.s[size_t(r)];
+  for (double run = 0; total > 0 && r < k && run / total <= alpha; ++r) run += tau.s[size_t(r)];
+  // The diagonal beyond r: only directions τ has (σ above the f32 SVD's noise, 1e-5 of σ₁); the
+  // thin SVD's completions of a rank-deficient τ are arbitrary, and Δ's parts along them are not τ's.
+  int64_t nonzero = 0;
+  while (nonzero < k && tau.s[size_t(nonzero)] > 1e-5f * tau.s[0]) ++nonzero;
   // X = Uᵀ·Δ for the rows of U that take part: all k (the diagonal needs every u_i).
   std::vector<double> x(size_t(k * n), 0.0);  // k x n
   for (int64_t row = 0; row < m; ++row) {
@@ -62,7 +81,7 @@ std::vector<float> project_out(const std::vector<float>& delta, const ThinSvd& t
   };
   for (int64_t i = 0; i < r; ++i)
     for (int64_t j = 0; j < r; ++j) removed[size_t(i * k + j)] = p(i, j);
-  for (int64_t i = r; i < k; ++i) removed[size_t(i * k + i)] = p(i, i);
+  for (int64_t i = r; i < nonzero; ++i) removed[size_t(i * k + i)] = p(i, i);
   // out = Δ − U·removed·Vᵀ
   std::vector<double> rv(size_t(k * n), 0.0);  // removed·Vᵀ
   for (int64_t i = 0; i < k; ++i)
@@ -85,8 +104,6 @@ std::vector<float> project_out(const std::vector<float>& delta, const ThinSvd& t
   }
   return out;
 }
-
-}  // namespace
 
 std::vector<float> LowRankDelta::dense() const {
   std::vector<float> d(size_t(out * in), 0.0f);
@@ -119,7 +136,11 @@ Result<PoolAdapter> read_pool_adapter(const LoraFile& lora, float scale, std::st
   for (const auto& [w, t] : lora.tensors) {
     BITSPLIT_ASSIGN_OR_RETURN(LoraFactors f, read_lora_factors(lora, t));
     const float s = lora.effective_scale(t, scale);
-    for (float& u : f.up) u *= s;
+    if (!std::isfinite(s)) return Status::error(lora.path + ": the scale of '" + w + "' is not finite");
+    for (float& u : f.up) {
+      u *= s;
+      if (!std::isfinite(u)) return Status::error(lora.path + ": '" + w + "' overflows at scale " + std::to_string(scale));
+    }
     a.weights[w] = LowRankDelta{t.out, t.in, t.rank, std::move(f.up), std::move(f.down)};
   }
   return a;
@@ -128,14 +149,11 @@ Result<PoolAdapter> read_pool_adapter(const LoraFile& lora, float scale, std::st
 double task_vector_cosine(const PoolAdapter& a, const PoolAdapter& b) {
   double dot = 0, na = 0, nb = 0;
   for (const auto& [w, d] : a.weights) {
-    const std::vector<float> da = d.dense();
-    na += norm2(da);
+    na += low_rank_dot(d, d);
     auto it = b.weights.find(w);
-    if (it == b.weights.end() || it->second.out != d.out || it->second.in != d.in) continue;
-    const std::vector<float> db = it->second.dense();
-    for (size_t i = 0; i < da.size(); ++i) dot += double(da[i]) * db[i];
+    if (it != b.weights.end() && it->second.out == d.out && it->second.in == d.in) dot += low_rank_dot(d, it->second);
   }
-  for (const auto& [w, d] : b.weights) nb += norm2(d.dense());
+  for (const auto& [w, d] : b.weights) nb += low_rank_dot(d, d);
   return na > 0 && nb > 0 ? dot / std::sqrt(na * nb) : 0.0;
 }
 
@@ -209,7 +227,7 @@ Result<AdapterPool::Member> AdapterPool::opcm_merge(const Member& m, const PoolA
     } else {
       const std::vector<float> tau = mi->second.dense();
       BITSPLIT_ASSIGN_OR_RETURN(ThinSvd svd, thin_svd(tau, shape->out, shape->in));
-      sum = project_out(delta, svd, options_.alpha);
+      sum = opcm_project(delta, svd, options_.alpha);
       for (size_t i = 0; i < sum.size(); ++i) sum[i] = float(st.lambda * tau[i] + double(sum[i]));
       rank = std::max(rank, mi->second.rank);
     }
@@ -276,7 +294,7 @@ Result<PoolDecision> AdapterPool::request(PoolAdapter adapter, std::vector<int32
   if (used_ + size <= options_.budget_bytes) {
     Member m;
     m.names = {adapter.name};
-    for (const auto& [w, ld] : adapter.weights) m.stats[w] = WeightStats{1.0, std::sqrt(norm2(ld.dense())), 1};
+    for (const auto& [w, ld] : adapter.weights) m.stats[w] = WeightStats{1.0, std::sqrt(std::max(0.0, low_rank_dot(ld, ld))), 1};
     m.adapter = std::move(adapter);
     used_ += size;
     tasks_[d.name] = std::move(task);
@@ -306,8 +324,9 @@ Result<PoolDecision> AdapterPool::request(PoolAdapter adapter, std::vector<int32
       tasks_.erase(d.name);
       return kl.status().with_context("adapter '" + n + "'");
     }
-    if (*kl >= d.worst_kl) {
-      d.worst_kl = *kl;
+    const double kl_value = std::isfinite(*kl) ? *kl : INFINITY;  // a NaN never passes
+    if (kl_value >= d.worst_kl) {
+      d.worst_kl = kl_value;
       d.worst_task = n;
     }
   }

@@ -1,6 +1,8 @@
 // The draft model's description for a device (what Backend::make_device_draft takes).
 #include "bitsplit/draft_description.h"
 
+#include <algorithm>
+
 #include "bitsplit/variant.h"
 
 namespace bitsplit {
@@ -35,9 +37,6 @@ Result<gpu::DraftModelHost> describe_device_draft(const Model& draft, const Vari
   auto pick = [&](const std::string& name, const std::vector<float>& base) -> const std::vector<float>& {
     return variant ? variant->pick(name, base) : base;
   };
-  if (variant && variant->has_lora()) {
-    return Status::error("the device draft does not run LoRA variants yet (their low-rank products are drafted on the host)");
-  }
   if (variant) {
     for (const std::string& name : variant->full_names()) {
       if (name.ends_with("norm.weight") || name.ends_with(".bias")) continue;
@@ -46,6 +45,18 @@ Result<gpu::DraftModelHost> describe_device_draft(const Model& draft, const Vari
   }
   const VariantSigns* embd_signs = variant ? variant->signs("token_embd.weight") : nullptr;
   if (embd_signs) m.embd_signs = embd_signs->view();
+  // A LoRA variant's factors (forward_pass applies the same, in the same order).
+  auto lora_view = [&](const VariantLora* l) {
+    gpu::DraftModelHost::Plane::Lora v;
+    if (!l) return v;
+    v.up = l->up.data();
+    v.down = l->down.data();
+    v.rank = l->rank;
+    v.scale = l->scale;
+    m.max_lora_rank = std::max(m.max_lora_rank, l->rank);
+    return v;
+  };
+  if (variant) m.embd_lora = lora_view(variant->lora("token_embd.weight"));
   m.token_embd = draft.token_embd().data();
   m.output_norm = pick("output_norm.weight", draft.output_norm()).data();
   m.rope_freq_factors = draft.rope_freq_factors().empty() ? nullptr : draft.rope_freq_factors().data();
@@ -66,6 +77,8 @@ Result<gpu::DraftModelHost> describe_device_draft(const Model& draft, const Vari
       out.signs_key = v->signs.data();
       out.signs = v->view();
     }
+    // Variant::make gives a head read from the embedding the embedding's LoRA under this name.
+    if (variant) out.lora = lora_view(variant->lora(name));
     return Status::ok();
   };
   auto opt = [](const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };

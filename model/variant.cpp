@@ -92,8 +92,12 @@ Result<std::shared_ptr<const Variant>> Variant::make(const Model& base, std::str
   }
   for (auto& [weight, l] : lora) {
     BITSPLIT_ASSIGN_OR_RETURN(WeightShape shape, weight_shape(base, weight));
+    if (!std::isfinite(l.scale)) {
+      return Status::error("variant '" + v->name_ + "': the LoRA scale of '" + weight +
+                           "' is not finite (scale x alpha / rank overflows)");
+    }
     if (l.out != shape.out || l.in != shape.in || l.rank < 1 || l.up.size() != size_t(l.out * l.rank) ||
-        l.down.size() != size_t(l.rank * l.in) || !std::isfinite(l.scale)) {
+        l.down.size() != size_t(l.rank * l.in)) {
       return Status::error("variant '" + v->name_ + "': the LoRA factors of '" + weight + "' are for a [" +
                            std::to_string(l.in) + ", " + std::to_string(l.out) + "] weight of rank " +
                            std::to_string(l.rank) + "; the base's weight is [" + std::to_string(shape.in) + ", " +
@@ -154,6 +158,11 @@ Status check_lora_base(const LoraFile& lora, const Model& base) {
                          base.config().arch_name + "'");
   }
   for (const auto& [weight, t] : lora.tensors) {
+    // A tied head is the embedding (llama.cpp's tied models have no output.weight either).
+    if (weight == "output.weight" && base.config().tied_output) {
+      return Status::error(lora.path + ": the adapter changes 'output.weight', but the base ties its output head to "
+                           "the token embedding (adapt token_embd.weight instead)");
+    }
     auto shape = weight_shape(base, weight);
     if (!shape) return Status::error(lora.path + ": the adapter changes '" + weight + "', which the base does not have as a matrix");
     if (shape->out != t.out || shape->in != t.in) {
@@ -326,17 +335,14 @@ Status VariantRegistry::add(const std::string& name, const std::string& path, fl
   return Status::ok();
 }
 
-Status VariantRegistry::add_resident(const std::string& name, std::shared_ptr<const Variant> variant, bool replace) {
+Status VariantRegistry::add_resident(const std::string& name, std::shared_ptr<const Variant> variant) {
   if (name.empty()) return Status::error("a variant needs a name");
   if (!variant) return Status::error("variant '" + name + "': nothing to register");
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (files_.contains(name) && !replace) return Status::error("variant '" + name + "' is registered twice");
-    Registered r;
-    r.resident = std::move(variant);
-    files_[name] = std::move(r);
-  }
-  cache_.drop(name);  // a replaced variant's cached copy goes; holders keep theirs
+  std::lock_guard<std::mutex> lock(mu_);
+  if (files_.contains(name)) return Status::error("variant '" + name + "' is registered twice");
+  Registered r;
+  r.resident = std::move(variant);
+  files_[name] = std::move(r);
   return Status::ok();
 }
 

@@ -196,3 +196,76 @@ TEST(AdapterPool, TheTrainedAdaptersUnderABudgetOfOne) {
 
 }  // namespace
 }  // namespace bitsplit
+
+namespace bitsplit {
+namespace {
+
+// OPCM's projection on its own: Δ = τ loses everything (P = diag(σ) is all removed); a Δ
+// orthogonal to τ's row and column spaces is left as it is; the factor-based cosine equals the
+// dense one.
+TEST(Opcm, ProjectionRemovesTauAndKeepsWhatIsOrthogonalToIt) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> n;
+  const int64_t m = 24, k = 16, rank = 3;
+  LowRankDelta t{m, k, rank, std::vector<float>(size_t(m * rank)), std::vector<float>(size_t(rank * k))};
+  for (float& v : t.up) v = n(rng);
+  for (float& v : t.down) v = n(rng);
+  const std::vector<float> tau = t.dense();
+  auto svd = thin_svd(tau, m, k);
+  ASSERT_TRUE(svd.is_ok());
+  double norm = 0;
+  for (float v : tau) norm += double(v) * v;
+  for (double alpha : {0.3, 0.5, 0.9}) {
+    const auto same = opcm_project(tau, *svd, alpha);
+    double left = 0;
+    for (float v : same) left += double(v) * v;
+    EXPECT_LT(left, 1e-8 * norm) << "alpha " << alpha;
+  }
+  // X with τ's three row and column directions projected out: (I − U₃U₃ᵀ)·X·(I − V₃V₃ᵀ).
+  std::vector<double> x(size_t(m * k));
+  for (double& v : x) v = n(rng);
+  auto strip = [&](bool rows) {
+    for (int64_t i = 0; i < rank; ++i) {
+      if (rows) {  // x -= u_i (u_iᵀ x)
+        for (int64_t c = 0; c < k; ++c) {
+          double d = 0;
+          for (int64_t r = 0; r < m; ++r) d += double(svd->u[size_t(r * svd->k + i)]) * x[size_t(r * k + c)];
+          for (int64_t r = 0; r < m; ++r) x[size_t(r * k + c)] -= d * svd->u[size_t(r * svd->k + i)];
+        }
+      } else {  // x -= (x v_i) v_iᵀ
+        for (int64_t r = 0; r < m; ++r) {
+          double d = 0;
+          for (int64_t c = 0; c < k; ++c) d += x[size_t(r * k + c)] * double(svd->vt[size_t(i * k + c)]);
+          for (int64_t c = 0; c < k; ++c) x[size_t(r * k + c)] -= d * svd->vt[size_t(i * k + c)];
+        }
+      }
+    }
+  };
+  strip(true);
+  strip(false);
+  const std::vector<float> orthogonal(x.begin(), x.end());
+  const auto kept = opcm_project(orthogonal, *svd, 0.5);
+  double worst = 0;
+  for (size_t i = 0; i < kept.size(); ++i) worst = std::max(worst, std::fabs(double(kept[i]) - orthogonal[i]));
+  EXPECT_LT(worst, 1e-4);
+
+  PoolAdapter a, b;
+  a.weights["w"] = t;
+  LowRankDelta other{m, k, 2, std::vector<float>(size_t(m * 2)), std::vector<float>(size_t(2 * k))};
+  for (float& v : other.up) v = n(rng);
+  for (float& v : other.down) v = n(rng);
+  b.weights["w"] = other;
+  const auto da = t.dense(), db = other.dense();
+  double dot = 0, na = 0, nb = 0;
+  for (size_t i = 0; i < da.size(); ++i) {
+    dot += double(da[i]) * db[i];
+    na += double(da[i]) * da[i];
+    nb += double(db[i]) * db[i];
+  }
+  // The dense side is rounded to f32 per element; the factor side is not.
+  EXPECT_NEAR(task_vector_cosine(a, b), dot / std::sqrt(na * nb), 1e-6);
+  EXPECT_NEAR(task_vector_cosine(a, a), 1.0, 1e-9);
+}
+
+}  // namespace
+}  // namespace bitsplit

@@ -10,13 +10,13 @@
 #include <random>
 
 #include "bitsplit/convert.h"
-#include "bitsplit/draft_description.h"
 #include "bitsplit/lora_format.h"
 #include "bitsplit/quant.h"
 #include "bitsplit/speculative.h"
 #include "bitsplit/tokenizer.h"
 #include "bitsplit/variant.h"
 #include "generation_testing.h"
+#include "gguf_testing.h"
 #include "test_paths.h"
 
 namespace bitsplit {
@@ -199,8 +199,8 @@ TEST(Lora, ScaleZeroIsTheBaseAndTheScaleIsLinear) {
 }
 
 // A bit-split base with a LoRA variant: rows of a batch equal the same rows one at a time (the
-// verify pass is batch invariant), the device draft declines (host draft), and speculative
-// decoding writes exactly the variant's plain greedy text.
+// verify pass is batch invariant) and speculative decoding writes exactly the variant's plain
+// greedy text (the device draft of a LoRA variant: tests/gpu_draft_pass_emulated_test.cpp).
 TEST(Lora, OnTheBitSplitBaseBatchInvariantAndSpeculativeIsLossless) {
   BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
   auto b = load_base();
@@ -229,9 +229,6 @@ TEST(Lora, OnTheBitSplitBaseBatchInvariantAndSpeculativeIsLossless) {
   const auto plain = logits(*split, tokens, Pass::kTarget, nullptr);
   EXPECT_LT(max_abs_diff(all, f32), 0.2 * max_abs_diff(plain, f32));
 
-  auto described = describe_device_draft(*split, v.get());
-  ASSERT_FALSE(described.is_ok());
-  EXPECT_NE(described.status().message().find("LoRA"), std::string::npos) << described.status().message();
 
   for (const std::string text : {"The devil said unto", "And it came to pass"}) {
     const auto prompt = b->encode(text);
@@ -363,6 +360,56 @@ TEST(Lora, BadAdaptersAreRefusedNamingTheProblem) {
     }
     EXPECT_NE(st.message().find(cases[i].expect), std::string::npos) << st.message();
   }
+}
+
+}  // namespace
+}  // namespace bitsplit
+
+namespace bitsplit {
+namespace {
+
+// A base whose head is its embedding: the token_embd LoRA changes the gather and the head alike
+// (as the materialised embedding would), and an adapter of output.weight is refused.
+TEST(Lora, ATiedHeadTakesTheEmbeddingsChange) {
+  testing::TinyModelSpec spec;
+  spec.tied_output = true;
+  auto src = testing::weights_from_writer(testing::make_tiny_model(spec));
+  auto base = Model::load(*src);
+  ASSERT_TRUE(base.is_ok()) << base.status().message();
+  ASSERT_TRUE(base->config().tied_output);
+  testing::TempDir dir("lora-tied");
+  Pair embd = random_pair("token_embd.weight", spec.vocab, spec.embd, 2, 9, 0.3f);
+  const std::string path = dir.file("tied.gguf");
+  ASSERT_TRUE(adapter_writer({embd}).write_file(path).is_ok());
+  auto v = load_lora(path, *base, 1.0f);
+  ASSERT_NE(v->lora("output.weight"), nullptr) << "the head reads the embedding's change";
+  const double s = 8.0 / 2;  // alpha / rank
+  auto merge = [&](const std::string& name, const std::vector<float>& w, int64_t rows, int64_t cols) {
+    std::vector<float> out = w;
+    if (name != "token_embd.weight" && name != "output.weight") return out;
+    for (int64_t o = 0; o < rows; ++o)
+      for (int64_t i = 0; i < cols; ++i) {
+        double d = 0;
+        for (int64_t k = 0; k < embd.rank; ++k) d += double(embd.up[size_t(o * embd.rank + k)]) * embd.down[size_t(k * cols + i)];
+        out[size_t(o * cols + i)] += float(s * d);
+      }
+    return out;
+  };
+  Model materialised = base->transformed(merge, merge);
+  const std::vector<int32_t> tokens = {1, 5, 9, 17, 33, 2};
+  const auto ours = logits(*base, tokens, Pass::kDefault, v.get());
+  const auto ref = logits(materialised, tokens, Pass::kDefault, nullptr);
+  const auto plain = logits(*base, tokens, Pass::kDefault, nullptr);
+  EXPECT_LT(max_abs_diff(ours, ref), 1e-4);
+  EXPECT_GT(max_abs_diff(ours, plain), 0.01);
+
+  const std::string head = dir.file("head.gguf");
+  ASSERT_TRUE(adapter_writer({random_pair("output.weight", spec.vocab, spec.embd, 2, 3, 0.1f)}).write_file(head).is_ok());
+  auto l = open_lora(head);
+  ASSERT_TRUE(l.is_ok());
+  Status st = check_lora_base(*l, *base);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("ties its output head to the token embedding"), std::string::npos) << st.message();
 }
 
 }  // namespace

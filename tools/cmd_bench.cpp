@@ -277,7 +277,7 @@ int bench_accept(const BenchAcceptArgs& a) {
   std::vector<Decoded> decoded = {{"base", nullptr, false, "base"}};
   if (Status st = cli::register_variants(registry, a.variant_specs, *loaded,
                                                  [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }); !st) return report_error(st.message());
-  for (const std::string& name : a.variant_specs.names()) {
+  for (const std::string& name : registry.names()) {  // those the pool refused are not among them
     auto v = registry.get(name);
     if (!v) return report_error(v.status().message());
     variants.push_back(*v);

@@ -114,7 +114,7 @@ int serve(const ServeArgs& a) {
   if (!tmpl) return stop_all(report_error(tmpl.status().message()));
   server.attach(*loaded, variants, std::move(*tmpl));
   std::fprintf(stderr, "ready: %s%s\n", a.model.c_str(),
-               a.variant_specs.empty() ? "" : (" with " + std::to_string(a.variant_specs.size()) + " variant(s)").c_str());
+               variants.names().empty() ? "" : (" with " + std::to_string(variants.names().size()) + " variant(s)").c_str());
   watcher.join();
   done.store(true);
   http.join();

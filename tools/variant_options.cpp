@@ -75,12 +75,13 @@ Status register_pooled(VariantRegistry& registry, const VariantSpecs& specs, con
     for (const std::string& l : specs.loras) known = known || name_of(l) == n;
     if (!known) return Status::error("--lora-calibration " + c + ": no --lora named '" + n + "'");
   }
-  std::map<std::string, std::shared_ptr<const Variant>> built;  // by member
+  std::map<const PoolAdapter*, std::shared_ptr<const Variant>> built;  // one variant per member
   for (const auto& [name, member] : pool.served()) {
-    if (!built.contains(member)) {
-      BITSPLIT_ASSIGN_OR_RETURN(built[member], pool.adapter_of(name)->variant(base.model));
+    const PoolAdapter* a = pool.adapter_of(name);
+    if (!built.contains(a)) {
+      BITSPLIT_ASSIGN_OR_RETURN(built[a], a->variant(base.model));
     }
-    BITSPLIT_RETURN_IF_ERROR(registry.add_resident(name, built[member]));
+    BITSPLIT_RETURN_IF_ERROR(registry.add_resident(name, built[a]));
   }
   return Status::ok();
 }

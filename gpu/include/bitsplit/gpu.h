@@ -121,10 +121,22 @@ struct DraftModelHost {
     // makes it resident under signs_key (upload_signs) and fuses it into the kernel.
     const void* signs_key = nullptr;
     SignPlaneView signs{};
+    // A variant's LoRA change (up null: none): y += scale · U·(V·x) after the plane's product
+    // and before a bias, from the projection's f32 input (bitsplit::VariantLora::apply).
+    struct Lora {
+      const float* up = nullptr;    // U [out x rank]
+      const float* down = nullptr;  // V [rank x in]
+      int64_t rank = 0;
+      float scale = 1.0f;
+    } lora;
   };
   Plane head;
   // A variant's token-embedding signs (signs null: none): x = embd[t] + α_t ⊙ S[t].
   SignPlaneView embd_signs{};
+  // A variant's token-embedding LoRA (up null: none; U [n_vocab x rank], V [rank x n_embd]),
+  // added after the signs: x[j] += scale · Σ_k U[t][k] · V[k][j] (VariantLora::add_row).
+  Plane::Lora embd_lora;
+  int64_t max_lora_rank = 0;  // the largest rank of any Lora above (scratch)
   struct Layer {
     const float* attn_norm = nullptr;
     const float* ffn_norm = nullptr;

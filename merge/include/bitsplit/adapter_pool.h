@@ -8,7 +8,7 @@
 //
 // OPCM (Tang et al. 2025, "Merging Models on the Fly Without Retraining"), per matrix: with the
 // member's merged task vector τ = U·diag(σ)·Vᵀ and the new task vector Δ, the part of Δ in the
-// member's dominant directions is removed — P = Uᵀ·Δ·V with its diagonal and its leading
+// member's dominant directions is removed — P = Uᵀ·Δ·V with its diagonal (where σ > 0) and its leading
 // r_α × r_α block zeroed (r_α: the fewest singular values whose sum exceeds α of the total) —
 // and the rest, U·P·Vᵀ, is added to the member's unscaled sum S; the merge is S / λ with λ
 // chosen so that ‖S / λ‖ is the mean norm of the task vectors merged so far. The merged task
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "bitsplit/lora_format.h"
+#include "bitsplit/merge.h"
 #include "bitsplit/model.h"
 #include "bitsplit/status.h"
 #include "bitsplit/variant.h"
@@ -48,6 +49,12 @@ struct PoolAdapter {
 };
 // A LoRA file's factors at a user scale (scale · alpha / rank folded in).
 Result<PoolAdapter> read_pool_adapter(const LoraFile& lora, float scale, std::string name);
+
+// OPCM's projection of one matrix: Δ less its components in τ's dominant directions. With
+// τ = U·diag(σ)·Vᵀ (thin SVD), P = Uᵀ·Δ·V loses its leading r × r block (r: the fewest
+// singular values whose sum exceeds `alpha` of the total; 0 for τ = 0) and its diagonal where
+// σ > 1e-5·σ₁ (the directions τ has); returns Δ − U·(the removed entries)·Vᵀ ([rows x cols], as Δ).
+std::vector<float> opcm_project(const std::vector<float>& delta, const ThinSvd& tau, double alpha);
 
 // cos(ΔA, ΔB) over all weights, the task vectors flattened (a weight only one of them changes
 // counts in its norm only). 0 when either is zero.

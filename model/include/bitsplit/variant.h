@@ -131,8 +131,8 @@ class VariantRegistry {
   // suffix is read as a scale only when FILE:SCALE is not itself a file).
   Status add_spec(const std::string& spec);
   // Registers `name` for a variant already built in memory (e.g. a merged adapter of the
-  // K-Merge pool); `replace` lets it take the place of a variant registered before.
-  Status add_resident(const std::string& name, std::shared_ptr<const Variant> variant, bool replace = false);
+  // K-Merge pool).
+  Status add_resident(const std::string& name, std::shared_ptr<const Variant> variant);
   Result<std::shared_ptr<const Variant>> get(const std::string& name);
   // Forgets `name`: later get() calls fail; a variant already handed out stays valid (and its
   // signs resident) until its last holder lets it go. An error for a name not registered.
