@@ -48,7 +48,7 @@ extern "C" {
 #endif
 
 #define BITSPLIT_API_VERSION_MAJOR 0
-#define BITSPLIT_API_VERSION_MINOR 1
+#define BITSPLIT_API_VERSION_MINOR 2  /* 2: bitsplit_model_add_lora */
 #define BITSPLIT_API_VERSION ((BITSPLIT_API_VERSION_MAJOR << 16) | BITSPLIT_API_VERSION_MINOR)
 
 typedef enum bitsplit_status {
