@@ -4,6 +4,8 @@
 // f32 factors (read_lora_factors) whose sizes must be U out x rank and V rank x in.
 #pragma once
 
+#include <cmath>
+
 #include "bitsplit/lora_format.h"
 #include "harness_common.h"
 #include "harness_gguf.h"
