@@ -110,8 +110,10 @@ Result<uint64_t> parse_byte_size(const std::string& text) {
     if (!(rest.empty() || rest == "B" || rest == "IB")) return bad();
     mult = std::pow(1024.0, double(k + 1));
   }
+  // At most 2^63 bytes: every size format_bytes prints (two decimals, rounded) of a value in
+  // range stays in range, so a printed size always parses again.
   const double bytes = v * mult;
-  if (bytes > 9.0e18) return bad();
+  if (bytes > 9223372036854775808.0) return bad();
   return uint64_t(bytes);
 }
 

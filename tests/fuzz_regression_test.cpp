@@ -145,6 +145,23 @@ TEST(FuzzFindings, TreeLevelSizesWithAHugeTopK) {
   EXPECT_EQ(p.level_sizes(16), (std::vector<int32_t>{4, 4, 4, 4}));
 }
 
+// Finding (fuzz_options, tests/data/fuzz/options/byte-size-9e18-formats-above-the-bound):
+// "9e18" parsed (the bound was 9e18 bytes) and format_bytes printed it as "8185452.32 TiB",
+// rounded up past the bound, so a printed size did not parse again. The bound is now 2^63,
+// which no rounding of a size in range can pass.
+TEST(FuzzFindings, APrintedByteSizeParsesAgain) {
+  for (const char* text : {"9e18", "9223372036854775808", "8388607.999T"}) {
+    auto r = parse_byte_size(text);
+    ASSERT_TRUE(r.is_ok()) << text << ": " << r.status().message();
+    std::string compact;
+    for (char c : format_bytes(*r)) if (c != ' ') compact += c;
+    auto again = parse_byte_size(compact);
+    EXPECT_TRUE(again.is_ok()) << text << " -> " << compact << ": " << again.status().message();
+  }
+  EXPECT_FALSE(parse_byte_size("9223372036854777856").is_ok()) << "the next double above 2^63";
+  EXPECT_FALSE(parse_byte_size("8388609T").is_ok());
+}
+
 std::unique_ptr<WeightSource> seed_model(const std::string& name) {
   for (auto& seed : fuzz::make_seeds("model", "")) {
     if (seed.name != name) continue;

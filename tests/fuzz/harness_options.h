@@ -1,6 +1,6 @@
 // Fuzz harness for the small parsers of user-given options: the input's first byte picks one,
 // the rest is its text or raw field values.
-// - parse_byte_size ("512M", "1.5GiB"): a result is at most 9e18 and formats back to a size
+// - parse_byte_size ("512M", "1.5GiB"): a result is at most 2^63 and formats back to a size
 //   that parses again;
 // - speculation::parse_budget: "auto" or 1..kMaxBudget, and a number comes back as its text;
 // - DraftPolicy::validate: a valid policy's level sizes are positive and sum to at most its budget;
@@ -29,7 +29,7 @@ inline void fuzz_byte_size(const std::string& text) {
                          "the error does not name the text");
     return;
   }
-  BITSPLIT_FUZZ_ASSERT(*r <= uint64_t(9.0e18), "byte size above the documented bound");
+  BITSPLIT_FUZZ_ASSERT(*r <= (uint64_t(1) << 63), "byte size above the documented bound");
   const std::string formatted = format_bytes(*r);
   std::string compact;  // "1.50 GiB" -> "1.50GiB"
   for (char c : formatted) if (c != ' ') compact += c;
