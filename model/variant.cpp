@@ -3,6 +3,8 @@
 #include "bitsplit/variant.h"
 
 #include <sys/stat.h>
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
 
 #include <charconv>
 #include <chrono>
@@ -201,10 +203,36 @@ Result<std::shared_ptr<const Variant>> Variant::load(const LoraFile& lora, const
 }
 
 void VariantLora::apply(const float* x, int64_t rows, float* y) const {
-  std::vector<float> t(size_t(rows * rank)), u(size_t(rows * out));
-  cpu::matmul_f32({x, size_t(rows * in)}, rows, in, down, rank, {}, t);
-  cpu::matmul_f32(t, rows, rank, up, out, {}, u);
-  for (size_t e = 0; e < u.size(); ++e) y[e] += scale * u[e];
+  // Every element is one dot_f32 plus a zero bias, as cpu::matmul_f32 computes it (the device
+  // draft's kernels repeat exactly this); the work is spread over threads only when there is
+  // enough of it to pay for the dispatch (a decode step's products are a few thousand MACs).
+  constexpr int64_t kParallelWork = int64_t(1) << 18;
+  // The caller's scratch, reached through a pointer: inside the parallel loops a thread_local's
+  // name would mean each worker's own copy.
+  thread_local std::vector<float> scratch;
+  scratch.resize(size_t(rows * rank));
+  float* const tv = scratch.data();
+  auto down_rows = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t k = 0; k < rank; ++k) tv[r * rank + k] = cpu::dot_f32(down.data() + k * in, x + r * in, in) + 0.0f;
+  };
+  auto up_cols = [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o)
+      for (int64_t r = 0; r < rows; ++r) {
+        const float u = cpu::dot_f32(up.data() + o * rank, tv + r * rank, rank) + 0.0f;
+        y[r * out + o] += scale * u;
+      }
+  };
+  if (rows * rank * in < kParallelWork) {
+    down_rows(0, rows);
+  } else {
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, rows), [&](const auto& b) { down_rows(b.begin(), b.end()); });
+  }
+  if (rows * out * rank < kParallelWork) {
+    up_cols(0, out);
+  } else {
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, out, 256), [&](const auto& b) { up_cols(b.begin(), b.end()); });
+  }
 }
 
 void VariantLora::add_row(int64_t token, float* row) const {

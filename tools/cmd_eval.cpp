@@ -7,6 +7,7 @@
 
 #include "bitsplit/quality.h"
 #include "bitsplit/tokenizer.h"
+#include "bitsplit/variant.h"
 #include "commands.h"
 #include "option_checks.h"
 #include "progress.h"
@@ -15,7 +16,7 @@ namespace bitsplit::cli {
 namespace {
 
 struct EvalArgs {
-  std::string model, text, imatrix, base, distill, reference;
+  std::string model, text, imatrix, base, distill, reference, lora;
   int ctx = 128, group = 64, threads = 0;
   int64_t max_tokens = 0;
   double draft_bpw = 0.0;
@@ -99,8 +100,18 @@ int eval_against(const EvalArgs& a, LoadedModel& model, const std::vector<int32_
     return report_error("--reference: " + a.reference + " has a vocabulary of " + std::to_string(ref->model.config().n_vocab) +
                         " tokens, " + a.model + " of " + std::to_string(model.model.config().n_vocab));
   }
+  std::shared_ptr<const Variant> variant;  // --lora: MODEL with an adapter
+  if (!a.lora.empty()) {
+    auto spec = parse_variant_spec("lora=" + a.lora);
+    if (!spec) return report_error("--lora: " + spec.status().message());
+    auto file = open_lora(spec->path);
+    if (!file) return report_error("--lora: " + file.status().message());
+    auto v = Variant::load(*file, model.model, "lora", spec->scale);
+    if (!v) return report_error("--lora: " + v.status().message());
+    variant = *v;
+  }
   ProgressBar bar("eval");
-  auto r = score_against(ref->model, {{a.model, &model.model, Pass::kDefault, nullptr}}, tokens, a.ctx,
+  auto r = score_against(ref->model, {{a.model, &model.model, Pass::kDefault, variant.get()}}, tokens, a.ctx,
                          model.tokenizer->vocab().bos, a.max_tokens, [&](int64_t d, int64_t t) { bar.update(double(d), double(t)); });
   if (!r) return report_error(r.status().message());
   const Score& row = r->rows.at(0);
@@ -135,6 +146,7 @@ int eval(const EvalArgs& a) {
   if (!a.base.empty() && !a.reference.empty()) return report_error("--base and --reference do not go together");
   if (!a.base.empty()) return eval_variant(a, *loaded, tokens);
   if (!a.reference.empty()) return eval_against(a, *loaded, tokens);
+  if (!a.lora.empty()) return report_error("--lora applies to MODEL scored against --reference");
   if (!a.distill.empty()) return report_error("--distill-text needs --base (it distils the variant's scales)");
 
   ImportanceMatrix imatrix;
@@ -230,6 +242,10 @@ void add_eval_command(CLI::App& app, int* exit_code) {
                   "Score MODEL itself (f32) against this model of the same vocabulary: KL(REFERENCE || MODEL), "
                   "top-1 agreement, perplexities (e.g. a merge against each fine-tune it merged)")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--lora", a->lora,
+                  "With --reference: score MODEL with this LoRA adapter applied (FILE or FILE:SCALE), e.g. against "
+                  "the adapter merged into the weights by `bitsplit merge`")
+      ->type_name("FILE[:SCALE]");
   cmd->add_flag("--json", a->json, "Print JSON instead of a table");
   cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(whole_in(1, 4096));
   cmd->callback([a, exit_code] { *exit_code = eval(*a); });
