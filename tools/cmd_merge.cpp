@@ -81,7 +81,7 @@ int merge(const MergeArgs& a) {
 void add_merge_command(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<MergeArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "merge", "Merge two or more fine-tunes of one base (models, BitDelta deltas or LoRA adapters) into one model");
+      "merge", "Merge fine-tunes of one base (models, BitDelta deltas or LoRA adapters) into one model (one alone: applied)");
   cmd->add_option("inputs", a->inputs, "Fine-tunes of the base: models (.gguf), deltas (.delta.gguf) or LoRA adapters")
       ->required()->check(CLI::ExistingFile);
   cmd->add_option("--base", a->base, "The base model they were fine-tuned from (.gguf)")->required()->check(CLI::ExistingFile);
