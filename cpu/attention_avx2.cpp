@@ -102,6 +102,14 @@ void softmax_avx2(float* x, int64_t n) {
 
 float dot_f32_avx2(const float* a, const float* b, int64_t n) { return dot8(a, b, n); }
 
+void dot_f32_rows_avx2(const float* x, const float* rows, int64_t stride, int64_t n, int64_t count, float* out) {
+  int64_t t = 0;
+  if (n % 8 == 0) {
+    for (; t + 8 <= count; t += 8) _mm256_storeu_ps(out + t, dot8_x8(x, rows + t * stride, stride, n));
+  }
+  for (; t < count; ++t) out[t] = dot8(rows + t * stride, x, n);
+}
+
 namespace {
 
 // acc[0..C) (C·8 values of d) += p_j · v_j[d] over the slots j in [j0, j1) the row sees.

@@ -12,6 +12,7 @@
 namespace bitsplit::cpu {
 
 float dot_f32_avx2(const float* a, const float* b, int64_t n);  // attention_avx2.cpp: the same bits
+void dot_f32_rows_avx2(const float* x, const float* rows, int64_t stride, int64_t n, int64_t count, float* out);
 
 float dot_f32(const float* a, const float* b, int64_t n) {
   static const bool avx2 = default_isa() != Isa::kScalar;
@@ -23,6 +24,12 @@ float dot_f32(const float* a, const float* b, int64_t n) {
   }
   for (int k = 0; i < n; ++i, ++k) acc[k] += a[i] * b[i];
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+void dot_f32_rows(const float* x, const float* rows, int64_t stride, int64_t n, int64_t count, float* out) {
+  static const bool avx2 = default_isa() != Isa::kScalar;
+  if (avx2) return dot_f32_rows_avx2(x, rows, stride, n, count, out);
+  for (int64_t t = 0; t < count; ++t) out[t] = dot_f32(rows + t * stride, x, n);
 }
 
 void matmul_f32(std::span<const float> x, int64_t rows, int64_t in, std::span<const float> w,

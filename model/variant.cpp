@@ -213,14 +213,19 @@ void VariantLora::apply(const float* x, int64_t rows, float* y) const {
   scratch.resize(size_t(rows * rank));
   float* const tv = scratch.data();
   auto down_rows = [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t k = 0; k < rank; ++k) tv[r * rank + k] = cpu::dot_f32(down.data() + k * in, x + r * in, in) + 0.0f;
+    for (int64_t r = r0; r < r1; ++r) {
+      float* t = tv + r * rank;
+      cpu::dot_f32_rows(x + r * in, down.data(), in, in, rank, t);
+      for (int64_t k = 0; k < rank; ++k) t[k] = t[k] + 0.0f;
+    }
   };
   auto up_cols = [&](int64_t o0, int64_t o1) {
-    for (int64_t o = o0; o < o1; ++o)
-      for (int64_t r = 0; r < rows; ++r) {
-        const float u = cpu::dot_f32(up.data() + o * rank, tv + r * rank, rank) + 0.0f;
-        y[r * out + o] += scale * u;
+    float u[64];
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t o = o0; o < o1; o += 64) {
+        const int64_t count = std::min<int64_t>(64, o1 - o);
+        cpu::dot_f32_rows(tv + r * rank, up.data() + o * rank, rank, rank, count, u);
+        for (int64_t j = 0; j < count; ++j) y[r * out + o + j] += scale * (u[j] + 0.0f);
       }
   };
   if (rows * rank * in < kParallelWork) {

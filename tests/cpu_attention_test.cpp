@@ -100,3 +100,30 @@ TEST(CpuAttention, OneVisibleSlotReturnsItsValue) {
 
 }  // namespace
 }  // namespace bitsplit::cpu
+
+namespace bitsplit {
+namespace {
+
+// dot_f32_rows is dot_f32 on each row, bit for bit: widths that are and are not multiples of 8,
+// row counts around the block of 8, a stride wider than the width.
+TEST(CpuDotRows, EqualsDotF32OnEveryRow) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> n;
+  for (int64_t width : {1, 7, 8, 16, 24, 576, 577}) {
+    for (int64_t count : {1, 7, 8, 9, 17}) {
+      const int64_t stride = width + 3;
+      std::vector<float> x(static_cast<size_t>(width)), rows(static_cast<size_t>(count * stride));
+      for (float& v : x) v = n(rng);
+      for (float& v : rows) v = n(rng);
+      std::vector<float> got(static_cast<size_t>(count));
+      cpu::dot_f32_rows(x.data(), rows.data(), stride, width, count, got.data());
+      for (int64_t t = 0; t < count; ++t) {
+        const float want = cpu::dot_f32(rows.data() + t * stride, x.data(), width);
+        ASSERT_EQ(std::memcmp(&got[size_t(t)], &want, 4), 0) << "width " << width << " count " << count << " row " << t;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace bitsplit

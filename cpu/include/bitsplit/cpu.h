@@ -21,6 +21,9 @@ namespace bitsplit::cpu {
 // Dot product with a fixed summation order (8 interleaved partial sums, then a fixed tree),
 // so the result is the same wherever and with whatever else it is computed.
 float dot_f32(const float* a, const float* b, int64_t n);
+// out[t] = dot_f32(rows + t·stride, x, n) for t < count, bit for bit; eight rows at a time on
+// the AVX2 tier when n % 8 == 0 (x read once for the eight).
+void dot_f32_rows(const float* x, const float* rows, int64_t stride, int64_t n, int64_t count, float* out);
 
 // Y[r, o] = sum_i W[o, i] * X[r, i] (+ bias[o]): X is [rows x in], W is [out x in] row-major,
 // Y is [rows x out]. Parallel over output columns with oneTBB; each element is one dot_f32.
