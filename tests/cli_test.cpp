@@ -191,7 +191,7 @@ TEST(Cli, LoraVariantsAndMergesEndToEnd) {
   ASSERT_EQ(o.code, 0) << o.out;
   EXPECT_NE(o.out.find("pool: 'devil' admitted"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("pool: 'psalms' merged into 'devil'"), std::string::npos) << o.out;
-  EXPECT_NE(o.out.find("variant: devil+psalms (LoRA"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("variant: psalms (LoRA, served by the merged adapter devil+psalms"), std::string::npos) << o.out;
   o = run_cli(pooled);
   EXPECT_NE(o.code, 0);
   EXPECT_NE(o.out.find("pool: 'psalms' refused"), std::string::npos) << o.out;

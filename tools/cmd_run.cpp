@@ -216,8 +216,10 @@ int run(const RunOptions& o) {
                                          ? "plain, Q8_0 projections on the Q8_0 kernel (not a bit-split model; `bitsplit convert` it for speculative decoding)"
                                          : "plain (not a bit-split model; `bitsplit convert` it for speculative decoding)");
   if (variant) {
-    std::fprintf(stderr, "variant: %s (%s, %.2f MiB on the shared base%s)\n", variant->name().c_str(),
-                 variant->kind().c_str(), double(variant->bytes()) / (1 << 20),
+    // A pooled name may be served by a merged adapter of several (K-Merge): say which.
+    const std::string served_by = variant->name() == o.variant ? "" : ", served by the merged adapter " + variant->name();
+    std::fprintf(stderr, "variant: %s (%s%s, %.2f MiB on the shared base%s)\n", o.variant.c_str(),
+                 variant->kind().c_str(), served_by.c_str(), double(variant->bytes()) / (1 << 20),
                  speculative && o.base_draft ? "; drafting with the plain base D" : "");
   }
   if (acceptance) print_acceptance(*acceptance);
