@@ -314,6 +314,8 @@ bool File::can_read_f32(TensorType type) {
 void File::release(const TensorInfo& t) const { storage_->release(data_offset_ + t.offset, t.nbytes); }
 
 Result<std::string> File::content_sha256() const {
+  std::lock_guard<std::mutex> lock(sha256_->mu);  // a second caller waits for the first's result
+  if (!sha256_->hex.empty()) return sha256_->hex;
   const auto bytes = storage_->bytes();
   std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
   if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
@@ -336,6 +338,7 @@ Result<std::string> File::content_sha256() const {
     hex += kHex[c >> 4];
     hex += kHex[c & 15];
   }
+  sha256_->hex = hex;
   return hex;
 }
 

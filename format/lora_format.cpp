@@ -71,24 +71,14 @@ Result<LoraFile> open_lora(const std::string& path) {
     t.a = p.first;
     t.b = p.second;
     t.embedding = weight == "token_embd.weight";
-    if (t.embedding) {
-      // a: [rank, n_vocab], b: [rank, n_embd]
-      t.rank = t.a->dims[0];
-      t.out = t.a->dims[1];
-      t.in = t.b->dims[1];
-      if (t.b->dims[0] != t.rank) {
-        return fail("'" + weight + "': lora_a " + t.a->shape_string() + " and lora_b " + t.b->shape_string() +
-                    " disagree on the rank (token_embd stores a as [rank, n_vocab], b as [rank, n_embd])");
-      }
-    } else {
-      // a: [in, rank], b: [rank, out]
-      t.in = t.a->dims[0];
-      t.rank = t.a->dims[1];
-      t.out = t.b->dims[1];
-      if (t.b->dims[0] != t.rank) {
-        return fail("'" + weight + "': lora_a " + t.a->shape_string() + " and lora_b " + t.b->shape_string() +
-                    " disagree on the rank (a is [in, rank], b is [rank, out])");
-      }
+    // A projection: a [in, rank], b [rank, out]. token_embd: a [rank, n_vocab], b [rank, n_embd].
+    t.rank = t.a->dims[t.embedding ? 0 : 1];
+    t.in = t.embedding ? t.b->dims[1] : t.a->dims[0];
+    t.out = t.embedding ? t.a->dims[1] : t.b->dims[1];
+    if (t.b->dims[0] != t.rank) {
+      return fail("'" + weight + "': lora_a " + t.a->shape_string() + " and lora_b " + t.b->shape_string() +
+                  (t.embedding ? " disagree on the rank (token_embd stores a as [rank, n_vocab], b as [rank, n_embd])"
+                               : " disagree on the rank (a is [in, rank], b is [rank, out])"));
     }
     if (t.rank < 1 || t.in < 1 || t.out < 1) return fail("'" + weight + "' has an empty LoRA factor");
     l.tensors[weight] = t;

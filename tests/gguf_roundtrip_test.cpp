@@ -179,3 +179,24 @@ TEST(GgufRoundTrip, Stories260KRewritesIdentically) {
 
 }  // namespace
 }  // namespace bitsplit::gguf
+
+namespace bitsplit {
+namespace {
+
+// content_sha256 is computed once per opened file and is the same value every time.
+TEST(GgufFile, ContentSha256IsStableAcrossCalls) {
+  auto bytes = testing::tiny_model_bytes({});
+  auto f = gguf::File::parse(gguf::storage_from_bytes(bytes), "tiny.gguf");
+  ASSERT_TRUE(f.is_ok());
+  auto a = f->content_sha256(), b = f->content_sha256();
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  EXPECT_EQ(*a, *b);
+  EXPECT_EQ(a->size(), 64u);
+  bytes.back() ^= 1;  // another file's bytes hash differently
+  auto g = gguf::File::parse(gguf::storage_from_bytes(bytes), "other.gguf");
+  ASSERT_TRUE(g.is_ok());
+  EXPECT_NE(*g->content_sha256(), *a);
+}
+
+}  // namespace
+}  // namespace bitsplit

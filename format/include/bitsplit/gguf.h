@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -146,7 +147,8 @@ class File {
   static bool can_read_f32(TensorType type);
   // Advises the OS that a tensor's mapped pages are no longer needed.
   void release(const TensorInfo& t) const;
-  // Hex SHA-256 of the whole file.
+  // Hex SHA-256 of the whole file; computed once per opened file (a registry checking several
+  // deltas, or a merge of several, against one base reads the base once).
   Result<std::string> content_sha256() const;
 
  private:
@@ -159,6 +161,11 @@ class File {
   Metadata metadata_;
   std::vector<TensorInfo> tensors_;
   std::unordered_map<std::string, size_t> tensor_index_;
+  struct Sha256Cache {
+    std::mutex mu;
+    std::string hex;  // empty until computed
+  };
+  std::shared_ptr<Sha256Cache> sha256_ = std::make_shared<Sha256Cache>();
 };
 
 // Builds a GGUF v3 file: metadata in insertion order, tensors in insertion order, each
