@@ -55,6 +55,16 @@ std::vector<uint8_t> bytes_of(const std::vector<float>& v, gguf::TensorType type
   return b;
 }
 
+// w [rows x cols] += s · U·V of `p`, the product in double: the adapter materialised.
+void add_product(const Pair& p, double s, std::vector<float>& w, int64_t rows, int64_t cols) {
+  for (int64_t o = 0; o < rows; ++o)
+    for (int64_t i = 0; i < cols; ++i) {
+      double d = 0;
+      for (int64_t k = 0; k < p.rank; ++k) d += double(p.up[size_t(o * p.rank + k)]) * p.down[size_t(k * cols + i)];
+      w[size_t(o * cols + i)] += float(s * d);
+    }
+}
+
 // F16 factors are compared against their rounded values.
 void round_to(Pair& p, gguf::TensorType type) {
   if (type != gguf::TensorType::F16) return;
@@ -165,13 +175,7 @@ TEST(Lora, F32PassEqualsTheMaterialisedWeightsInBothConventionsAndTypes) {
         if (p.weight != name) continue;
         EXPECT_EQ(p.out, rows);
         EXPECT_EQ(p.in, cols);
-        const double s = double(user_scale) * spec.alpha / double(p.rank);
-        for (int64_t o = 0; o < rows; ++o)
-          for (int64_t i = 0; i < cols; ++i) {
-            double d = 0;
-            for (int64_t k = 0; k < p.rank; ++k) d += double(p.up[size_t(o * p.rank + k)]) * p.down[size_t(k * cols + i)];
-            out[size_t(o * cols + i)] += float(s * d);
-          }
+        add_product(p, double(user_scale) * spec.alpha / double(p.rank), out, rows, cols);
       }
       return out;
     };
@@ -392,13 +396,7 @@ TEST(Lora, ATiedHeadTakesTheEmbeddingsChange) {
   const double s = 8.0 / 2;  // alpha / rank
   auto merge = [&](const std::string& name, const std::vector<float>& w, int64_t rows, int64_t cols) {
     std::vector<float> out = w;
-    if (name != "token_embd.weight" && name != "output.weight") return out;
-    for (int64_t o = 0; o < rows; ++o)
-      for (int64_t i = 0; i < cols; ++i) {
-        double d = 0;
-        for (int64_t k = 0; k < embd.rank; ++k) d += double(embd.up[size_t(o * embd.rank + k)]) * embd.down[size_t(k * cols + i)];
-        out[size_t(o * cols + i)] += float(s * d);
-      }
+    if (name == "token_embd.weight" || name == "output.weight") add_product(embd, s, out, rows, cols);
     return out;
   };
   Model materialised = base->transformed(merge, merge);
