@@ -2,6 +2,7 @@
 #include "bitsplit/draft_source.h"
 
 #include "bitsplit/draft_description.h"
+#include "bitsplit/pass_batcher.h"
 #include "bitsplit/variant.h"
 
 namespace bitsplit {
@@ -9,12 +10,13 @@ namespace {
 
 class HostDraft final : public DraftSource {
  public:
-  HostDraft(const Model& draft, KvCache& cache, const Variant* variant) : draft_(draft), cache_(cache), variant_(variant) {}
+  HostDraft(const Model& draft, KvCache& cache, const Variant* variant, PassBatcher* batcher)
+      : draft_(draft), cache_(cache), variant_(variant), batcher_(batcher) {}
   std::string where() const override { return "host"; }
   Status level(const Batch& rows, int k, DraftTopK* top, std::vector<float>* logits) override {
     (void)k;
     if (top) return Status::error("the host draft returns logits only");
-    BITSPLIT_ASSIGN_OR_RETURN(*logits, forward_pass(draft_, cache_, rows, nullptr, Pass::kDraft, variant_));
+    BITSPLIT_ASSIGN_OR_RETURN(*logits, run_forward(batcher_, draft_, cache_, rows, Pass::kDraft, variant_));
     return Status::ok();
   }
 
@@ -22,23 +24,37 @@ class HostDraft final : public DraftSource {
   const Model& draft_;
   KvCache& cache_;
   const Variant* variant_;
+  PassBatcher* batcher_;
 };
 
 class DeviceDraftSource final : public DraftSource {
  public:
   DeviceDraftSource(std::vector<std::shared_ptr<const void>> signs, std::shared_ptr<DeviceDraft> device)
       : signs_(std::move(signs)), device_(std::move(device)), start_(device_->transfers()) {}  // may be reused
+  // Device work then takes its turn with other generations' passes (the backend is one device).
+  void set_batcher(PassBatcher* batcher) { batcher_ = batcher; }
   std::string where() const override { return "device (" + device_->name() + ")"; }
   int max_top_k() const override { return DeviceDraft::kMaxTopK; }
 
   Status level(const Batch& b, int k, DraftTopK* top, std::vector<float>* logits) override {
-    const DraftRows rows = draft_rows(b);
-    if (top) return device_->forward(rows, k, *top, nullptr);
-    DraftTopK none;
-    return device_->forward(rows, 0, none, logits);
+    return in_turn([&] {
+      const DraftRows rows = draft_rows(b);
+      if (top) return device_->forward(rows, k, *top, nullptr);
+      DraftTopK none;
+      return device_->forward(rows, 0, none, logits);
+    });
   }
 
   Status committed(const KvCache& cache, int64_t from, int64_t to) override {
+    return in_turn([&] { return upload(cache, from, to); });
+  }
+
+  DeviceTransfers transfers() const override { return device_->transfers().since(start_); }
+
+ private:
+  Status in_turn(const std::function<Status()>& work) { return batcher_ ? batcher_->exclusive(work) : work(); }
+
+  Status upload(const KvCache& cache, int64_t from, int64_t to) {
     if (from < 0 || to < from || to > std::min(cache.n_slots(), device_->n_slots())) {
       return Status::error("device draft: cannot copy cache slots " + std::to_string(from) + ".." + std::to_string(to));
     }
@@ -49,22 +65,31 @@ class DeviceDraftSource final : public DraftSource {
     return Status::ok();
   }
 
-  DeviceTransfers transfers() const override { return device_->transfers().since(start_); }
-
- private:
   std::vector<std::shared_ptr<const void>> signs_;  // the variant's signs stay in VRAM while the device draft lives
   std::shared_ptr<DeviceDraft> device_;
   DeviceTransfers start_;
+  PassBatcher* batcher_ = nullptr;
 };
 
 }  // namespace
 
-std::unique_ptr<DraftSource> make_host_draft(const Model& draft, KvCache& cache, const Variant* variant) {
-  return std::make_unique<HostDraft>(draft, cache, variant);
+std::unique_ptr<DraftSource> make_host_draft(const Model& draft, KvCache& cache, const Variant* variant,
+                                             PassBatcher* batcher) {
+  return std::make_unique<HostDraft>(draft, cache, variant, batcher);
 }
 
-Result<std::unique_ptr<DraftSource>> make_device_draft(const Model& draft, int64_t n_slots, const Variant* variant) {
+Result<std::unique_ptr<DraftSource>> make_device_draft(const Model& draft, int64_t n_slots, const Variant* variant,
+                                                       PassBatcher* batcher) {
   if (!draft.has_planes()) return Status::error("the draft has no bit-split planes");
+  if (batcher) {  // made in turn with other generations' passes, then used in turn with them
+    std::unique_ptr<DraftSource> made;
+    BITSPLIT_RETURN_IF_ERROR(batcher->exclusive([&]() -> Status {
+      BITSPLIT_ASSIGN_OR_RETURN(made, make_device_draft(draft, n_slots, variant, nullptr));
+      return Status::ok();
+    }));
+    static_cast<DeviceDraftSource*>(made.get())->set_batcher(batcher);
+    return made;
+  }
   // A variant's sign planes are made resident (or found resident) first, held for as long as
   // the device draft that fuses them.
   std::vector<std::shared_ptr<const void>> signs;

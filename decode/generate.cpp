@@ -4,6 +4,8 @@
 
 #include <chrono>
 
+#include "bitsplit/pass_batcher.h"
+
 namespace bitsplit {
 
 Status check_generation(const ModelConfig& c, size_t prompt_tokens, int32_t n_predict, int32_t prefill_chunk) {
@@ -19,14 +21,15 @@ Status check_generation(const ModelConfig& c, size_t prompt_tokens, int32_t n_pr
 }
 
 Result<std::vector<float>> prefill(const Model& model, KvCache& cache, std::span<const int32_t> tokens, int32_t chunk,
-                                   Pass pass, const Variant* variant, bool last_logits, int32_t start) {
+                                   Pass pass, const Variant* variant, bool last_logits, int32_t start,
+                                   PassBatcher* batcher) {
   if (chunk <= 0) return Status::error("prefill chunk must be positive");
   std::vector<float> logits;
   for (size_t i = 0; i < tokens.size(); i += size_t(chunk)) {
     const size_t n = std::min(tokens.size() - i, size_t(chunk));
     Batch batch = Batch::causal(tokens.subspan(i, n), start + int32_t(i));
     if (!last_logits || i + n < tokens.size()) batch.want_logits.assign(n, 0);
-    BITSPLIT_ASSIGN_OR_RETURN(logits, forward_pass(model, cache, batch, nullptr, pass, variant));
+    BITSPLIT_ASSIGN_OR_RETURN(logits, run_forward(batcher, model, cache, batch, pass, variant));
   }
   return logits;
 }
@@ -48,6 +51,7 @@ Result<GenerationStats> generate(const Model& model, std::span<const int32_t> pr
   using Clock = std::chrono::steady_clock;
   auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
 
+  PassBatcher::Membership member(options.batcher);
   KvCache cache(c, int64_t(prompt.size()) + options.n_predict);
   std::vector<int32_t> history(prompt.begin(), prompt.end());
   GenerationStats stats;
@@ -55,7 +59,8 @@ Result<GenerationStats> generate(const Model& model, std::span<const int32_t> pr
 
   const auto t0 = Clock::now();
   BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> logits,
-                            prefill(model, cache, prompt, options.prefill_chunk, Pass::kDefault, options.variant, true));
+                            prefill(model, cache, prompt, options.prefill_chunk, Pass::kDefault, options.variant, true,
+                                    0, options.batcher));
   stats.prompt_seconds = seconds(t0, Clock::now());
   if (prompt_logits) *prompt_logits = logits;
 
@@ -63,11 +68,12 @@ Result<GenerationStats> generate(const Model& model, std::span<const int32_t> pr
   TokenSink sink(on_token, options.eos_token, options.n_predict, stats);
   for (bool more = options.n_predict > 0; more;) {
     const int32_t token = sampler.sample(logits, history);
+    if (options.on_logits) options.on_logits(token, logits);
     history.push_back(token);
     if (!(more = sink.emit(token))) break;
     const int32_t pos = int32_t(history.size() - 1);
     Batch batch = Batch::causal(std::span<const int32_t>(&history.back(), 1), pos);
-    BITSPLIT_ASSIGN_OR_RETURN(logits, forward_pass(model, cache, batch, nullptr, Pass::kDefault, options.variant));
+    BITSPLIT_ASSIGN_OR_RETURN(logits, run_forward(options.batcher, model, cache, batch, Pass::kDefault, options.variant));
   }
   stats.generate_seconds = seconds(t1, Clock::now());
   return stats;

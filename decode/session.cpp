@@ -36,6 +36,8 @@ Result<SessionResult> Session::generate(std::span<const int32_t> prompt, int32_t
     g.eos_token = eos_token;
     g.prefill_chunk = options_.prefill_chunk;
     g.variant = variant_.get();
+    g.batcher = options_.batcher;
+    g.on_logits = options_.on_logits;
     BITSPLIT_ASSIGN_OR_RETURN(result.generation, bitsplit::generate(model_, prompt, g, sampler, on_token));
     return result;
   }
@@ -51,6 +53,8 @@ Result<SessionResult> Session::generate(std::span<const int32_t> prompt, int32_t
   s.variant = variant_.get();
   s.base_draft = options_.base_draft;
   s.device_draft = options_.device_draft;
+  s.batcher = options_.batcher;
+  s.on_logits = options_.on_logits;
   BITSPLIT_ASSIGN_OR_RETURN(SpeculativeResult r, generate_speculative(model_, model_, prompt, s, sampler, on_token));
   result.generation = r.generation;
   result.speculative = std::move(r);

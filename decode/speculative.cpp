@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "bitsplit/draft_source.h"
+#include "bitsplit/pass_batcher.h"
 
 namespace bitsplit {
 namespace {
@@ -87,6 +88,7 @@ struct Decoder {
   const bool greedy;
   std::vector<int32_t> history;
   int32_t committed = 0;
+  std::vector<float> verify_logits;  // the last verify pass's, row = tree node
 
   std::span<const float> row(const std::vector<float>& logits, size_t r) const {
     return {logits.data() + r * size_t(n_vocab), size_t(n_vocab)};
@@ -161,8 +163,9 @@ struct Decoder {
                                       std::vector<int32_t>& target_argmax) {
     std::vector<int32_t> all(size_t(tree.size()));
     for (int32_t i = 0; i < tree.size(); ++i) all[size_t(i)] = i;
-    BITSPLIT_ASSIGN_OR_RETURN(auto logits, forward_pass(target, cache, tree_batch(tree, all, committed, true), nullptr,
-                                                        Pass::kTarget, options.variant));
+    const Batch batch = tree_batch(tree, all, committed, true);
+    BITSPLIT_ASSIGN_OR_RETURN(verify_logits, run_forward(options.batcher, target, cache, batch, Pass::kTarget, options.variant));
+    const std::vector<float>& logits = verify_logits;
     if (greedy) {
       std::vector<int32_t> best(all.size());
       const bool penalised = sampler.params().repeat_penalty != 1.0f && sampler.params().repeat_last_n > 0;
@@ -238,21 +241,23 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
   const Variant* draft_variant = options.base_draft ? nullptr : options.variant;
 
   // The whole draft on a device when the model's backend offers it, else on the host.
+  PassBatcher::Membership member(options.batcher);
   std::unique_ptr<DraftSource> source;
   std::string host_why = "device draft switched off";
   if (options.device_draft) {
-    auto d = make_device_draft(draft, slots, draft_variant);
+    auto d = make_device_draft(draft, slots, draft_variant, options.batcher);
     if (d) source = std::move(*d);
     else host_why = d.status().message();
   }
-  if (!source) source = make_host_draft(draft, cache, draft_variant);
+  if (!source) source = make_host_draft(draft, cache, draft_variant, options.batcher);
   result.draft_pass = source->where() == "host" ? "host (" + host_why + ")" : source->where();
 
   // Prefill all but the last prompt token; the last becomes the first root.
   auto t0 = Clock::now();
   const size_t prefix = prompt.size() - 1;
   BITSPLIT_RETURN_IF_ERROR(
-      prefill(target, cache, prompt.first(prefix), options.prefill_chunk, Pass::kTarget, options.variant, false).status());
+      prefill(target, cache, prompt.first(prefix), options.prefill_chunk, Pass::kTarget, options.variant, false, 0,
+              options.batcher).status());
   BITSPLIT_RETURN_IF_ERROR(source->committed(cache, 0, int64_t(prefix)));
   stats.prompt_seconds = seconds_since(t0);
 
@@ -347,7 +352,10 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
     BITSPLIT_RETURN_IF_ERROR(dec.commit(verdict));
     acc.record(int32_t(verdict.accepted.size()), tree.size() - 1, tree.max_depth(), lookup_nodes, lookup_accepted);
 
-    for (int32_t token : emitted) {
+    for (size_t k = 0; k < emitted.size(); ++k) {
+      const int32_t token = emitted[k];
+      // The k-th token was chosen at the path's k-th node: the root, then each accepted node.
+      if (options.on_logits) options.on_logits(token, dec.row(dec.verify_logits, size_t(k == 0 ? 0 : verdict.accepted[k - 1])));
       dec.history.push_back(token);
       if (!(more = sink.emit(token))) break;
     }

@@ -1,7 +1,7 @@
-// forward_pass over a batch with an arbitrary attention mask: f32 ops for norms, RoPE and
-// attention; projections on f32 weights, Q8_0 blocks or bit-split planes (D·X on the model's
-// Backend, R·X on the CPU). Every op is batch invariant, so a token's logits do not depend on
-// its batch.
+// forward_pass over a batch with an arbitrary attention mask, and forward_passes over several
+// sequences' batches at once: f32 ops for norms, RoPE and attention; projections on f32 weights,
+// Q8_0 blocks or bit-split planes (D·X on the model's Backend, R·X on the CPU). Every op is batch
+// invariant, so a token's logits do not depend on its batch, nor on the other sequences beside it.
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
@@ -39,9 +39,10 @@ std::vector<uint8_t> sliding_window_mask(const ModelConfig& c, const KvCache& ca
   return visible;
 }
 
-// `vis`: [rows x kv_len], the batch's mask or (sliding-window layers) sliding_window_mask's.
+// `vis`: [rows x kv_len], the batch's mask or (sliding-window layers) sliding_window_mask's. The
+// batch's rows are rows row0.. of q and out.
 void attention(const ModelConfig& c, const KvCache& cache, int64_t layer, const Batch& batch, const uint8_t* vis,
-               const Activations& q, Activations& out) {
+               const Activations& q, Activations& out, int64_t row0) {
   const int64_t group = c.n_heads / c.n_kv_heads;
   const int64_t kv_len = batch.kv_len;
   // Keys and values of one kv head: rows of the layer's cache, kv_dim apart. A task is a block
@@ -61,23 +62,33 @@ void attention(const ModelConfig& c, const KvCache& cache, int64_t layer, const 
     float* os[cpu::kAttentionBlock];
     for (int r = 0; r < nq; ++r) {
       const int64_t pair = first + r, i = pair / group, h = kvh * group + pair % group;
-      qs[r] = q.data.data() + i * q.width + h * c.head_dim;
+      qs[r] = q.row(row0 + i) + h * c.head_dim;
       vs[r] = vis + i * kv_len;
       ss[r] = scratch.data() + r * kv_len;
-      os[r] = out.data.data() + i * out.width + h * c.head_dim;
+      os[r] = out.row(row0 + i) + h * c.head_dim;
     }
     cpu::attention_block(nq, qs, vs, k0 + kvh * c.head_dim, v0 + kvh * c.head_dim, c.kv_dim(), c.head_dim, kv_len,
                          c.attn_scale, c.attn_softcap, ss, os);
   });
 }
 
+// Consecutive rows of a pass decoded with one variant (null: the base). A pass's sequences are
+// ordered by variant, so each variant's rows form one group.
+struct RowGroup {
+  int64_t row0 = 0, rows = 0;
+  const Variant* variant = nullptr;
+};
+
 // The input of one or more projections. Its int8 form (plane kernels) or int8-rounded f32
 // form (llama.cpp emulation) is made at most once, however many projections read it: q, k
-// and v share one input, gate and up another.
+// and v share one input, gate and up another. With several row groups the plane kernels' D
+// runs per group (each with its variant's signs) on the group's own rows, quantised once
+// per group too: activations are quantised row by row, so a group's rows quantise alike alone.
 class ProjectionInput {
  public:
-  explicit ProjectionInput(const Activations& x) : x_(x) {}
+  ProjectionInput(const Activations& x, const std::vector<RowGroup>& groups) : x_(x), groups_(groups) {}
   const Activations& f32() const { return x_; }
+  const std::vector<RowGroup>& groups() const { return groups_; }
 
   const cpu::QuantizedActivations& quantized(const Model& model, int group) {
     if (qa_group_ != group) {
@@ -85,6 +96,21 @@ class ProjectionInput {
       qa_group_ = group;
     }
     return qa_;
+  }
+
+  // The rows of row group g alone (all of them when there is one group).
+  const cpu::QuantizedActivations& quantized_group(const Model& model, int group, size_t g) {
+    if (groups_.size() == 1) return quantized(model, group);
+    if (group_qa_.size() != groups_.size() || group_qa_group_ != group) {
+      group_qa_.assign(groups_.size(), {});
+      group_qa_ready_.assign(groups_.size(), 0);
+      group_qa_group_ = group;
+    }
+    if (!group_qa_ready_[g]) {
+      cpu::quantize_activations(model.cpu(), x_.row(groups_[g].row0), groups_[g].rows, x_.width, group, group_qa_[g]);
+      group_qa_ready_[g] = 1;
+    }
+    return group_qa_[g];
   }
 
   // The Q8_0 kernel; the input is quantised once for every projection that reads it.
@@ -116,114 +142,182 @@ class ProjectionInput {
 
  private:
   const Activations& x_;
+  const std::vector<RowGroup>& groups_;
   cpu::QuantizedActivations qa_;
   int qa_group_ = 0;
+  std::vector<cpu::QuantizedActivations> group_qa_;
+  std::vector<uint8_t> group_qa_ready_;
+  int group_qa_group_ = 0;
   std::vector<float> rounded_;
   int64_t rounded_group_ = 0;
   cpu::Q8_0Activations q8_;
   bool q8_ready_ = false;
 };
 
+// What one row group's variant makes of a projection: the f32 weights (the f32 path), the bias,
+// the sign plane and the LoRA change.
+struct GroupProjection {
+  const std::vector<float>* w = nullptr;
+  const std::vector<float>* bias = nullptr;
+  const VariantSigns* signs = nullptr;
+  const VariantLora* lora = nullptr;
+};
+
 // One projection: f32 weights through the reference matmul, or bit-split planes through the
 // plane kernels (D + R for the target, D alone for the draft), then the bias. A variant's sign
 // plane joins D (fused into the draft kernel on the plane path); its LoRA change is added in
-// f32 from the unrounded input, in every tier, before the bias.
-Status linear(const Model& model, Pass pass, const std::string& name, ProjectionInput& in, const std::vector<float>& w,
-              const std::vector<float>& bias, Activations& y, const VariantSigns* signs, const VariantLora* lora) {
+// f32 from the unrounded input, in every tier, before the bias. `parts` has one entry per row
+// group of `in`. The residual R (the target's bulk) is streamed once for every group's rows;
+// D runs per group, with that group's signs.
+Status linear(const Model& model, Pass pass, const std::string& name, ProjectionInput& in,
+              const std::vector<GroupProjection>& parts, Activations& y) {
   const Activations& x = in.f32();
+  const std::vector<RowGroup>& groups = in.groups();
   const SplitProjection* planes = model.split(name);
-  std::optional<cpu::SignPlaneView> delta;
-  if (signs) delta = signs->view();
+  auto delta_of = [&](size_t g) -> std::optional<cpu::SignPlaneView> {
+    if (parts[g].signs) return parts[g].signs->view();
+    return std::nullopt;
+  };
   if (const std::vector<uint8_t>* q8 = model.q8_0(name)) {
     in.q8_0_kernel(model, cpu::Q8_0PlaneView{q8->data(), y.width, x.width}, y.data.data());
-    if (delta) cpu::sign_matmul_add_f32(*delta, x.data.data(), x.rows, y.data.data());
+    for (size_t g = 0; g < groups.size(); ++g) {
+      if (auto d = delta_of(g)) cpu::sign_matmul_add_f32(*d, x.row(groups[g].row0), groups[g].rows, y.row(groups[g].row0));
+    }
   } else if (!planes) {
     const std::vector<float>& xs = model.activation_rounding() > 0 ? in.rounded(model.activation_rounding()) : x.data;
-    cpu::matmul_f32(xs, x.rows, x.width, w, y.width, {}, y.data);
-    if (delta) cpu::sign_matmul_add_f32(*delta, xs.data(), x.rows, y.data.data());
-  } else {
-    const cpu::QuantizedActivations& qa = in.quantized(model, planes->group);
-    // The two planes: D·X (+ the variant's signs) on the model's backend (CPU or GPU), R·X on the
-    // CPU, summed draft first (the same order as cpu::target_matmul).
-    const cpu::SignPlaneView* d = delta ? &*delta : nullptr;
-    if (pass == Pass::kDraft) {
-      BITSPLIT_RETURN_IF_ERROR(model.backend().draft_matmul(*planes, qa, y.data.data(), d));
-    } else {
-      // R·X (packed when loaded) runs on the CPU while the backend computes D·X (a GPU overlaps).
-      std::vector<float> residual(y.data.size());
-      BITSPLIT_RETURN_IF_ERROR(model.backend().target_matmul(
-          *planes, qa, y.data.data(), d, [&] { planes->cpu_residual_matmul(model.cpu(), qa, residual.data()); }));
-      for (size_t i = 0; i < residual.size(); ++i) y.data[i] += residual[i];
+    const bool shared = std::all_of(parts.begin(), parts.end(), [&](const GroupProjection& p) { return p.w == parts[0].w; });
+    if (shared) cpu::matmul_f32(xs, x.rows, x.width, *parts[0].w, y.width, {}, y.data);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const RowGroup& rg = groups[g];
+      const float* xg = xs.data() + rg.row0 * x.width;
+      if (!shared) {
+        cpu::matmul_f32({xg, size_t(rg.rows * x.width)}, rg.rows, x.width, *parts[g].w, y.width, {},
+                        {y.row(rg.row0), size_t(rg.rows * y.width)});
+      }
+      if (auto d = delta_of(g)) cpu::sign_matmul_add_f32(*d, xg, rg.rows, y.row(rg.row0));
     }
+  } else if (pass == Pass::kDraft) {
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const auto d = delta_of(g);
+      BITSPLIT_RETURN_IF_ERROR(model.backend().draft_matmul(*planes, in.quantized_group(model, planes->group, g),
+                                                            y.row(groups[g].row0), d ? &*d : nullptr));
+    }
+  } else {
+    // The two planes: D·X (+ the variant's signs) on the model's backend (CPU or GPU), R·X on the
+    // CPU, summed draft first (the same order as cpu::target_matmul). R·X (packed when loaded)
+    // runs on the CPU, over every group's rows at once, while the backend computes the first
+    // group's D·X (a GPU overlaps); the other groups' D·X follow.
+    const cpu::QuantizedActivations& all = in.quantized(model, planes->group);
+    std::vector<float> residual(y.data.size());
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const auto d = delta_of(g);
+      const cpu::QuantizedActivations& qg = in.quantized_group(model, planes->group, g);
+      float* yg = y.row(groups[g].row0);
+      if (g == 0) {
+        BITSPLIT_RETURN_IF_ERROR(model.backend().target_matmul(
+            *planes, qg, yg, d ? &*d : nullptr, [&] { planes->cpu_residual_matmul(model.cpu(), all, residual.data()); }));
+      } else {
+        BITSPLIT_RETURN_IF_ERROR(model.backend().draft_matmul(*planes, qg, yg, d ? &*d : nullptr));
+      }
+    }
+    for (size_t i = 0; i < residual.size(); ++i) y.data[i] += residual[i];
   }
-  if (lora) lora->apply(x.data.data(), x.rows, y.data.data());
-  if (!bias.empty()) {
-    for (int64_t r = 0; r < y.rows; ++r)
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const RowGroup& rg = groups[g];
+    if (parts[g].lora) parts[g].lora->apply(x.row(rg.row0), rg.rows, y.row(rg.row0));
+    const std::vector<float>& bias = *parts[g].bias;
+    if (bias.empty()) continue;
+    for (int64_t r = rg.row0; r < rg.row0 + rg.rows; ++r)
       for (int64_t o = 0; o < y.width; ++o) y.data[size_t(r * y.width + o)] += bias[size_t(o)];
   }
   return Status::ok();
 }
 
-}  // namespace
+// A sequence's place in a combined pass.
+struct Sequence {
+  KvCache* cache = nullptr;
+  const Batch* batch = nullptr;
+  const Variant* variant = nullptr;
+  int64_t row0 = 0;            // its first row in the pass
+  size_t group = 0;            // its row group
+  std::vector<uint8_t> swa;    // sliding_window_mask
+};
 
-Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, const Batch& batch,
-                                        const ActivationObserver* observer, Pass pass, const Variant* variant) {
-  if (pass == Pass::kDefault) pass = model.default_pass();
+// The pass over `seqs` (ordered by variant; row groups as `groups`). Logits of the wanted rows,
+// per sequence.
+Result<std::vector<std::vector<float>>> run_pass(const Model& model, std::vector<Sequence>& seqs,
+                                                 const std::vector<RowGroup>& groups, const ActivationObserver* observer,
+                                                 Pass pass) {
   const ModelConfig& c = model.config();
-  BITSPLIT_RETURN_IF_ERROR(batch.validate(c, cache));
-  const int64_t n = batch.size();
+  int64_t n = 0;
+  for (const Sequence& s : seqs) n += s.batch->size();
   Activations x(n, c.n_embd), h(n, c.n_embd), q(n, c.q_dim()), k(n, c.kv_dim()), v(n, c.kv_dim());
   Activations attn(n, c.q_dim()), proj(n, c.n_embd);
   // Every tensor a variant may change goes through these: base tensors unless it replaces
   // them, and its sign planes where it has them.
-  auto pick = [&](const std::string& tensor, const std::vector<float>& base) -> const std::vector<float>& {
+  auto pick = [&](const Variant* variant, const std::string& tensor,
+                  const std::vector<float>& base) -> const std::vector<float>& {
     return variant ? variant->pick(tensor, base) : base;
   };
   // A layer tensor's name is only built when a variant could replace it (hot path).
-  auto pick_layer = [&](int64_t layer, const char* tensor, const char* suffix,
+  auto pick_layer = [&](const Variant* variant, int64_t layer, const char* tensor, const char* suffix,
                         const std::vector<float>& base) -> const std::vector<float>& {
     if (!variant || base.empty()) return base;
     return variant->pick("blk." + std::to_string(layer) + "." + tensor + suffix, base);
   };
-  auto signs_of = [&](const std::string& weight) { return variant ? variant->signs(weight) : nullptr; };
-  auto lora_of = [&](const std::string& weight) { return variant ? variant->lora(weight) : nullptr; };
-  const std::vector<float>& embd = pick("token_embd.weight", model.token_embd());
-  const VariantSigns* embd_signs = signs_of("token_embd.weight");
-  const VariantLora* embd_lora = lora_of("token_embd.weight");
-  std::vector<float> delta_row(embd_signs ? static_cast<size_t>(c.n_embd) : 0);
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t token = batch.tokens[size_t(i)];
-    const float* e = embd.data() + token * c.n_embd;
-    std::copy(e, e + c.n_embd, x.row(i));
-    if (embd_signs) {
-      quant::bitdelta_decode_row_ref(embd_signs->signs.data() + token * embd_signs->row_bytes,
-                                     embd_signs->alpha_of(token), c.n_embd, delta_row.data());
-      for (int64_t j = 0; j < c.n_embd; ++j) x.row(i)[j] += delta_row[size_t(j)];
-    }
-    if (embd_lora) embd_lora->add_row(token, x.row(i));
-    if (c.embd_scale != 1.0f) {
-      for (int64_t j = 0; j < c.n_embd; ++j) x.row(i)[j] *= c.embd_scale;
+  auto signs_of = [&](const Variant* variant, const std::string& weight) { return variant ? variant->signs(weight) : nullptr; };
+  auto lora_of = [&](const Variant* variant, const std::string& weight) { return variant ? variant->lora(weight) : nullptr; };
+  // A row-wise op with each row group's own copy of a tensor.
+  auto per_group = [&](const std::vector<RowGroup>& gs, const std::function<void(const RowGroup&)>& f) {
+    for (const RowGroup& g : gs) f(g);
+  };
+  for (const Sequence& s : seqs) {
+    const Batch& batch = *s.batch;
+    const std::vector<float>& embd = pick(s.variant, "token_embd.weight", model.token_embd());
+    const VariantSigns* embd_signs = signs_of(s.variant, "token_embd.weight");
+    const VariantLora* embd_lora = lora_of(s.variant, "token_embd.weight");
+    std::vector<float> delta_row(embd_signs ? static_cast<size_t>(c.n_embd) : 0);
+    for (int64_t i = 0; i < batch.size(); ++i) {
+      const int64_t token = batch.tokens[size_t(i)];
+      float* xr = x.row(s.row0 + i);
+      const float* e = embd.data() + token * c.n_embd;
+      std::copy(e, e + c.n_embd, xr);
+      if (embd_signs) {
+        quant::bitdelta_decode_row_ref(embd_signs->signs.data() + token * embd_signs->row_bytes,
+                                       embd_signs->alpha_of(token), c.n_embd, delta_row.data());
+        for (int64_t j = 0; j < c.n_embd; ++j) xr[j] += delta_row[size_t(j)];
+      }
+      if (embd_lora) embd_lora->add_row(token, xr);
+      if (c.embd_scale != 1.0f) {
+        for (int64_t j = 0; j < c.n_embd; ++j) xr[j] *= c.embd_scale;
+      }
     }
   }
   const std::vector<float> no_bias;
   auto name = [](int64_t layer, const char* weight) { return "blk." + std::to_string(layer) + "." + weight + ".weight"; };
-  auto project = [&](int64_t layer, const char* weight, ProjectionInput& in, const std::vector<float>& w,
+  // A layer's projection as each row group sees it. `base` is the base's f32 weights.
+  auto project = [&](int64_t layer, const char* weight, ProjectionInput& in, const std::vector<float>& base,
                      const std::vector<float>& bias, Activations& y) {
     const std::string n = name(layer, weight);
-    const std::vector<float>& b = pick_layer(layer, weight, ".bias", bias);
-    return linear(model, pass, n, in, w, b, y, signs_of(n), lora_of(n));
+    std::vector<GroupProjection> parts;
+    for (const RowGroup& g : in.groups()) {
+      parts.push_back({&base, &pick_layer(g.variant, layer, weight, ".bias", bias), signs_of(g.variant, n),
+                       lora_of(g.variant, n)});
+    }
+    return linear(model, pass, n, in, parts, y);
   };
   auto observe = [&](int64_t layer, const char* weight, const Activations& a) {
     if (observer) (*observer)(name(layer, weight), a.data.data(), a.rows, a.width);
   };
   // out = down(act(gate(in)) ⊙ up(in)) with the projections "ffn_gate<suffix>" etc. of width ff.
-  auto gated_ffn = [&](int64_t l, const std::string& suffix, const Activations& in, int64_t ff, Activations& out) -> Status {
+  auto gated_ffn = [&](int64_t l, const std::string& suffix, const Activations& in, const std::vector<RowGroup>& gs,
+                       int64_t ff, Activations& out) -> Status {
     const LayerWeights& w = model.layer(l);
     const std::string g = "ffn_gate" + suffix, u = "ffn_up" + suffix, d = "ffn_down" + suffix;
     Activations gt(in.rows, ff), upv(in.rows, ff);
     observe(l, g.c_str(), in);
     observe(l, u.c_str(), in);
-    ProjectionInput ffn_in(in);
+    ProjectionInput ffn_in(in, gs);
     BITSPLIT_RETURN_IF_ERROR(project(l, g.c_str(), ffn_in, w.projection(g), no_bias, gt));
     BITSPLIT_RETURN_IF_ERROR(project(l, u.c_str(), ffn_in, w.projection(u), no_bias, upv));
     if (c.ffn_act == FfnActivation::kGeluTanh) {
@@ -232,17 +326,19 @@ Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, cons
       for (size_t e = 0; e < gt.data.size(); ++e) gt.data[e] = cpu::silu(gt.data[e]) * upv.data[e];
     }
     observe(l, d.c_str(), gt);
-    ProjectionInput down_in(gt);
+    ProjectionInput down_in(gt, gs);
     return project(l, d.c_str(), down_in, w.projection(d), no_bias, out);
   };
   // A mixture of experts: each row goes to its n_expert_used most probable experts (softmax of
   // the router's logits, ties to the lower index), their outputs summed with those
   // probabilities (renormalised when expert_weights_norm); an expert runs once, on the rows
   // routed to it, so a pass reads only the routed experts' planes. The shared expert (if any)
-  // is added after, gated by sigmoid(x · ffn_gate_inp_shexp).
+  // is added after, gated by sigmoid(x · ffn_gate_inp_shexp). One sequence per pass
+  // (forward_passes runs MoE sequences one by one).
   auto moe_ffn = [&](int64_t l, const Activations& in, Activations& out) -> Status {
     const LayerWeights& w = model.layer(l);
-    const std::vector<float>& router = pick_layer(l, "ffn_gate_inp", ".weight", w.ffn_gate_inp);
+    const Variant* variant = seqs[0].variant;
+    const std::vector<float>& router = pick_layer(variant, l, "ffn_gate_inp", ".weight", w.ffn_gate_inp);
     std::vector<float> logits(size_t(in.rows * c.n_expert));
     cpu::matmul_f32(in.data, in.rows, c.n_embd, router, c.n_expert, {}, logits);
     std::vector<std::vector<std::pair<int64_t, float>>> routed(size_t(c.n_expert));  // (row, weight) per expert
@@ -268,7 +364,8 @@ Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, cons
       for (size_t j = 0; j < rows.size(); ++j) std::copy(in.row(rows[j].first), in.row(rows[j].first) + c.n_embd, xe.row(int64_t(j)));
       std::string suffix(1, '.');
       suffix += std::to_string(e);
-      BITSPLIT_RETURN_IF_ERROR(gated_ffn(l, suffix, xe, c.n_ff_exp, ye));
+      const std::vector<RowGroup> expert_rows{{0, xe.rows, variant}};
+      BITSPLIT_RETURN_IF_ERROR(gated_ffn(l, suffix, xe, expert_rows, c.n_ff_exp, ye));
       for (size_t j = 0; j < rows.size(); ++j) {
         float* o = out.row(rows[j].first);
         const float* y = ye.row(int64_t(j));
@@ -277,8 +374,8 @@ Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, cons
     }
     if (c.n_ff_shexp > 0) {
       Activations ys(in.rows, c.n_embd);
-      BITSPLIT_RETURN_IF_ERROR(gated_ffn(l, "_shexp", in, c.n_ff_shexp, ys));
-      const std::vector<float>& gate_w = pick_layer(l, "ffn_gate_inp_shexp", ".weight", w.ffn_gate_inp_shexp);
+      BITSPLIT_RETURN_IF_ERROR(gated_ffn(l, "_shexp", in, groups, c.n_ff_shexp, ys));
+      const std::vector<float>& gate_w = pick_layer(variant, l, "ffn_gate_inp_shexp", ".weight", w.ffn_gate_inp_shexp);
       for (int64_t r = 0; r < in.rows; ++r) {
         const float g = 1.0f / (1.0f + std::exp(-cpu::dot_f32(in.row(r), gate_w.data(), c.n_embd)));
         float* o = out.row(r);
@@ -288,87 +385,189 @@ Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, cons
     }
     return Status::ok();
   };
-  // Every slot the batch writes takes its token's position (before any layer reads positions),
+  // Every slot a batch writes takes its token's position (before any layer reads positions),
   // and the sliding-window layers' mask is made once for the pass.
-  for (int64_t i = 0; i < n; ++i) cache.set_position(batch.slots[size_t(i)], batch.positions[size_t(i)]);
-  const std::vector<uint8_t> swa_mask = sliding_window_mask(c, cache, batch);
+  for (Sequence& s : seqs) {
+    for (int64_t i = 0; i < s.batch->size(); ++i) s.cache->set_position(s.batch->slots[size_t(i)], s.batch->positions[size_t(i)]);
+    s.swa = sliding_window_mask(c, *s.cache, *s.batch);
+  }
+  // rms_norm of rows with each group's copy of a norm tensor (`tensor` in the variant's names).
+  auto norm_rows = [&](int64_t l, const char* tensor, const std::vector<float>& base, const Activations& from,
+                       Activations& to) {
+    per_group(groups, [&](const RowGroup& g) {
+      const std::vector<float>& weight = pick_layer(g.variant, l, tensor, ".weight", base);
+      for (int64_t i = g.row0; i < g.row0 + g.rows; ++i) cpu::rms_norm_f32(from.row(i), weight.data(), c.n_embd, c.rms_eps, to.row(i));
+    });
+  };
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = model.layer(l);
-    const std::vector<float>& attn_norm = pick_layer(l, "attn_norm", ".weight", w.attn_norm);
-    const std::vector<float>& ffn_norm = pick_layer(l, "ffn_norm", ".weight", w.ffn_norm);
-    const std::vector<float>& q_norm = pick_layer(l, "attn_q_norm", ".weight", w.q_norm);
-    const std::vector<float>& k_norm = pick_layer(l, "attn_k_norm", ".weight", w.k_norm);
-    const std::vector<float>& post_attn_norm = pick_layer(l, "post_attention_norm", ".weight", w.post_attn_norm);
-    const std::vector<float>& post_ffn_norm = pick_layer(l, "post_ffw_norm", ".weight", w.post_ffn_norm);
     const float rope_base = c.layer_rope_base(l), rope_scale = c.layer_rope_freq_scale(l);
     // Gemma: the branch's output is normalised before it joins the residual stream.
-    auto add_branch = [&](const std::vector<float>& post_norm) {
-      if (c.has_post_norms) {
-        for (int64_t i = 0; i < n; ++i) cpu::rms_norm_f32(proj.row(i), post_norm.data(), c.n_embd, c.rms_eps, proj.row(i));
-      }
+    auto add_branch = [&](const char* post_norm, const std::vector<float>& base) {
+      if (c.has_post_norms) norm_rows(l, post_norm, base, proj, proj);
       for (size_t e = 0; e < x.data.size(); ++e) x.data[e] += proj.data[e];
     };
-    for (int64_t i = 0; i < n; ++i) cpu::rms_norm_f32(x.row(i), attn_norm.data(), c.n_embd, c.rms_eps, h.row(i));
+    norm_rows(l, "attn_norm", w.attn_norm, x, h);
     observe(l, "attn_q", h);
     observe(l, "attn_k", h);
     observe(l, "attn_v", h);
-    ProjectionInput attn_in(h);
+    ProjectionInput attn_in(h, groups);
     BITSPLIT_RETURN_IF_ERROR(project(l, "attn_q", attn_in, w.wq, w.bq, q));
     BITSPLIT_RETURN_IF_ERROR(project(l, "attn_k", attn_in, w.wk, w.bk, k));
     BITSPLIT_RETURN_IF_ERROR(project(l, "attn_v", attn_in, w.wv, w.bv, v));
-    for (int64_t i = 0; i < n; ++i) {
-      const float pos = float(batch.positions[size_t(i)]);
-      for (int64_t hd = 0; hd < c.n_heads; ++hd) {
-        float* qh = q.row(i) + hd * c.head_dim;
-        if (c.has_qk_norm) cpu::rms_norm_f32(qh, q_norm.data(), c.head_dim, c.rms_eps, qh);
-        cpu::rope_f32(qh, c.n_rot, c.rope_order, pos, rope_base, rope_scale, model.rope_freq_factors());
+    for (const Sequence& s : seqs) {
+      const Batch& batch = *s.batch;
+      const std::vector<float>& q_norm = pick_layer(s.variant, l, "attn_q_norm", ".weight", w.q_norm);
+      const std::vector<float>& k_norm = pick_layer(s.variant, l, "attn_k_norm", ".weight", w.k_norm);
+      for (int64_t i = 0; i < batch.size(); ++i) {
+        const float pos = float(batch.positions[size_t(i)]);
+        float* qr = q.row(s.row0 + i);
+        float* kr = k.row(s.row0 + i);
+        for (int64_t hd = 0; hd < c.n_heads; ++hd) {
+          float* qh = qr + hd * c.head_dim;
+          if (c.has_qk_norm) cpu::rms_norm_f32(qh, q_norm.data(), c.head_dim, c.rms_eps, qh);
+          cpu::rope_f32(qh, c.n_rot, c.rope_order, pos, rope_base, rope_scale, model.rope_freq_factors());
+        }
+        for (int64_t hd = 0; hd < c.n_kv_heads; ++hd) {
+          float* kh = kr + hd * c.head_dim;
+          if (c.has_qk_norm) cpu::rms_norm_f32(kh, k_norm.data(), c.head_dim, c.rms_eps, kh);
+          cpu::rope_f32(kh, c.n_rot, c.rope_order, pos, rope_base, rope_scale, model.rope_freq_factors());
+        }
+        std::copy(kr, kr + c.kv_dim(), s.cache->k(l, batch.slots[size_t(i)]));
+        const float* vr = v.row(s.row0 + i);
+        std::copy(vr, vr + c.kv_dim(), s.cache->v(l, batch.slots[size_t(i)]));
       }
-      for (int64_t hd = 0; hd < c.n_kv_heads; ++hd) {
-        float* kh = k.row(i) + hd * c.head_dim;
-        if (c.has_qk_norm) cpu::rms_norm_f32(kh, k_norm.data(), c.head_dim, c.rms_eps, kh);
-        cpu::rope_f32(kh, c.n_rot, c.rope_order, pos, rope_base, rope_scale, model.rope_freq_factors());
-      }
-      std::copy(k.row(i), k.row(i) + c.kv_dim(), cache.k(l, batch.slots[size_t(i)]));
-      std::copy(v.row(i), v.row(i) + c.kv_dim(), cache.v(l, batch.slots[size_t(i)]));
     }
-    attention(c, cache, l, batch, c.is_swa(l) ? swa_mask.data() : batch.mask.data(), q, attn);
+    for (const Sequence& s : seqs) {
+      attention(c, *s.cache, l, *s.batch, c.is_swa(l) ? s.swa.data() : s.batch->mask.data(), q, attn, s.row0);
+    }
     observe(l, "attn_output", attn);
-    ProjectionInput out_in(attn);
+    ProjectionInput out_in(attn, groups);
     BITSPLIT_RETURN_IF_ERROR(project(l, "attn_output", out_in, w.wo, no_bias, proj));
-    add_branch(post_attn_norm);
+    add_branch("post_attention_norm", w.post_attn_norm);
 
-    for (int64_t i = 0; i < n; ++i) cpu::rms_norm_f32(x.row(i), ffn_norm.data(), c.n_embd, c.rms_eps, h.row(i));
+    norm_rows(l, "ffn_norm", w.ffn_norm, x, h);
     if (!c.is_moe()) {
-      BITSPLIT_RETURN_IF_ERROR(gated_ffn(l, "", h, c.n_ff, proj));
+      BITSPLIT_RETURN_IF_ERROR(gated_ffn(l, "", h, groups, c.n_ff, proj));
     } else {
       BITSPLIT_RETURN_IF_ERROR(moe_ffn(l, h, proj));
     }
-    add_branch(post_ffn_norm);
+    add_branch("post_ffw_norm", w.post_ffn_norm);
   }
 
+  // The wanted rows, in pass order, and their row groups.
+  std::vector<RowGroup> out_groups(groups.size());
   int64_t n_out = 0;
-  for (uint8_t want : batch.want_logits) n_out += want ? 1 : 0;
+  for (const Sequence& s : seqs) {
+    int64_t wanted = 0;
+    for (uint8_t want : s.batch->want_logits) wanted += want ? 1 : 0;
+    RowGroup& g = out_groups[s.group];
+    if (g.rows == 0) g.row0 = n_out;
+    g.rows += wanted;
+    g.variant = groups[s.group].variant;
+    n_out += wanted;
+  }
+  std::erase_if(out_groups, [](const RowGroup& g) { return g.rows == 0; });
   Activations last(n_out, c.n_embd);
-  const std::vector<float>& output_norm = pick("output_norm.weight", model.output_norm());
-  for (int64_t i = 0, r = 0; i < n; ++i) {
-    if (batch.want_logits[size_t(i)]) cpu::rms_norm_f32(x.row(i), output_norm.data(), c.n_embd, c.rms_eps, last.row(r++));
+  for (const Sequence& s : seqs) {
+    const std::vector<float>& output_norm = pick(s.variant, "output_norm.weight", model.output_norm());
+    int64_t r = 0;
+    for (const Sequence& before : seqs) {
+      if (&before == &s) break;
+      for (uint8_t want : before.batch->want_logits) r += want ? 1 : 0;
+    }
+    for (int64_t i = 0; i < s.batch->size(); ++i) {
+      if (s.batch->want_logits[size_t(i)]) cpu::rms_norm_f32(x.row(s.row0 + i), output_norm.data(), c.n_embd, c.rms_eps, last.row(r++));
+    }
   }
   Activations logits(n_out, c.n_vocab);
   if (observer && n_out > 0) (*observer)("output.weight", last.data.data(), last.rows, last.width);
   if (n_out > 0) {
-    ProjectionInput head_in(last);
+    ProjectionInput head_in(last, out_groups);
     // A tied head reads the embedding, so it takes the embedding's delta (full or signs).
-    const bool tied = c.tied_output;
-    const std::vector<float>& head = tied ? embd : model.output();
-    const VariantSigns* head_signs = tied ? embd_signs : signs_of("output.weight");
     // Variant::make gives a head read from the embedding the embedding's LoRA under this name.
-    BITSPLIT_RETURN_IF_ERROR(
-        linear(model, pass, "output.weight", head_in, head, no_bias, logits, head_signs, lora_of("output.weight")));
+    const bool tied = c.tied_output;
+    std::vector<GroupProjection> parts;
+    for (const RowGroup& g : out_groups) {
+      const std::vector<float>& head = tied ? pick(g.variant, "token_embd.weight", model.token_embd()) : model.output();
+      parts.push_back({&head, &no_bias, tied ? signs_of(g.variant, "token_embd.weight") : signs_of(g.variant, "output.weight"),
+                       lora_of(g.variant, "output.weight")});
+    }
+    BITSPLIT_RETURN_IF_ERROR(linear(model, pass, "output.weight", head_in, parts, logits));
     if (c.final_softcap > 0.0f) {
       for (float& v : logits.data) v = cpu::softcap(v, c.final_softcap);
     }
   }
-  return std::move(logits.data);
+  std::vector<std::vector<float>> result(seqs.size());
+  int64_t r = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    int64_t wanted = 0;
+    for (uint8_t want : seqs[i].batch->want_logits) wanted += want ? 1 : 0;
+    result[i].assign(logits.row(r), logits.row(r) + wanted * c.n_vocab);
+    r += wanted;
+  }
+  return result;
+}
+
+}  // namespace
+
+Result<std::vector<std::vector<float>>> forward_passes(const Model& model, std::span<const SequencePass> sequences,
+                                                       Pass pass) {
+  if (pass == Pass::kDefault) pass = model.default_pass();
+  const ModelConfig& c = model.config();
+  if (sequences.empty()) return std::vector<std::vector<float>>{};
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    const SequencePass& s = sequences[i];
+    if (!s.cache || !s.batch) return Status::error("forward_passes: sequence " + std::to_string(i) + " has no cache or batch");
+    if (Status st = s.batch->validate(c, *s.cache); !st) {
+      return Status::error("sequence " + std::to_string(i) + ": " + st.message());
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (sequences[j].cache == s.cache) {
+        return Status::error("forward_passes: sequences " + std::to_string(j) + " and " + std::to_string(i) +
+                             " share one KV cache");
+      }
+    }
+  }
+  // A mixture of experts routes rows, not sequences: its sequences run one after another.
+  if (c.is_moe() && sequences.size() > 1) {
+    std::vector<std::vector<float>> out;
+    for (const SequencePass& s : sequences) {
+      BITSPLIT_ASSIGN_OR_RETURN(auto logits, forward_pass(model, *s.cache, *s.batch, nullptr, pass, s.variant));
+      out.push_back(std::move(logits));
+    }
+    return out;
+  }
+  // Sequences ordered by variant (stable), so each variant's rows are one group.
+  std::vector<size_t> order(sequences.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::less<const Variant*>()(sequences[a].variant, sequences[b].variant);
+  });
+  std::vector<Sequence> seqs;
+  std::vector<RowGroup> groups;
+  int64_t rows = 0;
+  for (size_t i : order) {
+    const SequencePass& s = sequences[i];
+    if (groups.empty() || groups.back().variant != s.variant) groups.push_back({rows, 0, s.variant});
+    groups.back().rows += s.batch->size();
+    seqs.push_back({s.cache, s.batch, s.variant, rows, groups.size() - 1, {}});
+    rows += s.batch->size();
+  }
+  BITSPLIT_ASSIGN_OR_RETURN(auto logits, run_pass(model, seqs, groups, nullptr, pass));
+  std::vector<std::vector<float>> out(sequences.size());
+  for (size_t k = 0; k < order.size(); ++k) out[order[k]] = std::move(logits[k]);
+  return out;
+}
+
+Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, const Batch& batch,
+                                        const ActivationObserver* observer, Pass pass, const Variant* variant) {
+  if (pass == Pass::kDefault) pass = model.default_pass();
+  BITSPLIT_RETURN_IF_ERROR(batch.validate(model.config(), cache));
+  std::vector<Sequence> seqs{{&cache, &batch, variant, 0, 0, {}}};
+  const std::vector<RowGroup> groups{{0, batch.size(), variant}};
+  BITSPLIT_ASSIGN_OR_RETURN(auto logits, run_pass(model, seqs, groups, observer, pass));
+  return std::move(logits[0]);
 }
 
 }  // namespace bitsplit

@@ -102,6 +102,14 @@ void Metrics::set_variants(std::vector<std::string> resident, std::vector<std::s
   registered_ = std::move(registered);
 }
 
+void Metrics::set_forward_passes(int64_t passes, int64_t sequences, int64_t rows, int64_t shared) {
+  std::lock_guard<std::mutex> lock(mu_);
+  passes_ = passes;
+  pass_sequences_ = sequences;
+  pass_rows_ = rows;
+  pass_shared_ = shared;
+}
+
 std::string Metrics::render() const {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string model = "model_name=\"" + escape(model_) + "\"";
@@ -139,6 +147,15 @@ std::string Metrics::render() const {
     out += "vllm:spec_decode_num_accepted_tokens_per_pos{" + model + ",position=\"" + std::to_string(i) + "\"} " +
            std::to_string(spec_.accepted_per_pos[i]) + "\n";
   }
+  header(out, "bitsplit:forward_passes_total", "counter", "Forward passes run (each over one or more sequences).");
+  out += "bitsplit:forward_passes_total{" + model + "} " + std::to_string(passes_) + "\n";
+  header(out, "bitsplit:forward_pass_sequences_total", "counter", "Sequence passes run inside those forward passes.");
+  out += "bitsplit:forward_pass_sequences_total{" + model + "} " + std::to_string(pass_sequences_) + "\n";
+  header(out, "bitsplit:forward_pass_rows_total", "counter", "Token rows run through those forward passes.");
+  out += "bitsplit:forward_pass_rows_total{" + model + "} " + std::to_string(pass_rows_) + "\n";
+  header(out, "bitsplit:forward_pass_shared_sequences_total", "counter",
+         "Sequence passes that shared a forward pass (one stream of the weights) with another sequence.");
+  out += "bitsplit:forward_pass_shared_sequences_total{" + model + "} " + std::to_string(pass_shared_) + "\n";
   header(out, "vllm:kv_cache_usage_perc", "gauge", "Fraction of the KV cache in use (1 = full).");
   out += "vllm:kv_cache_usage_perc{" + model + "} " + number(kv_usage_) + "\n";
   header(out, "vllm:lora_requests_info", "gauge", "Variants: registered, and resident (loaded) now.");

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "bitsplit/logprobs.h"
 #include "bitsplit/speculation.h"
 
 namespace bitsplit::serve {
@@ -162,8 +163,15 @@ GenerationRequest parse(std::string_view body, Endpoint endpoint) {
     if (!it->is_object()) fail("stream_options", "'stream_options' must be an object");
     r.include_usage = boolean(*it, "include_usage").value_or(false);
   }
-  if (auto it = o.find("logprobs"); it != o.end() && !it->is_null() && *it != json(false) && *it != json(0)) {
-    fail("logprobs", "'logprobs' is not supported yet");
+  // Log-probabilities: completions take `logprobs` N (alternatives per token), chat takes
+  // `logprobs` true and `top_logprobs` N.
+  if (endpoint == Endpoint::kCompletions) {
+    if (auto v = integer(o, "logprobs", 0, kMaxTopLogprobs)) r.logprobs = int32_t(*v);
+  } else {
+    const bool wanted = boolean(o, "logprobs").value_or(false);
+    const auto top = integer(o, "top_logprobs", 0, kMaxTopLogprobs);
+    if (top && !wanted) fail("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (wanted) r.logprobs = int32_t(top.value_or(0));
   }
   if (auto it = o.find("bitsplit"); it != o.end() && !it->is_null()) {
     if (!it->is_object()) fail("bitsplit", "'bitsplit' (the speculative-decoding extension) must be an object");

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "bitsplit/chat_prompt.h"
+#include "bitsplit/logprobs.h"
 #include "bitsplit/openai_request.h"
 #include "bitsplit/stop_strings.h"
 #include "bitsplit/tokenizer.h"
@@ -46,7 +47,12 @@ struct Outcome {
   double time_to_first_token = -1;
   std::vector<double> inter_token;
   bool cancelled = false;
+  std::vector<TokenLogprob> logprobs;  // when the request asked for them (EOS left out)
 };
+
+// Hands a piece of generated text to the client (streaming), with the log-probabilities of the
+// tokens generated since the last piece; false when the client went away.
+using EmitFn = std::function<bool(const std::string& piece, std::span<const TokenLogprob> logprobs)>;
 
 }  // namespace
 
@@ -66,14 +72,16 @@ struct Server::Impl {
   std::string model_id;
   std::atomic<bool> ready{false};
 
-  // One decoding pass at a time on the model (the CPU tier has one driver).
-  std::mutex compute;
-  // Admission: `free_slots` requests decode (or wait for the compute lock); `waiting` queue.
+  // The admitted requests decode at once, each on its own thread; their forward passes run
+  // combined (one pass over the residual for all of their rows).
+  PassBatcher batcher;
+  // Admission: `free_slots` requests decode; `waiting` queue.
   std::mutex slot_mu;
   std::condition_variable slot_cv;
   int free_slots;
   int waiting = 0;
   std::atomic<uint64_t> next_id{1};
+  std::atomic<int64_t> kv_reserved{0};  // KV slots of the running requests (prompt + max_tokens)
 
   struct SlotLease {
     Impl* impl;
@@ -121,14 +129,14 @@ struct Server::Impl {
   void handle_generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
   Outcome run(std::shared_ptr<const Variant> variant, const SessionOptions& so,
               const std::vector<int32_t>& prompt, int32_t max_tokens, const SamplingParams& sampling,
-              const std::vector<std::string>& stop, Clock::time_point received,
-              const std::function<bool(const std::string&)>& emit);
+              const std::vector<std::string>& stop, std::optional<int32_t> logprobs, Clock::time_point received,
+              const EmitFn& emit);
 };
 
 Outcome Server::Impl::run(std::shared_ptr<const Variant> variant, const SessionOptions& so,
                           const std::vector<int32_t>& prompt, int32_t max_tokens, const SamplingParams& sampling,
-                          const std::vector<std::string>& stop, Clock::time_point received,
-                          const std::function<bool(const std::string&)>& emit) {
+                          const std::vector<std::string>& stop, std::optional<int32_t> logprobs,
+                          Clock::time_point received, const EmitFn& emit) {
   Outcome out;
   out.prompt_tokens = int64_t(prompt.size());
   const Tokenizer& tokenizer = *model->tokenizer;
@@ -136,7 +144,20 @@ Outcome Server::Impl::run(std::shared_ptr<const Variant> variant, const SessionO
   Utf8StreamDecoder utf8;
   StopMatcher matcher(stop);
   Clock::time_point last = received;
-  Session session(model->model, std::move(variant), so);
+  SessionOptions options = so;
+  options.batcher = &batcher;
+  if (logprobs) {
+    options.on_logits = [&](int32_t token, std::span<const float> logits) {
+      out.logprobs.push_back(token_logprob(logits, token, *logprobs));
+    };
+  }
+  size_t logprobs_sent = 0;  // entries handed to emit so far
+  auto fresh_logprobs = [&] {
+    std::span<const TokenLogprob> fresh(out.logprobs.data() + logprobs_sent, out.logprobs.size() - logprobs_sent);
+    logprobs_sent = out.logprobs.size();
+    return fresh;
+  };
+  Session session(model->model, std::move(variant), options);
   Sampler sampler(sampling);
   auto on_token = [&](int32_t token) {
     const auto now = Clock::now();
@@ -149,13 +170,14 @@ Outcome Server::Impl::run(std::shared_ptr<const Variant> variant, const SessionO
     last = now;
     ++out.completion_tokens;
     if (token == eos) {
+      if (logprobs && !out.logprobs.empty()) out.logprobs.pop_back();  // no text, not reported
       out.finish_reason = "stop";
       return true;
     }
     std::string piece = matcher.push(utf8.push(tokenizer.token_to_piece(token)));
     if (!piece.empty()) {
       out.text += piece;
-      if (emit && !emit(piece)) {
+      if (emit && !emit(piece, fresh_logprobs())) {
         out.cancelled = true;
         return false;
       }
@@ -166,11 +188,7 @@ Outcome Server::Impl::run(std::shared_ptr<const Variant> variant, const SessionO
     }
     return true;
   };
-  Result<SessionResult> r = Status::error("not run");
-  {
-    std::lock_guard<std::mutex> lock(compute);
-    r = session.generate(prompt, max_tokens, eos, sampler, on_token);
-  }
+  Result<SessionResult> r = session.generate(prompt, max_tokens, eos, sampler, on_token);
   if (!r) {
     out.status = r.status();
     return out;
@@ -180,7 +198,7 @@ Outcome Server::Impl::run(std::shared_ptr<const Variant> variant, const SessionO
     tail += matcher.flush();
     if (!tail.empty()) {
       out.text += tail;
-      if (emit && !out.cancelled) emit(tail);
+      if (emit && !out.cancelled) emit(tail, fresh_logprobs());
     }
   }
   out.speculative = std::move(r->speculative);
@@ -258,11 +276,14 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
     return fail({503, "the server is busy: every slot is decoding and the queue is full; retry later", "",
                  "unavailable_error"});
   }
-  metrics.set_kv_cache_usage(double(int64_t(prompt.size()) + max_tokens) / double(n_ctx));
+  // KV usage: the slots the running requests reserved, of the parallel sequences' contexts.
+  const int64_t reserved = int64_t(prompt.size()) + max_tokens;
+  const double capacity = double(n_ctx) * double(std::max(1, options.parallel));
+  metrics.set_kv_cache_usage(double(kv_reserved += reserved) / capacity);
   const std::string id = (endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
   const int64_t created = unix_now();
   const bool chat = endpoint == Endpoint::kChat;
-  auto finish = [this, received](const Outcome& o) {
+  auto finish = [this, received, reserved, capacity](const Outcome& o) {
     metrics.request_finished(o.cancelled ? "abort" : o.finish_reason, o.prompt_tokens, o.completion_tokens,
                              o.time_to_first_token,
                              std::chrono::duration<double>(Clock::now() - received).count(), o.inter_token);
@@ -270,7 +291,7 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
       const auto& a = o.speculative->acceptance;
       metrics.add_speculative({a.checks, a.drafted, a.accepted, a.accepted_at_depth});
     }
-    metrics.set_kv_cache_usage(0);
+    metrics.set_kv_cache_usage(double(kv_reserved -= reserved) / capacity);
   };
   auto usage = [](const Outcome& o) {
     json u = {{"prompt_tokens", o.prompt_tokens}, {"completion_tokens", o.completion_tokens},
@@ -289,16 +310,18 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
     return e;
   };
 
+  const PieceOf piece_of = [this](int32_t token) { return model->tokenizer->token_to_piece(token); };
   if (!r.stream) {
-    Outcome o = run(variant, so, prompt, max_tokens, r.sampling, r.stop, received, nullptr);
+    Outcome o = run(variant, so, prompt, max_tokens, r.sampling, r.stop, r.logprobs, received, nullptr);
     finish(o);
     if (!o.status) return fail({500, o.status.message(), "", "server_error"});
     json choice = {{"index", 0}, {"finish_reason", o.finish_reason}};
     if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", o.text}};
+      choice["logprobs"] = r.logprobs ? chat_logprobs(o.logprobs, piece_of) : json(nullptr);
     } else {
       choice["text"] = o.text;
-      choice["logprobs"] = nullptr;
+      choice["logprobs"] = r.logprobs ? completion_logprobs(o.logprobs, piece_of) : json(nullptr);
     }
     json body = {{"id", id}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", created},
                  {"model", served_name}, {"choices", json::array({choice})}, {"usage", usage(o)},
@@ -314,23 +337,31 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
   res.set_chunked_content_provider(
       "text/event-stream",
       [this, lease, state, variant, so, prompt, max_tokens, received, id, created, served_name, chat, include_usage,
-       finish, usage, extension](size_t, httplib::DataSink& sink) {
-        auto chunk = [&](json delta_or_text, std::optional<std::string> finish_reason) {
+       finish, usage, extension, piece_of](size_t, httplib::DataSink& sink) {
+        int64_t text_offset = 0;  // bytes of the tokens reported so far (completions' text_offset)
+        auto chunk = [&](json delta_or_text, std::optional<std::string> finish_reason,
+                         std::span<const TokenLogprob> logprobs = {}) {
           json choice = {{"index", 0}, {"finish_reason", finish_reason ? json(*finish_reason) : json(nullptr)}};
+          json lp = nullptr;
+          if (state->logprobs && !logprobs.empty()) {
+            const std::vector<TokenLogprob> entries(logprobs.begin(), logprobs.end());
+            lp = chat ? chat_logprobs(entries, piece_of) : completion_logprobs(entries, piece_of, text_offset);
+            for (const TokenLogprob& t : entries) text_offset += int64_t(piece_of(t.token).size());
+          }
+          choice["logprobs"] = std::move(lp);
           if (chat) {
             choice["delta"] = std::move(delta_or_text);
           } else {
             choice["text"] = std::move(delta_or_text);
-            choice["logprobs"] = nullptr;
           }
           return json{{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
                       {"model", served_name}, {"choices", json::array({choice})}};
         };
         auto write = [&](const std::string& s) { return sink.is_writable() && sink.write(s.data(), s.size()); };
         if (chat && !write(sse(chunk(json{{"role", "assistant"}, {"content", ""}}, std::nullopt)))) return false;
-        Outcome o = run(variant, so, prompt, max_tokens, state->sampling, state->stop, received,
-                        [&](const std::string& piece) {
-                          return write(sse(chunk(chat ? json{{"content", piece}} : json(piece), std::nullopt)));
+        Outcome o = run(variant, so, prompt, max_tokens, state->sampling, state->stop, state->logprobs, received,
+                        [&](const std::string& piece, std::span<const TokenLogprob> logprobs) {
+                          return write(sse(chunk(chat ? json{{"content", piece}} : json(piece), std::nullopt, logprobs)));
                         });
         finish(o);
         if (o.cancelled) return false;  // the client went away
@@ -362,6 +393,8 @@ void Server::Impl::setup_routes() {
   });
   http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
     if (!authorized(req, res)) return;
+    const PassBatcher::Stats passes = batcher.stats();
+    metrics.set_forward_passes(passes.passes, passes.sequences, passes.rows, passes.shared);
     if (ready.load()) {
       std::vector<std::string> names = variants->names(), resident;
       for (const auto& n : names)

@@ -145,6 +145,38 @@ with tempfile.TemporaryDirectory() as TMP:
         check(text == want_chat, f"streamed chat == run: {text!r} vs {want_chat!r}")
         check(chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0, "include_usage gives a usage chunk")
 
+        # Log-probabilities: a greedy token is its position's most probable; speculative decoding
+        # reports what plain decoding does; streamed chunks carry the same entries.
+        def completion_lp(**extra):
+            return client.completions.create(model="base.bitsplit.gguf", prompt=prompt, max_tokens=24, temperature=0,
+                                             logprobs=3, **extra)
+        lp = completion_lp()
+        L = lp.choices[0].logprobs
+        n = lp.usage.completion_tokens - (1 if lp.choices[0].finish_reason == "stop" else 0)
+        check(lp.choices[0].text == want and "".join(L.tokens) == want, f"logprobs tokens spell the text: {L.tokens}")
+        check(len(L.tokens) == len(L.token_logprobs) == len(L.top_logprobs) == len(L.text_offset) == n,
+              f"one entry per generated token ({n})")
+        check(L.text_offset[0] == 0 and all(b > a for a, b in zip(L.text_offset, L.text_offset[1:]) if b != a),
+              f"text offsets {L.text_offset}")
+        for lp_t, top in zip(L.token_logprobs, L.top_logprobs):
+            check(0 < len(top) <= 3 and lp_t <= 0 and abs(max(top.values()) - lp_t) < 1e-6,
+                  f"greedy picks the most probable: {lp_t} vs {top}")
+        plain_lp = completion_lp(extra_body={"bitsplit": {"speculative": False}}).choices[0].logprobs
+        check(plain_lp.tokens == L.tokens and plain_lp.token_logprobs == L.token_logprobs,
+              "speculative decoding reports plain decoding's log-probabilities")
+        streamed_lp = [ch.choices[0].logprobs for ch in completion_lp(stream=True) if ch.choices and ch.choices[0].logprobs]
+        check(sum((s.tokens for s in streamed_lp), []) == L.tokens and
+              sum((s.token_logprobs for s in streamed_lp), []) == L.token_logprobs and
+              sum((s.text_offset for s in streamed_lp), []) == L.text_offset, "streamed logprobs == not streamed")
+        r = client.chat.completions.create(model="base.bitsplit.gguf", messages=messages, max_tokens=20, temperature=0,
+                                           logprobs=True, top_logprobs=2)
+        content = r.choices[0].logprobs.content
+        check("".join(c.token for c in content) == want_chat, "chat logprobs spell the reply")
+        check(all(len(c.top_logprobs) == 2 and abs(c.top_logprobs[0].logprob - c.logprob) < 1e-6 and
+                  bytes(c.bytes).decode("utf-8", "replace") == c.token for c in content), "chat logprobs entries")
+        check(client.chat.completions.create(model="base.bitsplit.gguf", messages=messages, max_tokens=4,
+                                             temperature=0).choices[0].logprobs is None, "no logprobs unless asked")
+
         # Two variants at once, each as its own run --variant.
         want_v = {v: run_text(conv, prompt, 24, variant=v) for v in ("devil", "psalms")}
         check(want_v["devil"] != want_v["psalms"], "the variants differ (else the test proves nothing)")

@@ -2,6 +2,9 @@
 // check names the field, OpenAI's defaults apply, stop strings never leak into the text.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
+#include "bitsplit/logprobs.h"
 #include "bitsplit/metrics.h"
 #include "bitsplit/openai_request.h"
 #include "bitsplit/stop_strings.h"
@@ -70,7 +73,14 @@ TEST(ServeRequest, BadRequestsNameTheField) {
       {Endpoint::kCompletions, R"({"prompt": "x", "stop": [""]})", "stop", "must not be empty"},
       {Endpoint::kCompletions, R"({"prompt": "x", "stop": [7]})", "stop", "strings"},
       {Endpoint::kCompletions, R"({"prompt": "x", "stream": "yes"})", "stream", "must be a boolean"},
-      {Endpoint::kCompletions, R"({"prompt": "x", "logprobs": 3})", "logprobs", "not supported"},
+      {Endpoint::kCompletions, R"({"prompt": "x", "logprobs": 21})", "logprobs", "between 0 and 20"},
+      {Endpoint::kCompletions, R"({"prompt": "x", "logprobs": true})", "logprobs", "must be an integer"},
+      {Endpoint::kChat, R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": 2})", "logprobs",
+       "must be a boolean"},
+      {Endpoint::kChat, R"({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2})", "top_logprobs",
+       "needs 'logprobs': true"},
+      {Endpoint::kChat, R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": -1})",
+       "top_logprobs", "between 0 and 20"},
       {Endpoint::kCompletions, R"({"prompt": "x", "bitsplit": {"budget": 0}})", "bitsplit.budget", "budget"},
       {Endpoint::kCompletions, R"({"prompt": "x", "bitsplit": 1})", "bitsplit", "must be an object"},
       {Endpoint::kChat, R"({"messages": []})", "messages", "must not be empty"},
@@ -91,6 +101,60 @@ TEST(ServeRequest, BadRequestsNameTheField) {
     EXPECT_EQ(j["error"]["type"], "invalid_request_error");
     EXPECT_EQ(j["error"]["message"], p.error.message);
   }
+}
+
+TEST(ServeRequest, LogprobsPerEndpoint) {
+  auto p = completions(R"({"prompt": "x"})");
+  ASSERT_TRUE(p.request.has_value());
+  EXPECT_FALSE(p.request->logprobs.has_value());
+  p = completions(R"({"prompt": "x", "logprobs": 0})");
+  ASSERT_TRUE(p.request.has_value());
+  EXPECT_EQ(p.request->logprobs, std::optional<int32_t>(0));
+  p = completions(R"({"prompt": "x", "logprobs": 5})");
+  ASSERT_TRUE(p.request.has_value());
+  EXPECT_EQ(p.request->logprobs, std::optional<int32_t>(5));
+  p = chat(R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": false})");
+  ASSERT_TRUE(p.request.has_value());
+  EXPECT_FALSE(p.request->logprobs.has_value());
+  p = chat(R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": true})");
+  ASSERT_TRUE(p.request.has_value());
+  EXPECT_EQ(p.request->logprobs, std::optional<int32_t>(0));
+  p = chat(R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 20})");
+  ASSERT_TRUE(p.request.has_value());
+  EXPECT_EQ(p.request->logprobs, std::optional<int32_t>(20));
+}
+
+TEST(ServeLogprobs, LogSoftmaxOfTheRawLogitsAndTheBestAlternatives) {
+  const std::vector<float> logits = {1.0f, 3.0f, 3.0f, -2.0f, 0.5f};
+  double z = 0;
+  for (float x : logits) z += std::exp(double(x));
+  const TokenLogprob t = token_logprob(logits, 4, 3);
+  EXPECT_EQ(t.token, 4);
+  EXPECT_NEAR(t.logprob, 0.5 - std::log(z), 1e-6);
+  ASSERT_EQ(t.top.size(), 3u);
+  EXPECT_EQ(t.top[0].first, 1);  // the tie of 1 and 2 goes to the lower id
+  EXPECT_EQ(t.top[1].first, 2);
+  EXPECT_EQ(t.top[2].first, 0);
+  EXPECT_NEAR(t.top[0].second, 3.0 - std::log(z), 1e-6);
+  EXPECT_TRUE(token_logprob(logits, 0, 0).top.empty());
+  EXPECT_EQ(token_logprob(logits, 0, 99).top.size(), logits.size());  // at most the vocabulary
+
+  const PieceOf piece = [](int32_t id) { return std::vector<std::string>{"a", "bb", "\xc3", "", "e"}[size_t(id)]; };
+  const std::vector<TokenLogprob> tokens = {token_logprob(logits, 1, 2), token_logprob(logits, 2, 0)};
+  const auto c = completion_logprobs(tokens, piece, 10);
+  EXPECT_EQ(c["tokens"], nlohmann::json({"bb", "\xc3"}));
+  EXPECT_EQ(c["text_offset"], nlohmann::json({10, 12}));
+  ASSERT_EQ(c["token_logprobs"].size(), 2u);
+  EXPECT_FLOAT_EQ(c["token_logprobs"][0].get<float>(), tokens[0].logprob);
+  EXPECT_EQ(c["top_logprobs"][0].size(), 2u);
+  EXPECT_FLOAT_EQ(c["top_logprobs"][0]["bb"].get<float>(), tokens[0].top[0].second);
+  EXPECT_TRUE(c["top_logprobs"][1].empty());
+  const auto chat_lp = chat_logprobs(tokens, piece);
+  ASSERT_EQ(chat_lp["content"].size(), 2u);
+  EXPECT_EQ(chat_lp["content"][1]["token"], "\xc3");
+  EXPECT_EQ(chat_lp["content"][1]["bytes"], nlohmann::json({0xc3}));  // part of a character: the bytes tell
+  EXPECT_EQ(chat_lp["content"][0]["top_logprobs"][1]["token"], "\xc3");
+  EXPECT_EQ(chat_lp["content"][0]["top_logprobs"][1]["bytes"], nlohmann::json({0xc3}));
 }
 
 TEST(ServeStopStrings, HoldBackPrefixesAndCutAtTheFirstStop) {

@@ -198,6 +198,55 @@ TEST(Speculative, GreedyEqualsPlainTargetOnFixtureModels) {
   }
 }
 
+// The logits reported with each token (for log-probabilities) are, in speculative decoding, the
+// verify pass's row of the node that chose the token: bit for bit plain decoding's logits there
+// (chain and tree, with lookup), and the token is that row's argmax.
+TEST(Speculative, ReportedLogitsAreThePlainPassLogits) {
+  const std::string path = testing::source_dir() + "/tests/models/bible-base.gguf";
+  BITSPLIT_REQUIRE_FILE(path);
+  auto [source, tok] = open_with_tokenizer(path);
+  const Pair p = converted(*source);
+  const auto prompt = tok->encode("And it came to pass");
+  const int64_t V = p.target.config().n_vocab;
+  auto collect = [&](std::vector<int32_t>& tokens, std::vector<std::vector<float>>& rows) {
+    return [&](int32_t token, std::span<const float> logits) {
+      EXPECT_EQ(int64_t(logits.size()), V);
+      tokens.push_back(token);
+      rows.emplace_back(logits.begin(), logits.end());
+    };
+  };
+  std::vector<int32_t> plain_tokens;
+  std::vector<std::vector<float>> plain_rows;
+  {
+    SamplingParams sp;
+    sp.temperature = 0;
+    Sampler s(sp);
+    GenerateOptions o;
+    o.n_predict = 60;
+    o.on_logits = collect(plain_tokens, plain_rows);
+    ASSERT_TRUE(generate(p.target, prompt, o, s, [](int32_t) { return true; }).is_ok());
+  }
+  ASSERT_EQ(plain_tokens.size(), 60u);
+  for (size_t i = 0; i < plain_rows.size(); ++i) EXPECT_EQ(argmax(plain_rows[i]), plain_tokens[i]);
+  for (auto shape : {speculation::DraftShape::kChain, speculation::DraftShape::kTree}) {
+    SpeculativeOptions o;
+    o.n_predict = 60;
+    o.policy.shape = shape;
+    o.policy.budget = 6;
+    o.lookup.max_tokens = 4;
+    std::vector<int32_t> tokens, out;
+    std::vector<std::vector<float>> rows;
+    o.on_logits = collect(tokens, rows);
+    auto r = testing::speculative_greedy(p.target, p.draft, prompt, o, &out);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_GT(r->acceptance.accepted, 0) << "no drafted token was accepted: the verify rows were not exercised";
+    EXPECT_EQ(tokens, out);
+    EXPECT_EQ(tokens, plain_tokens);
+    ASSERT_EQ(rows.size(), plain_rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) ASSERT_TRUE(rows[i] == plain_rows[i]) << "token " << i;
+  }
+}
+
 // A mixed-precision draft (2-, 3- and 4-bit projections, --draft-bpw) changes what is drafted,
 // never what is output.
 TEST(Speculative, GreedyEqualsPlainWithAMixedDraft) {

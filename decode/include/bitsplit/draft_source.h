@@ -35,12 +35,18 @@ class DraftSource {
   virtual DeviceTransfers transfers() const { return {}; }
 };
 
-// The draft model D (with the variant's signs) through forward_pass on `cache`, the target's.
-std::unique_ptr<DraftSource> make_host_draft(const Model& draft, KvCache& cache, const Variant* variant);
+class PassBatcher;
+
+// The draft model D (with the variant's signs) through forward_pass on `cache`, the target's;
+// with a batcher, its passes join other generations' (pass_batcher.h).
+std::unique_ptr<DraftSource> make_host_draft(const Model& draft, KvCache& cache, const Variant* variant,
+                                             PassBatcher* batcher = nullptr);
 
 // The whole draft on the draft model's backend device with a K/V cache of n_slots slots, or an
 // error saying why not (the CPU backend; planes that did not fit in VRAM; a variant replacing
-// more than norms and biases): the caller then drafts on the host.
-Result<std::unique_ptr<DraftSource>> make_device_draft(const Model& draft, int64_t n_slots, const Variant* variant);
+// more than norms and biases): the caller then drafts on the host. With a batcher, its device
+// work (making it, each level, each K/V upload) takes turns with other generations' passes.
+Result<std::unique_ptr<DraftSource>> make_device_draft(const Model& draft, int64_t n_slots, const Variant* variant,
+                                                       PassBatcher* batcher = nullptr);
 
 }  // namespace bitsplit

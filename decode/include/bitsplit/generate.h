@@ -11,12 +11,26 @@
 #include "bitsplit/sampling.h"
 
 namespace bitsplit {
+class PassBatcher;
+}
+
+namespace bitsplit {
+
+// Called with each generated token; return false to stop.
+using TokenCallback = std::function<bool(int32_t token)>;
+// Called with each generated token just before the TokenCallback, with the target's logits
+// [n_vocab] at the position that chose it (the raw logits: before temperature, penalties and
+// filters), for log-probabilities. The span is valid during the call only.
+using LogitsCallback = std::function<void(int32_t token, std::span<const float> logits)>;
 
 struct GenerateOptions {
   int32_t n_predict = 64;
   int32_t eos_token = -1;       // generation stops after this token (-1: never)
   int32_t prefill_chunk = 256;  // prompt tokens per forward pass
   const Variant* variant = nullptr;  // a fine-tuned variant of the model (variant.h); null: the base
+  // Concurrent generations on the model: passes combined with theirs (pass_batcher.h); null: alone.
+  PassBatcher* batcher = nullptr;
+  LogitsCallback on_logits;  // optional
 };
 
 struct GenerationStats {
@@ -29,8 +43,6 @@ struct GenerationStats {
   double generate_tokens_per_second() const { return generate_seconds > 0 ? generated_tokens / generate_seconds : 0.0; }
 };
 
-// Called with each generated token; return false to stop.
-using TokenCallback = std::function<bool(int32_t token)>;
 
 // ---- Pieces plain and speculative generation share ----
 
@@ -40,9 +52,10 @@ Status check_generation(const ModelConfig& config, size_t prompt_tokens, int32_t
 
 // Runs `tokens` through the model at positions and cache slots start.. in batches of `chunk`
 // tokens (each sees every slot before it). With last_logits, returns the logits of the last
-// token; otherwise computes none.
+// token; otherwise computes none. With a batcher, each chunk's pass joins other generations'.
 Result<std::vector<float>> prefill(const Model& model, KvCache& cache, std::span<const int32_t> tokens, int32_t chunk,
-                                   Pass pass, const Variant* variant, bool last_logits, int32_t start = 0);
+                                   Pass pass, const Variant* variant, bool last_logits, int32_t start = 0,
+                                   PassBatcher* batcher = nullptr);
 
 // Hands generated tokens to the callback and counts them; says when generation stops.
 class TokenSink {

@@ -4,8 +4,9 @@
 // call. Each generate() starts a new sequence with its own KV cache.
 //
 // Threads: a session is used by one thread at a time. Sessions on one model run one after the
-// other (the model's CpuContext is driven by one thread at a time); concurrent sessions on one
-// model are not supported yet.
+// other (the model's CpuContext is driven by one thread at a time) unless they share a
+// PassBatcher (SessionOptions::batcher): then any number of them generate at once, each on its
+// own thread, their forward passes combined.
 #pragma once
 
 #include <memory>
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "bitsplit/generate.h"
+#include "bitsplit/pass_batcher.h"
 #include "bitsplit/speculative.h"
 #include "bitsplit/variant.h"
 
@@ -33,6 +35,12 @@ struct SessionOptions {
   bool device_draft = true;         // the whole draft on the backend's device when it offers it
   bool base_draft = false;          // with a variant: draft with the plain base D
   int32_t prefill_chunk = 256;
+  // Sessions decoding concurrently on one model share its passes through a batcher
+  // (pass_batcher.h): each session's thread calls generate(), their passes run combined. Null:
+  // this session's passes run alone (sessions on one model then run one after the other).
+  PassBatcher* batcher = nullptr;
+  // Each generated token's target logits (generate.h's LogitsCallback), e.g. for log-probabilities.
+  LogitsCallback on_logits;
 };
 
 struct SessionResult {

@@ -15,6 +15,10 @@
 #include "bitsplit/speculation.h"
 
 namespace bitsplit {
+class PassBatcher;
+}
+
+namespace bitsplit {
 
 struct SpeculativeOptions {
   speculation::DraftPolicy policy;
@@ -48,6 +52,11 @@ struct SpeculativeOptions {
   // comes out; a variant's draft too (its signs fused in the kernel).
   bool device_draft = true;
   speculation::SamplingVerifyOptions verify;  // test-only switches
+  // Concurrent generations on the model: every pass (prefill, draft levels on the host, verify)
+  // joins theirs, and device draft work takes its turn with them (pass_batcher.h); null: alone.
+  PassBatcher* batcher = nullptr;
+  // Each emitted token's target logits (generate.h), from the verify pass that chose it.
+  LogitsCallback on_logits;
 };
 
 struct SpeculativeResult {

@@ -267,4 +267,21 @@ Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, cons
                                         const ActivationObserver* observer = nullptr, Pass pass = Pass::kDefault,
                                         const Variant* variant = nullptr);
 
+// One sequence's part of a combined pass (forward_passes): its cache, its batch, its variant.
+struct SequencePass {
+  KvCache* cache = nullptr;
+  const Batch* batch = nullptr;
+  const Variant* variant = nullptr;  // null: the base
+};
+
+// Several sequences' batches in one pass, as a server decodes concurrent requests: every
+// projection runs once over the rows of all of them — the residual R streamed once for all
+// (sequences on different variants share the base planes; D runs per variant with its signs) —
+// while the K/V writes, attention and each variant's own tensors stay per sequence. Returns the
+// logits of each sequence's wanted rows, in the order given, each equal bit for bit to
+// forward_pass on that sequence alone. Each sequence needs its own cache. Mixture-of-experts
+// models (routing is per row) run the sequences one after another.
+Result<std::vector<std::vector<float>>> forward_passes(const Model& model, std::span<const SequencePass> sequences,
+                                                       Pass pass = Pass::kDefault);
+
 }  // namespace bitsplit

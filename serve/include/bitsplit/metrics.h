@@ -46,6 +46,9 @@ class Metrics {
   void add_speculative(const SpeculativeCounts& s);
   void set_kv_cache_usage(double fraction);
   void set_variants(std::vector<std::string> resident, std::vector<std::string> registered);
+  // The combined forward passes so far (PassBatcher::Stats): passes, the sequence passes in them,
+  // their rows, and the sequence passes that shared a pass with another sequence.
+  void set_forward_passes(int64_t passes, int64_t sequences, int64_t rows, int64_t shared);
   std::string render() const;
 
  private:
@@ -59,6 +62,7 @@ class Metrics {
   SpeculativeCounts spec_;
   double kv_usage_ = 0;
   std::vector<std::string> resident_, registered_;
+  int64_t passes_ = 0, pass_sequences_ = 0, pass_rows_ = 0, pass_shared_ = 0;
 };
 
 }  // namespace bitsplit::serve

@@ -35,6 +35,8 @@ struct GenerationRequest {
   // The "bitsplit" extension object: speculative decoding per request.
   std::optional<bool> speculative;
   std::optional<std::string> budget;  // "auto" or 1..64
+  // Log-probabilities wanted, with this many alternatives per token (0..kMaxTopLogprobs).
+  std::optional<int32_t> logprobs;
 };
 
 // A request error: the HTTP status, the message and the offending field.

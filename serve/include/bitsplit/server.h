@@ -6,9 +6,12 @@
 // With an API key every route but /health needs "Authorization: Bearer KEY".
 //
 // Scheduling: `parallel` requests hold a slot at once and up to `queue` more wait for one; a
-// request beyond that gets 503 with Retry-After. Today the decoding passes of slots on one model
-// run one at a time (the CPU tier has one driver), so `parallel` bounds admission, not
-// throughput; a streamed request whose client goes away stops after its current token.
+// request beyond that gets 503 with Retry-After. The requests holding slots decode at once, each
+// with its own KV cache and variant: their forward passes (prefill chunks, decode steps, draft
+// levels on the host, verify trees) are combined by a PassBatcher into one pass over the planes
+// for all their rows, so R is streamed once per step for all of them; each request's output is
+// what it would be alone. A streamed request whose client goes away stops after its current
+// token.
 #pragma once
 
 #include <atomic>
