@@ -62,8 +62,9 @@ T read_params(const T* given, const T& defaults) {
 struct bitsplit_model {
   LoadedModel loaded;
   std::unique_ptr<VariantRegistry> variants;
-  // Forward passes on one model take turns (its CpuContext is driven by one thread at a time).
-  std::mutex compute;
+  // Sessions generating at once on the model: their forward passes run combined (one pass over
+  // the weights for all their rows; the model's CpuContext is driven by one thread at a time).
+  PassBatcher batcher;
   std::mutex strings_mu;
   std::map<std::string, std::string> strings;  // metadata values handed out (stable addresses)
 };
@@ -296,6 +297,7 @@ bitsplit_status bitsplit_session_create(bitsplit_model* model, const bitsplit_se
     // As `bitsplit run`: lookup joins an online budget by default, a fixed budget only when asked.
     options.lookup.max_tokens = p.lookup >= 0 ? p.lookup : (p.budget > 0 ? 0 : 8);
     options.policy.shape = p.draft_chain ? speculation::DraftShape::kChain : speculation::DraftShape::kTree;
+    options.batcher = &model->batcher;
     const int64_t ctx_train = model->loaded.model.config().n_ctx_train;
     if (p.n_ctx < 0 || p.n_ctx > ctx_train) {
       return invalid("n_ctx must be 0 (the model's) or 1.." + std::to_string(ctx_train) + ", not " + std::to_string(p.n_ctx));
@@ -352,11 +354,7 @@ bitsplit_status bitsplit_session_generate(bitsplit_session* s, const bitsplit_to
       return callback(user_data, token, text.data(), text.size()) == 0;
     };
     Sampler sampler(s->sampling);
-    Result<SessionResult> r = Status::error("not run");
-    {
-      std::lock_guard<std::mutex> lock(m.compute);
-      r = s->session.generate(std::span<const int32_t>(prompt, n_prompt), n_predict, eos, sampler, on_token);
-    }
+    Result<SessionResult> r = s->session.generate(std::span<const int32_t>(prompt, n_prompt), n_predict, eos, sampler, on_token);
     if (!r) return fail(BITSPLIT_ERR_INTERNAL, r.status().message());
     const std::string tail = stream.flush();
     if (callback && !tail.empty() && !stopped_by_abort) callback(user_data, -1, tail.data(), tail.size());
@@ -401,9 +399,8 @@ bitsplit_status bitsplit_session_feed(bitsplit_session* s, const bitsplit_token*
     if (!s->step_sampler) s->step_sampler.emplace(s->sampling);
     std::vector<float> logits;
     {
-      std::lock_guard<std::mutex> lock(m.compute);
       auto r = prefill(m.loaded.model, *s->cache, std::span<const int32_t>(tokens, n), s->session.options().prefill_chunk,
-                       Pass::kDefault, s->session.variant(), true, int32_t(past));
+                       Pass::kDefault, s->session.variant(), true, int32_t(past), &m.batcher);
       if (!r) return fail(BITSPLIT_ERR_INTERNAL, r.status().message());
       logits = std::move(*r);
     }

@@ -58,7 +58,8 @@ std::string MemoryPlan::terms() const {
   std::string s;
   if (residual > 0) s += "residual " + format_bytes(residual) + ", draft " + format_bytes(draft) + ", other weights ";
   else s += "weights ";
-  s += format_bytes(weights) + ", KV cache (" + std::to_string(n_slots) + " positions) " + format_bytes(kv_cache) +
+  const std::string caches = sequences > 1 ? std::to_string(sequences) + " x " : "";
+  s += format_bytes(weights) + ", KV cache (" + caches + std::to_string(n_slots) + " positions) " + format_bytes(kv_cache) +
        ", scratch " + format_bytes(scratch);
   return s;
 }
@@ -90,8 +91,11 @@ Result<MemoryPlan> plan_memory(const WeightSource& source, const ModelConfig& co
     }
   }
   plan.n_slots = options.n_slots > 0 ? std::min(options.n_slots, config.n_ctx_train) : config.n_ctx_train;
-  plan.kv_cache = 2 * uint64_t(config.n_layers) * uint64_t(plan.n_slots) * uint64_t(config.kv_dim()) * sizeof(float);
-  plan.scratch = uint64_t(std::max<int64_t>(1, options.verify_rows)) * uint64_t(config.n_vocab) * sizeof(float);
+  plan.sequences = std::max<int64_t>(1, options.sequences);
+  plan.kv_cache = 2 * uint64_t(config.n_layers) * uint64_t(plan.n_slots) * uint64_t(config.kv_dim()) * sizeof(float) *
+                  uint64_t(plan.sequences);
+  plan.scratch = uint64_t(std::max<int64_t>(1, options.verify_rows)) * uint64_t(plan.sequences) * uint64_t(config.n_vocab) *
+                 sizeof(float);
   return plan;
 }
 

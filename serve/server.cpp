@@ -245,18 +245,20 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
     if (!encoded) return fail({400, "the chat template refused the messages: " + encoded.status().message(), "messages"});
     prompt = std::move(*encoded);
   }
-  const int64_t n_ctx = model->model.config().n_ctx_train;
+  const int64_t model_ctx = model->model.config().n_ctx_train;
+  const int64_t n_ctx = options.ctx > 0 ? std::min(options.ctx, model_ctx) : model_ctx;
+  const std::string whose = n_ctx < model_ctx ? "the server's context (--ctx)" : "the model's context";
   const std::string prompt_param = endpoint == Endpoint::kChat ? "messages" : "prompt";
   if (prompt.empty()) return fail({400, "the prompt is empty", prompt_param});
   if (int64_t(prompt.size()) >= n_ctx) {
-    return fail({400, "the prompt is " + std::to_string(prompt.size()) + " tokens; the model's context is " +
+    return fail({400, "the prompt is " + std::to_string(prompt.size()) + " tokens; " + whose + " is " +
                           std::to_string(n_ctx) + " tokens", prompt_param});
   }
   const int64_t room = n_ctx - int64_t(prompt.size());
   const int32_t max_tokens = r.max_tokens.value_or(endpoint == Endpoint::kCompletions ? 16 : int32_t(std::min<int64_t>(room, kMaxTokensLimit)));
   if (max_tokens > room) {
     return fail({400, "prompt (" + std::to_string(prompt.size()) + " tokens) + max_tokens " + std::to_string(max_tokens) +
-                          " exceed the model's context of " + std::to_string(n_ctx) + " tokens", "max_tokens"});
+                          " exceed " + whose + " of " + std::to_string(n_ctx) + " tokens", "max_tokens"});
   }
   SessionOptions so = options.session;
   if (r.speculative) so.speculative = *r.speculative;

@@ -118,6 +118,10 @@ const Case kCases[] = {
     {"run -m {BASE} -p hi -n abc", "'abc' is not a whole number"},
     {"run -m {BASE} -p hi -n 99999999999", "above the maximum"},
     {"run -m {BASE} -p hi -n 100000", "exceed the model's context length"},
+    // serve: its numbers are checked before it listens.
+    {"serve -m {BASE} --ctx 100000", "--ctx 100000 is over the model's context of"},
+    {"serve -m {BASE} --ctx 0", "below the minimum 1"},
+    {"serve -m {BASE} --parallel 0", "below the minimum 1"},
     {"run -m {BASE} -p hi --temp -1", "below the minimum 0"},
     {"run -m {BASE} -p hi --temp nan", "not a finite number"},
     {"run -m {BASE} -p hi --top-p 2", "above the maximum 1"},
@@ -283,6 +287,15 @@ TEST_F(CliBadInput, AModelOverTheAvailableMemoryIsRefusedBeforeLoading) {
   EXPECT_NE(text.find("of RAM"), std::string::npos);
   EXPECT_NE(text.find("1.00 MiB is available"), std::string::npos);
   EXPECT_EQ(text.find("backend:"), std::string::npos) << "refused before loading";
+  // serve: the model and --parallel KV caches of --ctx positions, before it listens.
+  const auto serve = bitsplit::testing::run_shell("env BITSPLIT_MEMORY_AVAILABLE=1M " + std::string(BITSPLIT_CLI) +
+                                                  " serve --port 0 -m " + files_["BS"] + " --parallel 3 2>&1");
+  SCOPED_TRACE(serve.out);
+  EXPECT_EQ(serve.code, 1);
+  EXPECT_EQ(count_lines_starting_with(serve.out, "error: "), 1);
+  EXPECT_NE(serve.out.find("KV cache (3 x "), std::string::npos);
+  EXPECT_NE(serve.out.find("lower --parallel or --ctx"), std::string::npos);
+  EXPECT_EQ(serve.out.find("listening"), std::string::npos) << "refused before listening";
 }
 
 // Files a writer must leave as they were when it fails.

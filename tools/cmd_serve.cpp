@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "bitsplit/interrupt.h"
+#include "bitsplit/memory_plan.h"
 #include "bitsplit/server.h"
 #include "bitsplit/vram_plan.h"
 #include "commands.h"
@@ -18,7 +19,8 @@ namespace {
 struct ServeArgs {
   std::string model, host = "127.0.0.1", api_key, api_key_file, chat_template, vram_budget, budget = "auto",
                      max_body = "8M", name;
-  int port = 8080, parallel = 1, queue = 64, threads = 0;
+  int port = 8080, parallel = 4, queue = 64, threads = 0;
+  int64_t ctx = 0;
   cli::VariantSpecs variant_specs;
   bool no_spec = false;
 };
@@ -48,6 +50,29 @@ Result<std::optional<ChatTemplate>> chat_template_for(const ServeArgs& a, const 
   }
   std::fprintf(stderr, "chat: template from %s\n", origin.c_str());
   return std::optional<ChatTemplate>(std::move(*parsed));
+}
+
+// --ctx against the model, and what the model and --parallel full-context KV caches take in RAM,
+// checked before anything is loaded.
+int check_serve_memory(const ServeArgs& a) {
+  auto source = open_weights(a.model);
+  if (!source) return report_error(source.status().message());
+  auto config = read_model_config(**source);
+  if (!config) return report_error(config.status().message());
+  if (a.ctx > config->n_ctx_train) {
+    return report_error("--ctx " + std::to_string(a.ctx) + " is over the model's context of " +
+                        std::to_string(config->n_ctx_train) + " tokens");
+  }
+  const int64_t ctx = a.ctx > 0 ? a.ctx : config->n_ctx_train;
+  auto plan = plan_memory(**source, *config, {.n_slots = ctx + speculation::kMaxBudget + 1, .sequences = a.parallel});
+  if (!plan) return report_error(plan.status().message());
+  auto machine = system_memory();
+  if (!machine) return report_error(machine.status().message());
+  std::fprintf(stderr, "memory: %s; machine: %s\n", plan->summary().c_str(), machine->summary().c_str());
+  if (Status st = check_memory(*plan, *machine); !st) {
+    return report_error(st.message() + "; lower --parallel or --ctx");
+  }
+  return 0;
 }
 
 int serve(const ServeArgs& a) {
@@ -81,6 +106,8 @@ int serve(const ServeArgs& a) {
     vram_budget = *b;
   }
   const auto threads = limit_threads(a.threads);
+  so.ctx = a.ctx;
+  if (int code = check_serve_memory(a); code != 0) return code;
 
   // Listen first, so /health answers (503, loading) while the model loads.
   serve::Server server(so);
@@ -138,8 +165,12 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--port", a->port, "Port to listen on (0: any free port)")->capture_default_str()->check(whole_in(0, 65535));
   auto* key = cmd->add_option("--api-key", a->api_key, "Require Authorization: Bearer KEY on every route but /health");
   cmd->add_option("--api-key-file", a->api_key_file, "Read the API key from a file")->check(CLI::ExistingFile)->excludes(key);
-  cmd->add_option("--parallel", a->parallel, "Requests admitted at once (their passes on the model run one at a time)")
+  cmd->add_option("--parallel", a->parallel,
+                  "Requests decoding at once (their passes combined: one pass over the weights for all of them)")
       ->capture_default_str()->check(whole_in(1, 256));
+  cmd->add_option("--ctx", a->ctx, "A request's context, prompt + max_tokens (default: the model's); with --parallel it "
+                                   "sizes the KV caches checked against the RAM before loading")
+      ->check(whole_in(1, int64_t(1) << 24));
   cmd->add_option("--queue", a->queue, "Requests that may wait for a slot; beyond: 503 with Retry-After")
       ->capture_default_str()->check(whole_in(0, 4096));
   cmd->add_option("--max-body", a->max_body, "Largest request body (e.g. 8M); larger: 413")->capture_default_str()->type_name("SIZE");

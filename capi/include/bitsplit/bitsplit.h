@@ -13,8 +13,9 @@
  *
  * Threads
  * - A model may be used by many sessions at once, from many threads: the calls on one model
- *   are safe to make concurrently. Today they take turns (a model's compute is driven by one
- *   thread at a time), so two generations on one model interleave rather than overlap.
+ *   are safe to make concurrently. Generations running at once on one model have their forward
+ *   passes combined (one pass over the weights for all of their rows), so N sessions decoding
+ *   together cost far less than N times one; each session's output is what it would be alone.
  * - A session is used by one thread at a time, except bitsplit_session_abort, which any
  *   thread may call at any time.
  * - Callbacks run on the thread that made the call they belong to.

@@ -20,7 +20,8 @@ struct MemoryPlan {
   uint64_t weights = 0;   // every other weight as loaded: embedding, head, norms, plain projections
   uint64_t kv_cache = 0;  // K and V, f32, for n_slots positions
   uint64_t scratch = 0;   // logits of the widest verify pass
-  int64_t n_slots = 0;
+  int64_t n_slots = 0;     // per sequence
+  int64_t sequences = 1;   // KV caches (a server's --parallel)
   uint64_t total() const { return residual + draft + weights + kv_cache + scratch; }
   // "1.42 GiB: residual 1.02 GiB, draft 0.31 GiB, other weights 80 MiB, KV cache (600 positions) 14 MiB, scratch 2 MiB"
   std::string summary() const;
@@ -28,7 +29,8 @@ struct MemoryPlan {
 };
 
 struct MemoryPlanOptions {
-  int64_t n_slots = 0;        // positions the KV cache holds (0: the model's training context)
+  int64_t n_slots = 0;        // positions each KV cache holds (0: the model's training context)
+  int64_t sequences = 1;      // KV caches (sequences decoding at once); the scratch grows with them too
   bool q8_0_kernels = true;   // Q8_0 projections of an original model stay Q8_0 (as `run` loads them)
   int64_t verify_rows = 65;   // logits rows of the widest pass (a full speculative budget + 1)
 };

@@ -32,7 +32,8 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;              // 0: any free port (see Server::port())
   std::string api_key;          // empty: no authentication
-  int parallel = 1;             // requests decoding at once
+  int parallel = 4;             // requests decoding at once
+  int64_t ctx = 0;              // a request's context (prompt + max_tokens); 0: the model's
   int queue = 64;               // requests waiting for a slot
   size_t max_body_bytes = size_t(8) << 20;
   std::string model_name;       // the base model's id in /v1/models (default: the file name)
