@@ -469,13 +469,9 @@ Result<std::vector<std::vector<float>>> run_pass(const Model& model, std::vector
   }
   std::erase_if(out_groups, [](const RowGroup& g) { return g.rows == 0; });
   Activations last(n_out, c.n_embd);
+  int64_t r = 0;  // the wanted rows, in pass order
   for (const Sequence& s : seqs) {
     const std::vector<float>& output_norm = pick(s.variant, "output_norm.weight", model.output_norm());
-    int64_t r = 0;
-    for (const Sequence& before : seqs) {
-      if (&before == &s) break;
-      for (uint8_t want : before.batch->want_logits) r += want ? 1 : 0;
-    }
     for (int64_t i = 0; i < s.batch->size(); ++i) {
       if (s.batch->want_logits[size_t(i)]) cpu::rms_norm_f32(x.row(s.row0 + i), output_norm.data(), c.n_embd, c.rms_eps, last.row(r++));
     }
@@ -499,7 +495,7 @@ Result<std::vector<std::vector<float>>> run_pass(const Model& model, std::vector
     }
   }
   std::vector<std::vector<float>> result(seqs.size());
-  int64_t r = 0;
+  r = 0;
   for (size_t i = 0; i < seqs.size(); ++i) {
     int64_t wanted = 0;
     for (uint8_t want : seqs[i].batch->want_logits) wanted += want ? 1 : 0;

@@ -25,7 +25,7 @@ const std::string kModels = BITSPLIT_SOURCE_DIR "/tests/models";
 #if defined(__SANITIZE_THREAD__)
 // As in capi_test.cpp: ThreadSanitizer cannot see oneTBB's own synchronisation (libtbb is not
 // instrumented), so under TSan oneTBB runs on the calling thread; what is checked is the
-// server's threading (HTTP workers, slots, the compute lock, metrics), not the kernels' split.
+// server's threading (HTTP workers, slots, the pass batcher, metrics), not the kernels' split.
 const tbb::global_control serial_tbb(tbb::global_control::max_allowed_parallelism, 1);
 #endif
 
