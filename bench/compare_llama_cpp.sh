@@ -50,7 +50,10 @@ done
 if [[ -z $llama ]]; then
   for d in "$llama_dir/bin" "$llama_dir"; do
     if [[ -x $d/llama-cli ]]; then
-      if timeout 60 "$d/llama-cli" --help </dev/null 2>&1 | grep -q -- '-no-cnv'; then llama=$d/llama-cli; break; fi
+      # The help text is read whole first: `grep -q` closing the pipe early would make llama-cli
+      # die of SIGPIPE, which pipefail counts as a failure.
+      cli_help=$(timeout 60 "$d/llama-cli" --help </dev/null 2>&1 || true)
+      if grep -q -- '-no-cnv' <<<"$cli_help"; then llama=$d/llama-cli; break; fi
       fail "$d/llama-cli has no -no-cnv (the interactive chat CLI of llama.cpp since late 2025); build the \
 llama-completion target (cmake --build $llama_dir --target llama-completion)"
     fi
