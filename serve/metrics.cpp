@@ -114,14 +114,15 @@ std::string Metrics::render() const {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string model = "model_name=\"" + escape(model_) + "\"";
   std::string out;
-  header(out, "vllm:num_requests_running", "gauge", "Requests decoding now.");
-  out += "vllm:num_requests_running{" + model + "} " + std::to_string(running_) + "\n";
-  header(out, "vllm:num_requests_waiting", "gauge", "Requests queued for a slot.");
-  out += "vllm:num_requests_waiting{" + model + "} " + std::to_string(waiting_) + "\n";
-  header(out, "vllm:prompt_tokens_total", "counter", "Prompt tokens processed.");
-  out += "vllm:prompt_tokens_total{" + model + "} " + std::to_string(prompt_tokens_) + "\n";
-  header(out, "vllm:generation_tokens_total", "counter", "Tokens generated.");
-  out += "vllm:generation_tokens_total{" + model + "} " + std::to_string(generation_tokens_) + "\n";
+  // A metric with one sample, labelled with the model.
+  auto sample = [&](const std::string& name, const char* type, const char* help, const std::string& value) {
+    header(out, name, type, help);
+    out += name + "{" + model + "} " + value + "\n";
+  };
+  sample("vllm:num_requests_running", "gauge", "Requests decoding now.", std::to_string(running_));
+  sample("vllm:num_requests_waiting", "gauge", "Requests queued for a slot.", std::to_string(waiting_));
+  sample("vllm:prompt_tokens_total", "counter", "Prompt tokens processed.", std::to_string(prompt_tokens_));
+  sample("vllm:generation_tokens_total", "counter", "Tokens generated.", std::to_string(generation_tokens_));
   header(out, "vllm:request_success_total", "counter", "Finished requests by finish reason.");
   for (const auto& [reason, n] : finished_) {
     out += "vllm:request_success_total{" + model + ",finished_reason=\"" + escape(reason) + "\"} " + std::to_string(n) + "\n";
@@ -136,28 +137,19 @@ std::string Metrics::render() const {
   out += itl_.render("vllm:inter_token_latency_seconds", model);
   header(out, "vllm:e2e_request_latency_seconds", "histogram", "Time from request to its last token.");
   out += e2e_.render("vllm:e2e_request_latency_seconds", model);
-  header(out, "vllm:spec_decode_num_drafts_total", "counter", "Verify passes of speculative decoding.");
-  out += "vllm:spec_decode_num_drafts_total{" + model + "} " + std::to_string(spec_.drafts) + "\n";
-  header(out, "vllm:spec_decode_num_draft_tokens_total", "counter", "Drafted tokens (tree nodes).");
-  out += "vllm:spec_decode_num_draft_tokens_total{" + model + "} " + std::to_string(spec_.draft_tokens) + "\n";
-  header(out, "vllm:spec_decode_num_accepted_tokens_total", "counter", "Accepted drafted tokens.");
-  out += "vllm:spec_decode_num_accepted_tokens_total{" + model + "} " + std::to_string(spec_.accepted) + "\n";
+  sample("vllm:spec_decode_num_drafts_total", "counter", "Verify passes of speculative decoding.", std::to_string(spec_.drafts));
+  sample("vllm:spec_decode_num_draft_tokens_total", "counter", "Drafted tokens (tree nodes).", std::to_string(spec_.draft_tokens));
+  sample("vllm:spec_decode_num_accepted_tokens_total", "counter", "Accepted drafted tokens.", std::to_string(spec_.accepted));
   header(out, "vllm:spec_decode_num_accepted_tokens_per_pos", "counter", "Accepted drafted tokens by position (0-based).");
   for (size_t i = 0; i < spec_.accepted_per_pos.size(); ++i) {
     out += "vllm:spec_decode_num_accepted_tokens_per_pos{" + model + ",position=\"" + std::to_string(i) + "\"} " +
            std::to_string(spec_.accepted_per_pos[i]) + "\n";
   }
-  header(out, "bitsplit:forward_passes_total", "counter", "Forward passes run (each over one or more sequences).");
-  out += "bitsplit:forward_passes_total{" + model + "} " + std::to_string(passes_) + "\n";
-  header(out, "bitsplit:forward_pass_sequences_total", "counter", "Sequence passes run inside those forward passes.");
-  out += "bitsplit:forward_pass_sequences_total{" + model + "} " + std::to_string(pass_sequences_) + "\n";
-  header(out, "bitsplit:forward_pass_rows_total", "counter", "Token rows run through those forward passes.");
-  out += "bitsplit:forward_pass_rows_total{" + model + "} " + std::to_string(pass_rows_) + "\n";
-  header(out, "bitsplit:forward_pass_shared_sequences_total", "counter",
-         "Sequence passes that shared a forward pass (one stream of the weights) with another sequence.");
-  out += "bitsplit:forward_pass_shared_sequences_total{" + model + "} " + std::to_string(pass_shared_) + "\n";
-  header(out, "vllm:kv_cache_usage_perc", "gauge", "Fraction of the KV cache in use (1 = full).");
-  out += "vllm:kv_cache_usage_perc{" + model + "} " + number(kv_usage_) + "\n";
+  sample("bitsplit:forward_passes_total", "counter", "Forward passes run (each over one or more sequences).", std::to_string(passes_));
+  sample("bitsplit:forward_pass_sequences_total", "counter", "Sequence passes run inside those forward passes.", std::to_string(pass_sequences_));
+  sample("bitsplit:forward_pass_rows_total", "counter", "Token rows run through those forward passes.", std::to_string(pass_rows_));
+  sample("bitsplit:forward_pass_shared_sequences_total", "counter", "Sequence passes that shared a forward pass (one stream of the weights) with another sequence.", std::to_string(pass_shared_));
+  sample("vllm:kv_cache_usage_perc", "gauge", "Fraction of the KV cache in use (1 = full).", number(kv_usage_));
   header(out, "vllm:lora_requests_info", "gauge", "Variants: registered, and resident (loaded) now.");
   std::string resident, registered;
   for (const auto& v : resident_) resident += (resident.empty() ? "" : ",") + v;
