@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -296,6 +297,29 @@ TEST_F(CliBadInput, AModelOverTheAvailableMemoryIsRefusedBeforeLoading) {
   EXPECT_NE(serve.out.find("KV cache (3 x "), std::string::npos);
   EXPECT_NE(serve.out.find("lower --parallel or --ctx"), std::string::npos);
   EXPECT_EQ(serve.out.find("listening"), std::string::npos) << "refused before listening";
+}
+
+// --mlock under a locked-memory limit it cannot meet (64 KiB; as root, with CAP_IPC_LOCK taken
+// out of the bounding set so the limit applies): one error line naming the limit, no text.
+TEST_F(CliBadInput, MlockOverTheLockedMemoryLimitNamesTheLimit) {
+  const bool root = geteuid() == 0;
+  const std::string prefix = root ? "setpriv --bounding-set=-ipc_lock " : "";
+  const auto o = bitsplit::testing::run_shell(prefix + "bash -c 'ulimit -l 64 && exec " + std::string(BITSPLIT_CLI) +
+                                              " run -m " + files_["BS"] + " -p hi -n 2 --mlock' 2>&1");
+  if (o.out.find("setpriv:") != std::string::npos) GTEST_SKIP() << "cannot drop CAP_IPC_LOCK here: " << o.out;
+  SCOPED_TRACE(o.out);
+  EXPECT_EQ(o.code, 1);
+  EXPECT_EQ(count_lines_starting_with(o.out, "error: "), 1);
+  EXPECT_NE(o.out.find("--mlock: cannot lock the model's planes in RAM"), std::string::npos);
+  EXPECT_NE(o.out.find("the locked-memory limit is 64.00 KiB"), std::string::npos);
+  EXPECT_EQ(o.out.find("generation:"), std::string::npos);
+  // Within the limits (here: no limit change), the planes are locked and the run goes on.
+  const auto ok = run_cli("run -m " + files_["BS"] + " -p hi -n 2 --mlock", 60);
+  if (ok.code == 0) {
+    EXPECT_NE(ok.out.find("of planes locked in RAM"), std::string::npos) << ok.out;
+  } else {
+    EXPECT_NE(ok.out.find("locked-memory limit"), std::string::npos) << ok.out;
+  }
 }
 
 // Files a writer must leave as they were when it fails.

@@ -14,14 +14,17 @@ namespace {
 
 const std::string kBase = BITSPLIT_SOURCE_DIR "/tests/models/bible-base.gguf";
 
-// Anonymous resident memory of this process (RssAnon in /proc/self/status), bytes.
-uint64_t anonymous_rss() {
+// A size field of /proc/self/status ("RssAnon:", "VmLck:"), bytes.
+uint64_t status_bytes(const std::string& field) {
   std::ifstream in("/proc/self/status");
   for (std::string line; std::getline(in, line);) {
-    if (line.rfind("RssAnon:", 0) == 0) return std::stoull(line.substr(8)) * 1024;
+    if (line.rfind(field, 0) == 0) return std::stoull(line.substr(field.size())) * 1024;
   }
   return 0;
 }
+
+// Anonymous resident memory of this process, bytes.
+uint64_t anonymous_rss() { return status_bytes("RssAnon:"); }
 
 TEST(MemoryPlan, CountsEveryTensorAsTheLoaderHoldsItAndTheKvCache) {
   if (!std::filesystem::exists(kBase)) GTEST_SKIP() << kBase << " is missing";
@@ -62,6 +65,40 @@ TEST(MemoryPlan, CountsEveryTensorAsTheLoaderHoldsItAndTheKvCache) {
   const uint64_t planned = plan->residual + plan->draft + plan->weights;
   EXPECT_GE(grown, planned / 2) << "grown " << grown << ", planned " << planned;
   EXPECT_LE(grown, planned * 3 / 2 + (8u << 20)) << "grown " << grown << ", planned " << planned;
+}
+
+// --mlock: every plane buffer the kernels read is locked (the kernel's VmLck grows by at least
+// the planes' bytes: at least the residual and draft planes of the file), or, where the
+// locked-memory limit forbids it, an error naming that limit and nothing stays locked.
+TEST(MemoryPlan, LockPlanesPinsThePlanesOrNamesTheLimit) {
+  if (!std::filesystem::exists(kBase)) GTEST_SKIP() << kBase << " is missing";
+  testing::TempDir dir("memory-lock");
+  auto base = open_weights(kBase);
+  ASSERT_TRUE(base.is_ok());
+  const std::string converted = dir.file("m.bitsplit.gguf");
+  ASSERT_TRUE(convert_model(**base, converted, {}, nullptr, nullptr).is_ok());
+  auto source = open_weights(converted);
+  ASSERT_TRUE(source.is_ok());
+  auto config = read_model_config(**source);
+  auto plan = plan_memory(**source, *config, {});
+  ASSERT_TRUE(plan.is_ok());
+  auto model = Model::load(**source);
+  ASSERT_TRUE(model.is_ok());
+  const uint64_t before = status_bytes("VmLck:");
+  auto locked = model->lock_planes();
+  if (locked) {
+    EXPECT_GE(*locked, plan->residual) << "every residual plane is locked";
+    EXPECT_GE(status_bytes("VmLck:") - before, *locked) << "the kernel counts them locked";
+  } else {
+    EXPECT_NE(locked.status().message().find("locked-memory limit"), std::string::npos) << locked.status().message();
+    EXPECT_EQ(status_bytes("VmLck:"), before) << "nothing stays locked after a failure";
+  }
+  // An original model has no planes: nothing to lock.
+  auto original = Model::load(**base);
+  ASSERT_TRUE(original.is_ok());
+  auto none = original->lock_planes();
+  ASSERT_TRUE(none.is_ok());
+  EXPECT_EQ(*none, 0u);
 }
 
 TEST(MemoryPlan, AnOriginalModelIsPlannedInF32) {

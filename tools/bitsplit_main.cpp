@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "bitsplit/interrupt.h"
+#include "bitsplit/vram_plan.h"
 #include "commands.h"
 
 namespace bitsplit::cli {
@@ -17,6 +18,14 @@ int report_error(const std::string& message) {
 Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& options,
                                std::optional<uint64_t> vram_budget) {
   return open_model(path, options, vram_budget, [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
+}
+
+int lock_model_planes(const Model& model) {
+  if (!model.has_planes()) return report_error("--mlock pins a bit-split model's planes; this model has none (`bitsplit convert` it first)");
+  auto locked = model.lock_planes();
+  if (!locked) return report_error("--mlock: " + locked.status().message());
+  std::fprintf(stderr, "mlock: %s of planes locked in RAM\n", format_bytes(*locked).c_str());
+  return 0;
 }
 
 Result<std::string> read_text_file(const std::string& path) {

@@ -23,6 +23,7 @@ struct ServeArgs {
   int64_t ctx = 0;
   cli::VariantSpecs variant_specs;
   bool no_spec = false;
+  bool mlock = false;
 };
 
 // Reads the chat template: --chat-template FILE, else the model's tokenizer.chat_template.
@@ -133,6 +134,9 @@ int serve(const ServeArgs& a) {
 
   auto loaded = load_model(a.model, {.q8_0_kernels = true}, vram_budget);
   if (!loaded) return stop_all(report_error(loaded.status().message()));
+  if (a.mlock) {
+    if (int rc = lock_model_planes(loaded->model); rc != 0) return stop_all(rc);
+  }
   VariantRegistry variants(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX},
                            [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
   if (Status st = cli::register_variants(variants, a.variant_specs, *loaded,
@@ -180,6 +184,7 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--budget", a->budget, "Default draft budget: auto or 1.." + std::to_string(speculation::kMaxBudget) +
                                               " (a request may set \"bitsplit\": {\"budget\": ...})")
       ->capture_default_str();
+  cmd->add_flag("--mlock", a->mlock, "Lock the model's planes in RAM (mlock) so they are never paged out");
   cmd->add_flag("--no-spec", a->no_spec, "Decode plainly by default (a request may set \"bitsplit\": {\"speculative\": true})");
   cmd->add_option("--vram-budget", a->vram_budget, "Bytes of VRAM for the draft planes (e.g. 6G)")->type_name("SIZE");
   cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(whole_in(1, 4096));

@@ -35,6 +35,10 @@ Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& 
 
 Result<std::string> read_text_file(const std::string& path);
 
+// --mlock: Model::lock_planes with a line saying how much was locked; 0, or the exit code of
+// the error (which names the locked-memory limit).
+int lock_model_planes(const Model& model);
+
 // Caps oneTBB's worker count while the returned object lives (n <= 0: no cap).
 std::optional<tbb::global_control> limit_threads(int n);
 

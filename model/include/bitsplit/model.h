@@ -167,6 +167,10 @@ class Model {
   // Planes of a projection ("blk.0.attn_q.weight"), or null when it is held in f32.
   const SplitProjection* split(const std::string& weight) const;
   bool has_planes() const { return !splits_.empty(); }
+  // Pins every plane buffer the CPU reads (the residual and the draft planes the CPU keeps) in
+  // RAM with mlock(2), so the kernel never pages them out; returns the bytes locked, or an
+  // error naming the locked-memory limit (nothing stays locked then). `--mlock`.
+  Result<uint64_t> lock_planes() const;
   // A projection held as Q8_0 blocks (ggml layout, [out] rows of in/32 blocks), or null.
   const std::vector<uint8_t>* q8_0(const std::string& weight) const;
   bool has_q8_0() const { return !q8_0_.empty(); }
