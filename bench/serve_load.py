@@ -29,6 +29,7 @@ ap.add_argument("--max-tokens", type=int, default=64)
 ap.add_argument("--threads", type=int, default=2)
 ap.add_argument("--prompts", default=os.path.join(os.path.dirname(__file__), "prompts", "stories.txt"))
 ap.add_argument("--plain", action="store_true", help="requests ask for plain decoding (no speculation)")
+ap.add_argument("--serve-args", default="", help="more `bitsplit serve` options, e.g. \"--spec-max-sequences 0\"")
 ap.add_argument("--json")
 args = ap.parse_args()
 prompts = [l.strip() for l in open(args.prompts) if l.strip()]
@@ -66,7 +67,7 @@ def one_request(url, prompt):
 rows = []
 for parallel in [int(p) for p in args.parallel.split(",")]:
     proc = subprocess.Popen([args.binary, "serve", "-m", args.model, "--port", "0", "--parallel", str(parallel),
-                             "-t", str(args.threads)], stderr=subprocess.PIPE, text=True)
+                             "-t", str(args.threads), *args.serve_args.split()], stderr=subprocess.PIPE, text=True)
     port = None
     for line in proc.stderr:
         m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)

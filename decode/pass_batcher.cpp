@@ -137,6 +137,11 @@ Status PassBatcher::exclusive(const std::function<Status()>& work) {
   return submit(job);
 }
 
+int64_t PassBatcher::joined() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return joined_;
+}
+
 PassBatcher::Stats PassBatcher::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;

@@ -54,6 +54,7 @@ Result<SessionResult> Session::generate(std::span<const int32_t> prompt, int32_t
   s.base_draft = options_.base_draft;
   s.device_draft = options_.device_draft;
   s.batcher = options_.batcher;
+  s.draft_max_sequences = options_.draft_max_sequences;
   s.on_logits = options_.on_logits;
   BITSPLIT_ASSIGN_OR_RETURN(SpeculativeResult r, generate_speculative(model_, model_, prompt, s, sampler, on_token));
   result.generation = r.generation;

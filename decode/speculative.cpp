@@ -267,8 +267,13 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
   int32_t root = prompt.back();
   const auto t1 = Clock::now();
   for (bool more = options.n_predict > 0; more;) {
-    const speculation::DraftSetting setting =
+    speculation::DraftSetting setting =
         controller ? controller->next() : speculation::DraftSetting{policy.shape, policy.budget, lookup};
+    // Crowded (many sequences in the combined passes): no model draft on this check, and the
+    // controller, which models one sequence's costs, does not learn from it.
+    const bool crowded = options.batcher && options.draft_max_sequences > 0 &&
+                         options.batcher->joined() > options.draft_max_sequences;
+    if (crowded) setting.budget = 0;
     speculation::DraftPolicy check = policy;
     check.shape = setting.shape;
     if (setting.budget > 0) check.set_budget(setting.budget);
@@ -340,7 +345,7 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
         }
       }
       r.model_accepted = std::min(r.model_accepted, model_depth);
-      controller->record(r);
+      if (!crowded) controller->record(r);
     }
     const std::string name = setting.name();
     auto used = std::find_if(result.checks_per_setting.begin(), result.checks_per_setting.end(),

@@ -371,5 +371,47 @@ TEST(PassBatcher, ConcurrentSessionsWriteWhatTheyWriteAlone) {
               (long long)s.sequences, (long long)s.shared, (long long)s.rows);
 }
 
+// With more generations joined than draft_max_sequences, checks draft nothing (the combined
+// pass already shares the weights) and the output stays plain decoding's; at the limit they draft.
+TEST(PassBatcher, CrowdedChecksDraftNothingAndStayLossless) {
+  BITSPLIT_REQUIRE_FILE(kModels + "/bible-base.gguf");
+  testing::TempDir dir("pass-batcher-crowded");
+  auto l = load_bible(dir, true);
+  const Model& m = *l->model;
+  auto tok = Tokenizer::from_metadata(l->source->metadata());
+  ASSERT_TRUE(tok.is_ok());
+  const auto prompt = (*tok)->encode("And it came to pass", {.add_special = true});
+  PassBatcher batcher({.gather = std::chrono::microseconds(0)});
+  PassBatcher::Membership other(&batcher);  // another generation decoding meanwhile
+  std::vector<int32_t> plain;
+  for (int limit : {0, 1, 2}) {
+    SCOPED_TRACE("draft_max_sequences " + std::to_string(limit));
+    SessionOptions o;
+    o.budget = 4;
+    o.speculative = limit > 0;
+    o.batcher = &batcher;
+    o.draft_max_sequences = limit;
+    o.lookup.max_tokens = 0;  // drafted counts the model draft's nodes only
+    Session session(m, nullptr, o);
+    SamplingParams p;
+    p.temperature = 0;
+    Sampler sampler(p);
+    std::vector<int32_t> out;
+    auto r = session.generate(prompt, 48, -1, sampler, [&](int32_t t) { out.push_back(t); return true; });
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    if (limit == 0) {
+      plain = out;
+      continue;
+    }
+    EXPECT_EQ(out, plain);
+    ASSERT_TRUE(r->speculative.has_value());
+    if (limit == 1) {
+      EXPECT_EQ(r->speculative->acceptance.drafted, 0) << "two generations joined, limit 1: no draft";
+    } else {
+      EXPECT_GT(r->speculative->acceptance.drafted, 0) << "two generations joined, limit 2: drafts";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace bitsplit

@@ -21,6 +21,7 @@ struct ServeArgs {
                      max_body = "8M", name;
   int port = 8080, parallel = 4, queue = 64, threads = 0;
   int64_t ctx = 0;
+  int spec_max_sequences = 2;
   cli::VariantSpecs variant_specs;
   bool no_spec = false;
   bool mlock = false;
@@ -100,6 +101,7 @@ int serve(const ServeArgs& a) {
   if (!budget) return report_error("--budget: " + budget.status().message());
   so.session.budget = *budget;
   so.session.lookup.max_tokens = *budget ? 0 : 8;
+  so.session.draft_max_sequences = a.spec_max_sequences;
   std::optional<uint64_t> vram_budget;
   if (!a.vram_budget.empty()) {
     auto b = parse_byte_size(a.vram_budget);
@@ -184,6 +186,10 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--budget", a->budget, "Default draft budget: auto or 1.." + std::to_string(speculation::kMaxBudget) +
                                               " (a request may set \"bitsplit\": {\"budget\": ...})")
       ->capture_default_str();
+  cmd->add_option("--spec-max-sequences", a->spec_max_sequences,
+                  "Draft only while at most N requests decode at once (more: their combined passes share the weights "
+                  "already, so drafting costs more than it saves); 0: always")
+      ->capture_default_str()->check(whole_in(0, 4096));
   cmd->add_flag("--mlock", a->mlock, "Lock the model's planes in RAM (mlock) so they are never paged out");
   cmd->add_flag("--no-spec", a->no_spec, "Decode plainly by default (a request may set \"bitsplit\": {\"speculative\": true})");
   cmd->add_option("--vram-budget", a->vram_budget, "Bytes of VRAM for the draft planes (e.g. 6G)")->type_name("SIZE");

@@ -62,6 +62,8 @@ class PassBatcher {
   Status exclusive(const std::function<Status()>& work);
 
   Stats stats() const;
+  // Generations joined now.
+  int64_t joined() const;
 
  private:
   struct Job;

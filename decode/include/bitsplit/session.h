@@ -39,6 +39,8 @@ struct SessionOptions {
   // (pass_batcher.h): each session's thread calls generate(), their passes run combined. Null:
   // this session's passes run alone (sessions on one model then run one after the other).
   PassBatcher* batcher = nullptr;
+  // SpeculativeOptions::draft_max_sequences: no model draft while more generations are joined.
+  int32_t draft_max_sequences = 0;
   // Each generated token's target logits (generate.h's LogitsCallback), e.g. for log-probabilities.
   LogitsCallback on_logits;
 };

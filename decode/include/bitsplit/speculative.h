@@ -55,6 +55,12 @@ struct SpeculativeOptions {
   // Concurrent generations on the model: every pass (prefill, draft levels on the host, verify)
   // joins theirs, and device draft work takes its turn with them (pass_batcher.h); null: alone.
   PassBatcher* batcher = nullptr;
+  // With a batcher: while more than this many generations are joined, checks draft nothing
+  // (plain decoding, plus the lookup chain when chosen): the combined pass already shares each
+  // weight read among the sequences, so a draft's extra passes cost more than they save. Greedy
+  // output is unchanged and sampled output keeps its distribution (a seeded sampled text then
+  // depends on the concurrency). 0: no limit.
+  int32_t draft_max_sequences = 0;
   // Each emitted token's target logits (generate.h), from the verify pass that chose it.
   LogitsCallback on_logits;
 };
