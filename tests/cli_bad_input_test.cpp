@@ -123,6 +123,7 @@ const Case kCases[] = {
     {"serve -m {BASE} --ctx 100000", "--ctx 100000 is over the model's context of"},
     {"serve -m {BASE} --ctx 0", "below the minimum 1"},
     {"serve -m {BASE} --parallel 0", "below the minimum 1"},
+    {"serve -m {BASE} --spec-max-sequences -1", "below the minimum 0"},
     {"run -m {BASE} -p hi --temp -1", "below the minimum 0"},
     {"run -m {BASE} -p hi --temp nan", "not a finite number"},
     {"run -m {BASE} -p hi --top-p 2", "above the maximum 1"},
