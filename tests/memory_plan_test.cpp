@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <memory>
 #include <string>
 
 #include "bitsplit/convert.h"
@@ -26,21 +27,27 @@ uint64_t status_bytes(const std::string& field) {
 // Anonymous resident memory of this process, bytes.
 uint64_t anonymous_rss() { return status_bytes("RssAnon:"); }
 
+// The fixture base converted into `dir` (as `bitsplit convert` does), opened.
+std::unique_ptr<WeightSource> open_converted_base(const testing::TempDir& dir) {
+  auto base = open_weights(kBase);
+  BITSPLIT_CHECK(base.is_ok(), base.status().message());
+  const std::string converted = dir.file("m.bitsplit.gguf");
+  BITSPLIT_CHECK(convert_model(**base, converted, {}, nullptr, nullptr).is_ok());
+  auto source = open_weights(converted);
+  BITSPLIT_CHECK(source.is_ok(), source.status().message());
+  return std::move(*source);
+}
+
 TEST(MemoryPlan, CountsEveryTensorAsTheLoaderHoldsItAndTheKvCache) {
   if (!std::filesystem::exists(kBase)) GTEST_SKIP() << kBase << " is missing";
   testing::TempDir dir("memory-plan");
-  auto base = open_weights(kBase);
-  ASSERT_TRUE(base.is_ok());
-  const std::string converted = dir.file("m.bitsplit.gguf");
-  ASSERT_TRUE(convert_model(**base, converted, {}, nullptr, nullptr).is_ok());
-  auto source = open_weights(converted);
-  ASSERT_TRUE(source.is_ok());
-  auto config = read_model_config(**source);
+  const auto source = open_converted_base(dir);
+  auto config = read_model_config(*source);
   ASSERT_TRUE(config.is_ok());
-  auto plan = plan_memory(**source, *config, {.n_slots = 100, .verify_rows = 3});
+  auto plan = plan_memory(*source, *config, {.n_slots = 100, .verify_rows = 3});
   ASSERT_TRUE(plan.is_ok()) << plan.status().message();
   uint64_t resid = 0, draft = 0;
-  for (const auto& t : (*source)->tensors()) {
+  for (const auto& t : source->tensors()) {
     if (t.name.ends_with(".resid_codes") || t.name.ends_with(".resid_scales")) resid += t.nbytes;
     if (t.name.find(".draft_") != std::string::npos) draft += t.nbytes;
   }
@@ -53,13 +60,13 @@ TEST(MemoryPlan, CountsEveryTensorAsTheLoaderHoldsItAndTheKvCache) {
   // The embedding is held as f32 whatever its stored type.
   EXPECT_GE(plan->weights, uint64_t(config->n_vocab * config->n_embd) * 4);
   // No context asked for: the training context, clamped.
-  EXPECT_EQ(plan_memory(**source, *config, {})->n_slots, config->n_ctx_train);
-  EXPECT_EQ(plan_memory(**source, *config, {.n_slots = 1 << 30})->n_slots, config->n_ctx_train);
+  EXPECT_EQ(plan_memory(*source, *config, {})->n_slots, config->n_ctx_train);
+  EXPECT_EQ(plan_memory(*source, *config, {.n_slots = 1 << 30})->n_slots, config->n_ctx_train);
 
   // The loader's anonymous memory grows by about the planned weights (a generous bound: the
   // planes and the f32 weights are copied out of the map; the map's own pages are file pages).
   const uint64_t before = anonymous_rss();
-  auto model = Model::load(**source);
+  auto model = Model::load(*source);
   ASSERT_TRUE(model.is_ok());
   const uint64_t grown = anonymous_rss() - before;
   const uint64_t planned = plan->residual + plan->draft + plan->weights;
@@ -73,16 +80,12 @@ TEST(MemoryPlan, CountsEveryTensorAsTheLoaderHoldsItAndTheKvCache) {
 TEST(MemoryPlan, LockPlanesPinsThePlanesOrNamesTheLimit) {
   if (!std::filesystem::exists(kBase)) GTEST_SKIP() << kBase << " is missing";
   testing::TempDir dir("memory-lock");
-  auto base = open_weights(kBase);
-  ASSERT_TRUE(base.is_ok());
-  const std::string converted = dir.file("m.bitsplit.gguf");
-  ASSERT_TRUE(convert_model(**base, converted, {}, nullptr, nullptr).is_ok());
-  auto source = open_weights(converted);
-  ASSERT_TRUE(source.is_ok());
-  auto config = read_model_config(**source);
-  auto plan = plan_memory(**source, *config, {});
+  const auto source = open_converted_base(dir);
+  auto config = read_model_config(*source);
+  ASSERT_TRUE(config.is_ok());
+  auto plan = plan_memory(*source, *config, {});
   ASSERT_TRUE(plan.is_ok());
-  auto model = Model::load(**source);
+  auto model = Model::load(*source);
   ASSERT_TRUE(model.is_ok());
   const uint64_t before = status_bytes("VmLck:");
   auto locked = model->lock_planes();
@@ -94,6 +97,8 @@ TEST(MemoryPlan, LockPlanesPinsThePlanesOrNamesTheLimit) {
     EXPECT_EQ(status_bytes("VmLck:"), before) << "nothing stays locked after a failure";
   }
   // An original model has no planes: nothing to lock.
+  auto base = open_weights(kBase);
+  ASSERT_TRUE(base.is_ok());
   auto original = Model::load(**base);
   ASSERT_TRUE(original.is_ok());
   auto none = original->lock_planes();
