@@ -106,12 +106,32 @@ GenerationRequest parse(std::string_view body, Endpoint endpoint) {
   if (endpoint == Endpoint::kCompletions) {
     auto it = o.find("prompt");
     if (it == o.end() || it->is_null()) fail("prompt", "'prompt' is required");
+    // Token ids: [1, 2, 3], or one such array in an array (the batch form with one prompt).
+    auto token_ids = [&](const json& a) {
+      std::vector<int32_t> ids;
+      for (const json& t : a) {
+        if (!t.is_number_integer() && !t.is_number_unsigned()) {
+          fail("prompt", "'prompt' token arrays hold integers, not " + std::string(type_name(t)));
+        }
+        if (t.is_number_unsigned() ? t.get<uint64_t>() > uint64_t(INT32_MAX) : t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX) {
+          fail("prompt", "'prompt' token id " + t.dump() + " is not a token id");
+        }
+        ids.push_back(int32_t(t.get<int64_t>()));
+      }
+      if (ids.empty()) fail("prompt", "'prompt' must not be an empty token array");
+      return ids;
+    };
     if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
       r.prompt = (*it)[0].get<std::string>();
     } else if (it->is_string()) {
       r.prompt = it->get<std::string>();
+    } else if (it->is_array() && it->size() == 1 && (*it)[0].is_array()) {
+      r.prompt_tokens = token_ids((*it)[0]);
+    } else if (it->is_array() && !it->empty() && ((*it)[0].is_number())) {
+      r.prompt_tokens = token_ids(*it);
     } else {
-      fail("prompt", "'prompt' must be a string (or an array of one string; token arrays and batches are not supported)");
+      fail("prompt", "'prompt' must be a string or an array of token ids (or an array of one of them; batches of "
+                     "several prompts are not supported)");
     }
   } else {
     auto it = o.find("messages");

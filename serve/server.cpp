@@ -234,7 +234,16 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
   }
 
   std::vector<int32_t> prompt;
-  if (endpoint == Endpoint::kCompletions) {
+  if (endpoint == Endpoint::kCompletions && r.prompt_tokens) {
+    const int64_t n_vocab = model->model.config().n_vocab;
+    for (int32_t t : *r.prompt_tokens) {
+      if (t >= n_vocab) {
+        return fail({400, "'prompt' token id " + std::to_string(t) + " is outside the vocabulary (0.." +
+                              std::to_string(n_vocab - 1) + ")", "prompt"});
+      }
+    }
+    prompt = std::move(*r.prompt_tokens);
+  } else if (endpoint == Endpoint::kCompletions) {
     prompt = model->tokenizer->encode(r.prompt, {});
   } else {
     if (!chat_template) {

@@ -228,6 +228,7 @@ with tempfile.TemporaryDirectory() as TMP:
             ("/v1/completions", '{"prompt": "x", "model": "nope"}', 404),
             ("/v1/completions", '{"prompt": "x", "max_tokens": 100000}', 400),
             ("/v1/completions", '{"prompt": "x", "max_tokens": -1}', 400),
+            ("/v1/completions", '{"prompt": [1, 999999999], "max_tokens": 2}', 400),
             ("/v1/chat/completions", '{"messages": []}', 400),
             ("/v1/completions", '{"prompt": "' + "x" * (9 << 20) + '"}', 413),
             ("/v1/nothing", "{}", 404)]:
@@ -239,6 +240,11 @@ with tempfile.TemporaryDirectory() as TMP:
                 ok = False
             check(ok, f"POST {path} {body[:40]!r}: {got} {text[:120]!r}, expected {status} with an error object")
         check(server.http("GET", "/health")[0] == 200, "still healthy after the bad requests")
+        # A prompt of token ids is taken as given (its usage counts exactly those ids).
+        got, text, _ = server.http("POST", "/v1/completions", json.dumps({"prompt": [1, 2, 3], "max_tokens": 3,
+                                                                          "temperature": 0}),
+                                   {"Content-Type": "application/json"})
+        check(got == 200 and json.loads(text)["usage"]["prompt_tokens"] == 3, f"a token-id prompt: {got} {text[:200]!r}")
     finally:
         server.stop()
 

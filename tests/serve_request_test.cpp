@@ -60,7 +60,12 @@ TEST(ServeRequest, BadRequestsNameTheField) {
       {Endpoint::kCompletions, "not json", "", "not valid JSON"},
       {Endpoint::kCompletions, "[]", "", "must be a JSON object"},
       {Endpoint::kCompletions, "{}", "prompt", "'prompt' is required"},
-      {Endpoint::kCompletions, R"({"prompt": [1, 2]})", "prompt", "token arrays"},
+      {Endpoint::kCompletions, R"({"prompt": []})", "prompt", "must be a string or an array of token ids"},
+      {Endpoint::kCompletions, R"({"prompt": [1, "a"]})", "prompt", "hold integers, not a string"},
+      {Endpoint::kCompletions, R"({"prompt": [1, -2]})", "prompt", "token id -2 is not a token id"},
+      {Endpoint::kCompletions, R"({"prompt": [[1, 2], [3]]})", "prompt", "batches of several prompts"},
+      {Endpoint::kCompletions, R"({"prompt": [[]]})", "prompt", "empty token array"},
+      {Endpoint::kCompletions, R"({"prompt": [1.5]})", "prompt", "hold integers"},
       {Endpoint::kCompletions, R"({"prompt": "x", "model": 3})", "model", "must be a string"},
       {Endpoint::kCompletions, R"({"prompt": "x", "max_tokens": 0})", "max_tokens", "between 1 and"},
       {Endpoint::kCompletions, R"({"prompt": "x", "max_tokens": 1.5})", "max_tokens", "must be an integer"},
@@ -101,6 +106,18 @@ TEST(ServeRequest, BadRequestsNameTheField) {
     EXPECT_EQ(j["error"]["type"], "invalid_request_error");
     EXPECT_EQ(j["error"]["message"], p.error.message);
   }
+}
+
+TEST(ServeRequest, TokenArrayPrompts) {
+  auto p = completions(R"({"prompt": [1, 2, 3]})");
+  ASSERT_TRUE(p.request.has_value()) << p.error.message;
+  EXPECT_EQ(p.request->prompt_tokens, std::optional(std::vector<int32_t>{1, 2, 3}));
+  p = completions(R"({"prompt": [[7]]})");
+  ASSERT_TRUE(p.request.has_value()) << p.error.message;
+  EXPECT_EQ(p.request->prompt_tokens, std::optional(std::vector<int32_t>{7}));
+  p = completions(R"({"prompt": "text"})");
+  ASSERT_TRUE(p.request.has_value());
+  EXPECT_FALSE(p.request->prompt_tokens.has_value());
 }
 
 TEST(ServeRequest, LogprobsPerEndpoint) {

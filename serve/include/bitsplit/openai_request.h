@@ -23,6 +23,7 @@ struct GenerationRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;               // empty: the base model
   std::string prompt;              // completions
+  std::optional<std::vector<int32_t>> prompt_tokens;  // completions given token ids (checked against the vocabulary later)
   // chat: the messages as given, keys in their order (a template prints tool schemas as given),
   // content normalised to text
   nlohmann::ordered_json messages;
