@@ -350,6 +350,7 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
       [this, lease, state, variant, so, prompt, max_tokens, received, id, created, served_name, chat, include_usage,
        finish, usage, extension, piece_of](size_t, httplib::DataSink& sink) {
         int64_t text_offset = 0;  // bytes of the tokens reported so far (completions' text_offset)
+        size_t streamed_logprobs = 0;  // log-probability entries sent with text
         auto chunk = [&](json delta_or_text, std::optional<std::string> finish_reason,
                          std::span<const TokenLogprob> logprobs = {}) {
           json choice = {{"index", 0}, {"finish_reason", finish_reason ? json(*finish_reason) : json(nullptr)}};
@@ -372,6 +373,7 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
         if (chat && !write(sse(chunk(json{{"role", "assistant"}, {"content", ""}}, std::nullopt)))) return false;
         Outcome o = run(variant, so, prompt, max_tokens, state->sampling, state->stop, state->logprobs, received,
                         [&](const std::string& piece, std::span<const TokenLogprob> logprobs) {
+                          streamed_logprobs += logprobs.size();
                           return write(sse(chunk(chat ? json{{"content", piece}} : json(piece), std::nullopt, logprobs)));
                         });
         finish(o);
@@ -379,7 +381,11 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
         if (!o.status) {
           write(sse(RequestError{500, o.status.message(), "", "server_error"}.to_json()));
         } else {
-          write(sse(chunk(chat ? json::object() : json(""), o.finish_reason)));
+          // Tokens whose text never went out (held back by the stop matcher, or a stop string
+          // itself) still get their log-probabilities, in the last chunk.
+          const std::span<const TokenLogprob> rest(o.logprobs.data() + std::min(streamed_logprobs, o.logprobs.size()),
+                                                   o.logprobs.size() - std::min(streamed_logprobs, o.logprobs.size()));
+          write(sse(chunk(chat ? json::object() : json(""), o.finish_reason, rest)));
           if (include_usage) {
             json last = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
                          {"model", served_name}, {"choices", json::array()}, {"usage", usage(o)},

@@ -168,6 +168,13 @@ with tempfile.TemporaryDirectory() as TMP:
         check(sum((s.tokens for s in streamed_lp), []) == L.tokens and
               sum((s.token_logprobs for s in streamed_lp), []) == L.token_logprobs and
               sum((s.text_offset for s in streamed_lp), []) == L.text_offset, "streamed logprobs == not streamed")
+        # With a stop string the tokens it held back still get their entries (in the last chunk).
+        stop_at = want[len(want) // 2:len(want) // 2 + 3]
+        stopped = completion_lp(stop=[stop_at]).choices[0].logprobs
+        streamed_stop = [ch.choices[0].logprobs for ch in completion_lp(stop=[stop_at], stream=True)
+                         if ch.choices and ch.choices[0].logprobs]
+        check(sum((s.tokens for s in streamed_stop), []) == stopped.tokens,
+              f"streamed logprobs with a stop string == not streamed ({stop_at!r})")
         r = client.chat.completions.create(model="base.bitsplit.gguf", messages=messages, max_tokens=20, temperature=0,
                                            logprobs=True, top_logprobs=2)
         content = r.choices[0].logprobs.content
