@@ -347,8 +347,20 @@ Result<Value> Interpreter::get_item(const Value& object, const Value& key) {
   return Value::undefined("'" + type_name(object) + " object' has no element " + repr(key));
 }
 
+Status Interpreter::check_made_string(const Result<Value>& made, const std::string& what) const {
+  if (made.is_ok() && made->is_string() && made->text.size() > limits_.max_output_bytes) {
+    return Status::error(what + " made a string of " + std::to_string(made->text.size()) + " bytes, over the output limit of " +
+                         std::to_string(limits_.max_output_bytes));
+  }
+  return Status::ok();
+}
+
 Result<Value> Interpreter::call(const Value& callee, const CallArgs& args) {
-  if (callee.kind == Kind::kCallable) return callee.callable->call(*this, args);
+  if (callee.kind == Kind::kCallable) {
+    auto r = callee.callable->call(*this, args);
+    if (Status st = check_made_string(r, "'" + callee.callable->name + "'"); !st) return st;
+    return r;
+  }
   if (callee.is_undefined())
     return Status::error(callee.text.empty() ? "undefined value is not callable" : callee.text);
   return Status::error("'" + type_name(callee) + "' object is not callable");
@@ -385,6 +397,7 @@ Result<Value> Interpreter::eval_filter(const Expr& e, const Value* operand) {
   if (!args.is_ok()) return args.status();
   auto r = apply_filter(*this, e.name, input, *args);
   if (!r.is_ok()) return locate(r.status(), e.offset);
+  if (Status st = check_made_string(r, "filter '" + e.name + "'"); !st) return locate(st, e.offset);
   return r;
 }
 

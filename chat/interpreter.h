@@ -41,6 +41,10 @@ class Interpreter {
   enum class Flow { kNormal, kBreak, kContinue };
 
   Status fail(uint32_t offset, const std::string& message);
+  // A string a filter, method or function made, held to the output limit where it is made:
+  // strings can grow geometrically (a repr of a namespace holding its own last repr, in a loop),
+  // and only the printed text was bounded before.
+  Status check_made_string(const Result<Value>& made, const std::string& what) const;
   Status locate(const Status& status, uint32_t offset);
   Status append(std::string_view text);
 

@@ -208,6 +208,18 @@ TEST(ChatTemplate, LimitsStopRunawayTemplates) {
                 .rfind("error: chat template: list exceeds the limit of 1048576 items", 0),
             0u);
   EXPECT_EQ(render("{{ range(1000000) | length }}").rfind("error: chat template: range too big", 0), 0u);
+  // A string that grows geometrically without being printed (each repr of the namespace escapes
+  // the last one's quotes) stops where a filter or method makes it too long, not at print time
+  // (a fuzzing finding: 62 s of rendering before).
+  small.max_loop_iterations = 1'000'000;
+  const std::string doubling = "{% set ns = namespace(s=\"'\") %}{% for i in range(60) %}{% set ns.s = ns | ";
+  EXPECT_EQ(render(doubling + "string %}{% endfor %}", Json::object(), small)
+                .rfind("error: chat template: filter 'string' made a string of ", 0),
+            0u);
+  const std::string by_method = render(
+      "{% set ns = namespace(s='ab') %}{% for i in range(60) %}{% set ns.s = '{}{}'.format(ns.s, ns.s) %}{% endfor %}",
+      Json::object(), small);
+  EXPECT_EQ(by_method.rfind("error: chat template: 'format' made a string of ", 0), 0u) << by_method;
   small.max_template_bytes = 10;
   EXPECT_EQ(render("{{ 'this is too long' }}", Json::object(), small).rfind("error: chat template is 24 bytes, over the limit of 10", 0), 0u);
   EXPECT_EQ(render("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").rfind(
