@@ -43,15 +43,7 @@ Batch tree_batch(const speculation::TokenTree& tree, const std::vector<int32_t>&
 // part of a host draft level). For k = 1 nothing is ranked (a chain keeps its one child), so the
 // log-probabilities are left 0.
 std::vector<std::pair<int32_t, double>> greedy_top_k(std::span<const float> logits, int32_t k) {
-  std::vector<std::pair<float, int32_t>> top;  // descending by logit
-  top.reserve(size_t(k) + 1);
-  for (size_t t = 0; t < logits.size(); ++t) {
-    const float x = logits[t];
-    if (!(x > -INFINITY) || (int32_t(top.size()) == k && !(x > top.back().first))) continue;
-    auto at = std::find_if(top.begin(), top.end(), [&](const auto& e) { return x > e.first; });
-    top.insert(at, {x, int32_t(t)});
-    if (int32_t(top.size()) > k) top.pop_back();
-  }
+  const std::vector<std::pair<float, int32_t>> top = top_logits(logits, k);
   std::vector<std::pair<int32_t, double>> out;
   double log_sum = 0;
   if (k > 1 && !top.empty()) {

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "bitsplit/sampling.h"
+
 namespace bitsplit::serve {
 
 using nlohmann::json;
@@ -17,16 +19,7 @@ TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int32_t
   TokenLogprob r;
   r.token = token;
   r.logprob = float(double(logits[size_t(token)]) - log_sum);
-  top = std::clamp<int32_t>(top, 0, int32_t(logits.size()));
-  if (top > 0) {
-    std::vector<int32_t> ids(logits.size());
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
-    auto better = [&](int32_t a, int32_t b) {
-      return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
-    };
-    std::partial_sort(ids.begin(), ids.begin() + top, ids.end(), better);
-    for (int32_t i = 0; i < top; ++i) r.top.push_back({ids[size_t(i)], float(double(logits[size_t(ids[size_t(i)])]) - log_sum)});
-  }
+  for (const auto& [logit, id] : top_logits(logits, top)) r.top.push_back({id, float(double(logit) - log_sum)});
   return r;
 }
 
@@ -40,9 +33,8 @@ json bytes_of(const std::string& s) {
 
 }  // namespace
 
-json completion_logprobs(const std::vector<TokenLogprob>& tokens, const PieceOf& piece, int64_t offset0) {
+json completion_logprobs(std::span<const TokenLogprob> tokens, const PieceOf& piece, int64_t& offset) {
   json text = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
-  int64_t offset = offset0;
   for (const TokenLogprob& t : tokens) {
     const std::string p = piece(t.token);
     text.push_back(p);
@@ -59,7 +51,7 @@ json completion_logprobs(const std::vector<TokenLogprob>& tokens, const PieceOf&
   return {{"tokens", text}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
-json chat_logprobs(const std::vector<TokenLogprob>& tokens, const PieceOf& piece) {
+json chat_logprobs(std::span<const TokenLogprob> tokens, const PieceOf& piece) {
   json content = json::array();
   for (const TokenLogprob& t : tokens) {
     const std::string p = piece(t.token);

@@ -48,6 +48,7 @@ struct Outcome {
   std::vector<double> inter_token;
   bool cancelled = false;
   std::vector<TokenLogprob> logprobs;  // when the request asked for them (EOS left out)
+  size_t logprobs_emitted = 0;         // how many of them went out with text (streaming)
 };
 
 // Hands a piece of generated text to the client (streaming), with the log-probabilities of the
@@ -151,10 +152,9 @@ Outcome Server::Impl::run(std::shared_ptr<const Variant> variant, const SessionO
       out.logprobs.push_back(token_logprob(logits, token, *logprobs));
     };
   }
-  size_t logprobs_sent = 0;  // entries handed to emit so far
   auto fresh_logprobs = [&] {
-    std::span<const TokenLogprob> fresh(out.logprobs.data() + logprobs_sent, out.logprobs.size() - logprobs_sent);
-    logprobs_sent = out.logprobs.size();
+    const std::span<const TokenLogprob> fresh = std::span<const TokenLogprob>(out.logprobs).subspan(out.logprobs_emitted);
+    out.logprobs_emitted = out.logprobs.size();
     return fresh;
   };
   Session session(model->model, std::move(variant), options);
@@ -332,7 +332,8 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
       choice["logprobs"] = r.logprobs ? chat_logprobs(o.logprobs, piece_of) : json(nullptr);
     } else {
       choice["text"] = o.text;
-      choice["logprobs"] = r.logprobs ? completion_logprobs(o.logprobs, piece_of) : json(nullptr);
+      int64_t offset = 0;
+      choice["logprobs"] = r.logprobs ? completion_logprobs(o.logprobs, piece_of, offset) : json(nullptr);
     }
     json body = {{"id", id}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", created},
                  {"model", served_name}, {"choices", json::array({choice})}, {"usage", usage(o)},
@@ -350,15 +351,12 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
       [this, lease, state, variant, so, prompt, max_tokens, received, id, created, served_name, chat, include_usage,
        finish, usage, extension, piece_of](size_t, httplib::DataSink& sink) {
         int64_t text_offset = 0;  // bytes of the tokens reported so far (completions' text_offset)
-        size_t streamed_logprobs = 0;  // log-probability entries sent with text
         auto chunk = [&](json delta_or_text, std::optional<std::string> finish_reason,
                          std::span<const TokenLogprob> logprobs = {}) {
           json choice = {{"index", 0}, {"finish_reason", finish_reason ? json(*finish_reason) : json(nullptr)}};
           json lp = nullptr;
           if (state->logprobs && !logprobs.empty()) {
-            const std::vector<TokenLogprob> entries(logprobs.begin(), logprobs.end());
-            lp = chat ? chat_logprobs(entries, piece_of) : completion_logprobs(entries, piece_of, text_offset);
-            for (const TokenLogprob& t : entries) text_offset += int64_t(piece_of(t.token).size());
+            lp = chat ? chat_logprobs(logprobs, piece_of) : completion_logprobs(logprobs, piece_of, text_offset);
           }
           choice["logprobs"] = std::move(lp);
           if (chat) {
@@ -373,7 +371,6 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
         if (chat && !write(sse(chunk(json{{"role", "assistant"}, {"content", ""}}, std::nullopt)))) return false;
         Outcome o = run(variant, so, prompt, max_tokens, state->sampling, state->stop, state->logprobs, received,
                         [&](const std::string& piece, std::span<const TokenLogprob> logprobs) {
-                          streamed_logprobs += logprobs.size();
                           return write(sse(chunk(chat ? json{{"content", piece}} : json(piece), std::nullopt, logprobs)));
                         });
         finish(o);
@@ -383,8 +380,7 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
         } else {
           // Tokens whose text never went out (held back by the stop matcher, or a stop string
           // itself) still get their log-probabilities, in the last chunk.
-          const std::span<const TokenLogprob> rest(o.logprobs.data() + std::min(streamed_logprobs, o.logprobs.size()),
-                                                   o.logprobs.size() - std::min(streamed_logprobs, o.logprobs.size()));
+          const auto rest = std::span<const TokenLogprob>(o.logprobs).subspan(o.logprobs_emitted);
           write(sse(chunk(chat ? json::object() : json(""), o.finish_reason, rest)));
           if (include_usage) {
             json last = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},

@@ -158,7 +158,9 @@ TEST(ServeLogprobs, LogSoftmaxOfTheRawLogitsAndTheBestAlternatives) {
 
   const PieceOf piece = [](int32_t id) { return std::vector<std::string>{"a", "bb", "\xc3", "", "e"}[size_t(id)]; };
   const std::vector<TokenLogprob> tokens = {token_logprob(logits, 1, 2), token_logprob(logits, 2, 0)};
-  const auto c = completion_logprobs(tokens, piece, 10);
+  int64_t offset = 10;
+  const auto c = completion_logprobs(tokens, piece, offset);
+  EXPECT_EQ(offset, 13) << "left past the last token's 1 byte";
   EXPECT_EQ(c["tokens"], nlohmann::json({"bb", "\xc3"}));
   EXPECT_EQ(c["text_offset"], nlohmann::json({10, 12}));
   ASSERT_EQ(c["token_logprobs"].size(), 2u);

@@ -26,6 +26,20 @@ int32_t argmax(std::span<const float> logits) {
   return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
+std::vector<std::pair<float, int32_t>> top_logits(std::span<const float> logits, int32_t k) {
+  std::vector<std::pair<float, int32_t>> top;  // descending by logit
+  if (k <= 0) return top;
+  top.reserve(size_t(k) + 1);
+  for (size_t t = 0; t < logits.size(); ++t) {
+    const float x = logits[t];
+    if (!(x > -INFINITY) || (int32_t(top.size()) == k && !(x > top.back().first))) continue;
+    auto at = std::find_if(top.begin(), top.end(), [&](const auto& e) { return x > e.first; });
+    top.insert(at, {x, int32_t(t)});
+    if (int32_t(top.size()) > k) top.pop_back();
+  }
+  return top;
+}
+
 std::vector<float> Sampler::distribution(std::span<const float> logits, std::span<const int32_t> history) const {
   const size_t n = logits.size();
   std::vector<float> l(logits.begin(), logits.end());

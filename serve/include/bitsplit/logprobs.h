@@ -31,9 +31,10 @@ TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int32_t
 // A token's text (the tokenizer's piece, possibly part of a UTF-8 character).
 using PieceOf = std::function<std::string(int32_t)>;
 
-// The completions format over `tokens`; offsets count bytes of generated text from `offset0`.
-nlohmann::json completion_logprobs(const std::vector<TokenLogprob>& tokens, const PieceOf& piece, int64_t offset0 = 0);
+// The completions format over `tokens`; text offsets count bytes of generated text from
+// `offset`, which is left just past the last token (a stream's next chunk goes on from there).
+nlohmann::json completion_logprobs(std::span<const TokenLogprob> tokens, const PieceOf& piece, int64_t& offset);
 // The chat format ({"content": [...]}).
-nlohmann::json chat_logprobs(const std::vector<TokenLogprob>& tokens, const PieceOf& piece);
+nlohmann::json chat_logprobs(std::span<const TokenLogprob> tokens, const PieceOf& piece);
 
 }  // namespace bitsplit::serve

@@ -32,6 +32,11 @@ struct SamplingParams {
 // Index of the largest logit; the lowest index wins ties.
 int32_t argmax(std::span<const float> logits);
 
+// The k largest logits as (logit, token), best first; the lower token wins ties; -inf and NaN
+// are never taken (fewer than k come back when the row has fewer finite logits). O(n·k): for
+// the small k of drafting and log-probability alternatives.
+std::vector<std::pair<float, int32_t>> top_logits(std::span<const float> logits, int32_t k);
+
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
