@@ -102,13 +102,11 @@ class ProjectionInput {
   const cpu::QuantizedActivations& quantized_group(const Model& model, int group, size_t g) {
     if (groups_.size() == 1) return quantized(model, group);
     if (group_qa_.size() != groups_.size() || group_qa_group_ != group) {
-      group_qa_.assign(groups_.size(), {});
-      group_qa_ready_.assign(groups_.size(), 0);
+      group_qa_.assign(groups_.size(), {});  // rows 0: not quantised yet (a group has rows)
       group_qa_group_ = group;
     }
-    if (!group_qa_ready_[g]) {
+    if (group_qa_[g].rows == 0) {
       cpu::quantize_activations(model.cpu(), x_.row(groups_[g].row0), groups_[g].rows, x_.width, group, group_qa_[g]);
-      group_qa_ready_[g] = 1;
     }
     return group_qa_[g];
   }
@@ -146,7 +144,6 @@ class ProjectionInput {
   cpu::QuantizedActivations qa_;
   int qa_group_ = 0;
   std::vector<cpu::QuantizedActivations> group_qa_;
-  std::vector<uint8_t> group_qa_ready_;
   int group_qa_group_ = 0;
   std::vector<float> rounded_;
   int64_t rounded_group_ = 0;
@@ -267,10 +264,6 @@ Result<std::vector<std::vector<float>>> run_pass(const Model& model, std::vector
   };
   auto signs_of = [&](const Variant* variant, const std::string& weight) { return variant ? variant->signs(weight) : nullptr; };
   auto lora_of = [&](const Variant* variant, const std::string& weight) { return variant ? variant->lora(weight) : nullptr; };
-  // A row-wise op with each row group's own copy of a tensor.
-  auto per_group = [&](const std::vector<RowGroup>& gs, const std::function<void(const RowGroup&)>& f) {
-    for (const RowGroup& g : gs) f(g);
-  };
   for (const Sequence& s : seqs) {
     const Batch& batch = *s.batch;
     const std::vector<float>& embd = pick(s.variant, "token_embd.weight", model.token_embd());
@@ -394,10 +387,10 @@ Result<std::vector<std::vector<float>>> run_pass(const Model& model, std::vector
   // rms_norm of rows with each group's copy of a norm tensor (`tensor` in the variant's names).
   auto norm_rows = [&](int64_t l, const char* tensor, const std::vector<float>& base, const Activations& from,
                        Activations& to) {
-    per_group(groups, [&](const RowGroup& g) {
+    for (const RowGroup& g : groups) {
       const std::vector<float>& weight = pick_layer(g.variant, l, tensor, ".weight", base);
       for (int64_t i = g.row0; i < g.row0 + g.rows; ++i) cpu::rms_norm_f32(from.row(i), weight.data(), c.n_embd, c.rms_eps, to.row(i));
-    });
+    }
   };
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = model.layer(l);
@@ -457,15 +450,15 @@ Result<std::vector<std::vector<float>>> run_pass(const Model& model, std::vector
 
   // The wanted rows, in pass order, and their row groups.
   std::vector<RowGroup> out_groups(groups.size());
+  std::vector<int64_t> wanted(seqs.size(), 0);
   int64_t n_out = 0;
-  for (const Sequence& s : seqs) {
-    int64_t wanted = 0;
-    for (uint8_t want : s.batch->want_logits) wanted += want ? 1 : 0;
-    RowGroup& g = out_groups[s.group];
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    for (uint8_t want : seqs[i].batch->want_logits) wanted[i] += want ? 1 : 0;
+    RowGroup& g = out_groups[seqs[i].group];
     if (g.rows == 0) g.row0 = n_out;
-    g.rows += wanted;
-    g.variant = groups[s.group].variant;
-    n_out += wanted;
+    g.rows += wanted[i];
+    g.variant = groups[seqs[i].group].variant;
+    n_out += wanted[i];
   }
   std::erase_if(out_groups, [](const RowGroup& g) { return g.rows == 0; });
   Activations last(n_out, c.n_embd);
@@ -497,12 +490,19 @@ Result<std::vector<std::vector<float>>> run_pass(const Model& model, std::vector
   std::vector<std::vector<float>> result(seqs.size());
   r = 0;
   for (size_t i = 0; i < seqs.size(); ++i) {
-    int64_t wanted = 0;
-    for (uint8_t want : seqs[i].batch->want_logits) wanted += want ? 1 : 0;
-    result[i].assign(logits.row(r), logits.row(r) + wanted * c.n_vocab);
-    r += wanted;
+    result[i].assign(logits.row(r), logits.row(r) + wanted[i] * c.n_vocab);
+    r += wanted[i];
   }
   return result;
+}
+
+// One sequence's pass (its batch already validated).
+Result<std::vector<float>> run_one(const Model& model, KvCache& cache, const Batch& batch, const Variant* variant,
+                                   const ActivationObserver* observer, Pass pass) {
+  std::vector<Sequence> seqs{{&cache, &batch, variant, 0, 0, {}}};
+  const std::vector<RowGroup> groups{{0, batch.size(), variant}};
+  BITSPLIT_ASSIGN_OR_RETURN(auto logits, run_pass(model, seqs, groups, observer, pass));
+  return std::move(logits[0]);
 }
 
 }  // namespace
@@ -529,7 +529,7 @@ Result<std::vector<std::vector<float>>> forward_passes(const Model& model, std::
   if (c.is_moe() && sequences.size() > 1) {
     std::vector<std::vector<float>> out;
     for (const SequencePass& s : sequences) {
-      BITSPLIT_ASSIGN_OR_RETURN(auto logits, forward_pass(model, *s.cache, *s.batch, nullptr, pass, s.variant));
+      BITSPLIT_ASSIGN_OR_RETURN(auto logits, run_one(model, *s.cache, *s.batch, s.variant, nullptr, pass));
       out.push_back(std::move(logits));
     }
     return out;
@@ -560,10 +560,7 @@ Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, cons
                                         const ActivationObserver* observer, Pass pass, const Variant* variant) {
   if (pass == Pass::kDefault) pass = model.default_pass();
   BITSPLIT_RETURN_IF_ERROR(batch.validate(model.config(), cache));
-  std::vector<Sequence> seqs{{&cache, &batch, variant, 0, 0, {}}};
-  const std::vector<RowGroup> groups{{0, batch.size(), variant}};
-  BITSPLIT_ASSIGN_OR_RETURN(auto logits, run_pass(model, seqs, groups, observer, pass));
-  return std::move(logits[0]);
+  return run_one(model, cache, batch, variant, observer, pass);
 }
 
 }  // namespace bitsplit
