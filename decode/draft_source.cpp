@@ -27,17 +27,21 @@ class HostDraft final : public DraftSource {
   PassBatcher* batcher_;
 };
 
+// Device work takes its turn with other generations' passes (the backend is one device).
+Status in_turn(PassBatcher* batcher, const std::function<Status()>& work) {
+  return batcher ? batcher->exclusive(work) : work();
+}
+
 class DeviceDraftSource final : public DraftSource {
  public:
-  DeviceDraftSource(std::vector<std::shared_ptr<const void>> signs, std::shared_ptr<DeviceDraft> device)
-      : signs_(std::move(signs)), device_(std::move(device)), start_(device_->transfers()) {}  // may be reused
-  // Device work then takes its turn with other generations' passes (the backend is one device).
-  void set_batcher(PassBatcher* batcher) { batcher_ = batcher; }
+  DeviceDraftSource(std::vector<std::shared_ptr<const void>> signs, std::shared_ptr<DeviceDraft> device,
+                    PassBatcher* batcher)
+      : signs_(std::move(signs)), device_(std::move(device)), start_(device_->transfers()), batcher_(batcher) {}  // may be reused
   std::string where() const override { return "device (" + device_->name() + ")"; }
   int max_top_k() const override { return DeviceDraft::kMaxTopK; }
 
   Status level(const Batch& b, int k, DraftTopK* top, std::vector<float>* logits) override {
-    return in_turn([&] {
+    return in_turn(batcher_, [&] {
       const DraftRows rows = draft_rows(b);
       if (top) return device_->forward(rows, k, *top, nullptr);
       DraftTopK none;
@@ -46,14 +50,12 @@ class DeviceDraftSource final : public DraftSource {
   }
 
   Status committed(const KvCache& cache, int64_t from, int64_t to) override {
-    return in_turn([&] { return upload(cache, from, to); });
+    return in_turn(batcher_, [&] { return upload(cache, from, to); });
   }
 
   DeviceTransfers transfers() const override { return device_->transfers().since(start_); }
 
  private:
-  Status in_turn(const std::function<Status()>& work) { return batcher_ ? batcher_->exclusive(work) : work(); }
-
   Status upload(const KvCache& cache, int64_t from, int64_t to) {
     if (from < 0 || to < from || to > std::min(cache.n_slots(), device_->n_slots())) {
       return Status::error("device draft: cannot copy cache slots " + std::to_string(from) + ".." + std::to_string(to));
@@ -68,7 +70,7 @@ class DeviceDraftSource final : public DraftSource {
   std::vector<std::shared_ptr<const void>> signs_;  // the variant's signs stay in VRAM while the device draft lives
   std::shared_ptr<DeviceDraft> device_;
   DeviceTransfers start_;
-  PassBatcher* batcher_ = nullptr;
+  PassBatcher* batcher_;
 };
 
 }  // namespace
@@ -81,26 +83,21 @@ std::unique_ptr<DraftSource> make_host_draft(const Model& draft, KvCache& cache,
 Result<std::unique_ptr<DraftSource>> make_device_draft(const Model& draft, int64_t n_slots, const Variant* variant,
                                                        PassBatcher* batcher) {
   if (!draft.has_planes()) return Status::error("the draft has no bit-split planes");
-  if (batcher) {  // made in turn with other generations' passes, then used in turn with them
-    std::unique_ptr<DraftSource> made;
-    BITSPLIT_RETURN_IF_ERROR(batcher->exclusive([&]() -> Status {
-      BITSPLIT_ASSIGN_OR_RETURN(made, make_device_draft(draft, n_slots, variant, nullptr));
-      return Status::ok();
-    }));
-    static_cast<DeviceDraftSource*>(made.get())->set_batcher(batcher);
-    return made;
-  }
   // A variant's sign planes are made resident (or found resident) first, held for as long as
-  // the device draft that fuses them.
+  // the device draft that fuses them. The base's device draft is kept by the backend for the
+  // next generation on this model.
   std::vector<std::shared_ptr<const void>> signs;
-  if (variant) {
-    BITSPLIT_ASSIGN_OR_RETURN(signs, make_resident(draft, *variant));
-  }
-  // The base's device draft is kept by the backend for the next generation on this model.
-  BITSPLIT_ASSIGN_OR_RETURN(
-      auto device, draft.backend().make_device_draft([&] { return describe_device_draft(draft, variant); }, n_slots,
-                                                     variant ? nullptr : &draft));
-  return std::unique_ptr<DraftSource>(std::make_unique<DeviceDraftSource>(std::move(signs), std::move(device)));
+  std::shared_ptr<DeviceDraft> device;
+  BITSPLIT_RETURN_IF_ERROR(in_turn(batcher, [&]() -> Status {
+    if (variant) {
+      BITSPLIT_ASSIGN_OR_RETURN(signs, make_resident(draft, *variant));
+    }
+    BITSPLIT_ASSIGN_OR_RETURN(device, draft.backend().make_device_draft(
+                                          [&] { return describe_device_draft(draft, variant); }, n_slots,
+                                          variant ? nullptr : &draft));
+    return Status::ok();
+  }));
+  return std::unique_ptr<DraftSource>(std::make_unique<DeviceDraftSource>(std::move(signs), std::move(device), batcher));
 }
 
 }  // namespace bitsplit

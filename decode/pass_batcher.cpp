@@ -70,6 +70,8 @@ void PassBatcher::execute(std::vector<Job*>& jobs) {
         job->status = (*job->work)();
       } catch (const std::exception& e) {
         job->status = Status::error(std::string("internal error: ") + e.what());
+      } catch (...) {
+        job->status = Status::error("internal error: an exception that is not a std::exception");
       }
       continue;
     }
@@ -103,6 +105,8 @@ void PassBatcher::execute(std::vector<Job*>& jobs) {
         }
       } catch (const std::exception& e) {
         fail_all(part, Status::error(std::string("internal error: ") + e.what()));
+      } catch (...) {
+        fail_all(part, Status::error("internal error: an exception that is not a std::exception"));
       }
       ++passes_run;
       sequences += int64_t(part.size());
