@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <barrier>
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -37,7 +38,23 @@ struct Loaded {
   std::unique_ptr<Model> model;
   std::unique_ptr<VariantRegistry> variants;
   std::shared_ptr<const Variant> devil, lora;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::vector<int32_t> encode(const std::string& text) const { return tokenizer->encode(text, {.add_special = true}); }
 };
+
+// n threads, each a generation joined to `batcher` before any of them calls body(i).
+void run_joined(PassBatcher& batcher, int n, const std::function<void(int)>& body) {
+  std::barrier joined(n);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      PassBatcher::Membership member(&batcher);
+      joined.arrive_and_wait();
+      body(i);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
 
 // The bible base, bit-split (split = true) or f32, with the devil delta and the devil LoRA.
 std::unique_ptr<Loaded> load_bible(const testing::TempDir& dir, bool split) {
@@ -62,6 +79,9 @@ std::unique_ptr<Loaded> load_bible(const testing::TempDir& dir, bool split) {
   l->variants = std::make_unique<VariantRegistry>(*l->model, *l->source, VariantCacheOptions{.budget_bytes = UINT64_MAX});
   BITSPLIT_CHECK(l->variants->add("devil", delta).is_ok());
   BITSPLIT_CHECK(l->variants->add("lora", kModels + "/bible-devil-lora.gguf").is_ok());
+  auto tok = Tokenizer::from_metadata(l->source->metadata());
+  BITSPLIT_CHECK(tok.is_ok(), tok.status().message());
+  l->tokenizer = std::move(*tok);
   l->devil = *l->variants->get("devil");
   l->lora = *l->variants->get("lora");
   return l;
@@ -268,21 +288,14 @@ TEST(PassBatcher, CombinesThePassesOfJoinedGenerations) {
       ASSERT_TRUE(r.is_ok());
       alone[size_t(i)] = std::move(*r);
     }
-    std::barrier joined(4);
-    std::vector<std::thread> threads;
     std::vector<Status> status(4);
-    for (int i = 0; i < 4; ++i) {
-      threads.emplace_back([&, i] {
-        PassBatcher::Membership member(&batcher);
-        joined.arrive_and_wait();
-        KvCache cache(c, 5);
-        const Batch batch = Batch::causal(prompts[size_t(i)], 0);
-        auto r = batcher.forward(m, cache, batch, Pass::kTarget, variants[size_t(i)]);
-        status[size_t(i)] = r.status();
-        if (r) got[size_t(i)] = std::move(*r);
-      });
-    }
-    for (auto& t : threads) t.join();
+    run_joined(batcher, 4, [&](int i) {
+      KvCache cache(c, 5);
+      const Batch batch = Batch::causal(prompts[size_t(i)], 0);
+      auto r = batcher.forward(m, cache, batch, Pass::kTarget, variants[size_t(i)]);
+      status[size_t(i)] = r.status();
+      if (r) got[size_t(i)] = std::move(*r);
+    });
     for (int i = 0; i < 4; ++i) {
       ASSERT_TRUE(status[size_t(i)].is_ok()) << status[size_t(i)].message();
       EXPECT_TRUE(got[size_t(i)] == alone[size_t(i)]) << "thread " << i;
@@ -296,20 +309,13 @@ TEST(PassBatcher, CombinesThePassesOfJoinedGenerations) {
 
   // One bad batch among good ones: only it fails, with the batch's own error.
   PassBatcher batcher({.gather = std::chrono::seconds(60)});
-  std::barrier joined(3);
   std::vector<Status> status(3);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 3; ++i) {
-    threads.emplace_back([&, i] {
-      PassBatcher::Membership member(&batcher);
-      joined.arrive_and_wait();
-      KvCache cache(c, 4);
-      Batch batch = Batch::causal(tokens(3, i, c.n_vocab), 0);
-      if (i == 1) batch.tokens[0] = -1;
-      status[size_t(i)] = batcher.forward(m, cache, batch, Pass::kTarget, nullptr).status();
-    });
-  }
-  for (auto& t : threads) t.join();
+  run_joined(batcher, 3, [&](int i) {
+    KvCache cache(c, 4);
+    Batch batch = Batch::causal(tokens(3, i, c.n_vocab), 0);
+    if (i == 1) batch.tokens[0] = -1;
+    status[size_t(i)] = batcher.forward(m, cache, batch, Pass::kTarget, nullptr).status();
+  });
   EXPECT_TRUE(status[0].is_ok() && status[2].is_ok());
   ASSERT_FALSE(status[1].is_ok());
   EXPECT_NE(status[1].message().find("token id -1"), std::string::npos) << status[1].message();
@@ -323,8 +329,6 @@ TEST(PassBatcher, ConcurrentSessionsWriteWhatTheyWriteAlone) {
   testing::TempDir dir("pass-batcher-sessions");
   auto l = load_bible(dir, true);
   const Model& m = *l->model;
-  auto tok = Tokenizer::from_metadata(l->source->metadata());
-  ASSERT_TRUE(tok.is_ok());
   struct Job {
     std::string prompt;
     std::shared_ptr<const Variant> variant;
@@ -348,7 +352,7 @@ TEST(PassBatcher, ConcurrentSessionsWriteWhatTheyWriteAlone) {
     p.temperature = job.temperature;
     p.seed = 1234;
     Sampler sampler(p);
-    const auto prompt = (*tok)->encode(job.prompt, {.add_special = true});
+    const auto prompt = l->encode(job.prompt);
     return session.generate(prompt, 32, -1, sampler, [&](int32_t t) { out.push_back(t); return true; }).status();
   };
   std::vector<std::vector<int32_t>> alone(jobs.size()), together(jobs.size());
@@ -378,9 +382,7 @@ TEST(PassBatcher, CrowdedChecksDraftNothingAndStayLossless) {
   testing::TempDir dir("pass-batcher-crowded");
   auto l = load_bible(dir, true);
   const Model& m = *l->model;
-  auto tok = Tokenizer::from_metadata(l->source->metadata());
-  ASSERT_TRUE(tok.is_ok());
-  const auto prompt = (*tok)->encode("And it came to pass", {.add_special = true});
+  const auto prompt = l->encode("And it came to pass");
   PassBatcher batcher({.gather = std::chrono::microseconds(0)});
   PassBatcher::Membership other(&batcher);  // another generation decoding meanwhile
   std::vector<int32_t> plain;
