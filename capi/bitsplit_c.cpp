@@ -115,6 +115,7 @@ void bitsplit_model_params_init(bitsplit_model_params* p) {
   *p = bitsplit_model_params{};
   p->size = sizeof(*p);
   p->use_gpu = 1;
+  p->target_activations = BITSPLIT_TARGET_ACTIVATIONS_DRAFT_REMAINDER;
 }
 
 bitsplit_status bitsplit_model_load(const char* path, const bitsplit_model_params* given, bitsplit_model** out) {
@@ -124,8 +125,13 @@ bitsplit_status bitsplit_model_load(const char* path, const bitsplit_model_param
     bitsplit_model_params_init(&defaults);
     const bitsplit_model_params p = read_params(given, defaults);
     if (p.n_threads < 0) return invalid("n_threads must be >= 0 (0: one per physical core)");
+    if (p.target_activations < BITSPLIT_TARGET_ACTIVATIONS_INT8 || p.target_activations > BITSPLIT_TARGET_ACTIVATIONS_REMAINDER) {
+      return invalid("target_activations must be 0 (int8), 1 (draft-remainder) or 2 (remainder), not " +
+                     std::to_string(p.target_activations));
+    }
     ModelLoadOptions options;
     options.q8_0_kernels = true;
+    options.target_activations = TargetActivations(p.target_activations);
     options.cpu = std::make_shared<cpu::CpuContext>(cpu::CpuContext::Options{.threads = p.n_threads});
     if (!p.use_gpu) options.backend = make_cpu_backend(options.cpu);
     bool cancelled = false;

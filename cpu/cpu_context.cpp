@@ -249,6 +249,28 @@ void quantize_activations(CpuContext& ctx, const float* x, int64_t rows, int64_t
   detail::kernels_of(ctx).quantize(x, rows, in, group, qa);
 }
 
+void quantize_activations_with_remainder(CpuContext& ctx, const float* x, int64_t rows, int64_t in, int group,
+                                         QuantizedActivations& qa) {
+  QuantizedActivations rest;
+  quantize_activations(ctx, x, rows, in, group, rest);
+  std::vector<float> e(size_t(rows * in));
+  for (int64_t n = 0; n < rows; ++n) {
+    const int8_t* q = rest.row_q(n);
+    for (int64_t i = 0; i < in; ++i) {
+      const float s = rest.scale[size_t(n * rest.groups + i / group)];
+      e[size_t(n * in + i)] = x[n * in + i] - s * float(q[i]);  // one rounded product, one rounded difference
+    }
+  }
+  qa.resize(2 * rows, in, group);
+  std::copy(rest.q.begin(), rest.q.end(), qa.q.begin());
+  std::copy(rest.scale.begin(), rest.scale.end(), qa.scale.begin());
+  std::copy(rest.sum.begin(), rest.sum.end(), qa.sum.begin());
+  quantize_activations(ctx, e.data(), rows, in, group, rest);
+  std::copy(rest.q.begin(), rest.q.end(), qa.q.begin() + rows * qa.padded);
+  std::copy(rest.scale.begin(), rest.scale.end(), qa.scale.begin() + rows * qa.groups);
+  std::copy(rest.sum.begin(), rest.sum.end(), qa.sum.begin() + rows * qa.groups);
+}
+
 void residual_matmul(CpuContext& ctx, const ResidualPlaneView& r, const QuantizedActivations& qa, float* y) {
   BITSPLIT_CHECK(qa.in == r.in && qa.group == r.group && (r.bits == 8 || r.bits == 6));
   const auto& k = detail::kernels_of(ctx);

@@ -46,6 +46,8 @@ struct Scheme {
   int split_residual_bits = 0;
   Pass pass = Pass::kTarget;
   int activation_rounding = 0;  // f32 schemes: int8 activations per block of this many
+  // Bit-split target schemes: the target pass's activations (docs/FORMAT.md, steps 1 and 1b).
+  TargetActivations activations = TargetActivations::kDraftRemainder;
 };
 
 // Weights-only view of a bit-split scheme: D (+ R) dequantised to f32, f32 activations.
@@ -84,6 +86,12 @@ std::vector<Scheme> make_schemes(const EvalOptions& o, const std::map<std::strin
       {"draft(R6)", nullptr, true, false, plane_bytes(2, 4), none, 6, Pass::kDraft},
       {"D+R6", nullptr, true, true, plane_bytes(2, 4), plane_bytes(6, 2), 6, Pass::kTarget},
       {"D+R8", nullptr, true, true, plane_bytes(2, 4), plane_bytes(8, 2), 8, Pass::kTarget},
+      {"D+R6/a8", nullptr, true, true, plane_bytes(2, 4), plane_bytes(6, 2), 6, Pass::kTarget, 0, TargetActivations::kInt8},
+      {"D+R8/a8", nullptr, true, true, plane_bytes(2, 4), plane_bytes(8, 2), 8, Pass::kTarget, 0, TargetActivations::kInt8},
+      {"D+R6/a16", nullptr, true, true, plane_bytes(2, 4), plane_bytes(6, 2), 6, Pass::kTarget, 0,
+       TargetActivations::kRemainder},
+      {"D+R8/a16", nullptr, true, true, plane_bytes(2, 4), plane_bytes(8, 2), 8, Pass::kTarget, 0,
+       TargetActivations::kRemainder},
       {"D+R6/w", split_transform(g, 6, true, o.imatrix, draft_bits), true, true, plane_bytes(2, 4), plane_bytes(6, 2)},
       {"D+R8/w", split_transform(g, 8, true, o.imatrix, draft_bits), true, true, plane_bytes(2, 4), plane_bytes(8, 2)},
       {"Q8_0",
@@ -99,10 +107,12 @@ std::vector<Scheme> make_schemes(const EvalOptions& o, const std::map<std::strin
       {"minmax2", minmax(2), true, false, plane_bytes(2, 4), none},
       {"minmax4", minmax(4), true, false, plane_bytes(4, 4), none},
   };
-  if (o.schemes.empty()) return all;
+  // By default the target's other activation arithmetics (/a8, /a16) are left out: asked for by name.
+  auto other_arithmetic = [](const Scheme& s) { return s.name.starts_with("D+R") && s.activations != TargetActivations::kDraftRemainder; };
   std::vector<Scheme> chosen;
   for (const auto& s : all) {
-    if (std::find(o.schemes.begin(), o.schemes.end(), s.name) != o.schemes.end()) chosen.push_back(s);
+    const bool asked = std::find(o.schemes.begin(), o.schemes.end(), s.name) != o.schemes.end();
+    if (o.schemes.empty() ? !other_arithmetic(s) : asked) chosen.push_back(s);
   }
   return chosen;
 }
@@ -198,8 +208,9 @@ void log_softmax(const float* logits, int64_t n, std::vector<double>& out) {
 }
 
 const std::vector<std::string>& eval_scheme_names() {
-  static const std::vector<std::string> names = {"draft(R8)", "draft(R6)", "D+R6",   "D+R8",    "D+R6/w",
-                                                 "D+R8/w",    "Q8_0",      "Q8_0/a8", "minmax2", "minmax4"};
+  static const std::vector<std::string> names = {"draft(R8)", "draft(R6)", "D+R6",    "D+R8",    "D+R6/a8", "D+R8/a8",
+                                                 "D+R6/a16",  "D+R8/a16",  "D+R6/w",  "D+R8/w",  "Q8_0",    "Q8_0/a8",
+                                                 "minmax2",   "minmax4"};
   return names;
 }
 
@@ -230,6 +241,7 @@ Result<ScoreReport> score_against(const Model& reference, const std::vector<Scor
     std::vector<std::vector<float>> outs;
     for (const auto& cand : candidates) {
       KvCache mc(c, n);
+      if (cand.prepare) cand.prepare();
       BITSPLIT_ASSIGN_OR_RETURN(auto logits, forward_pass(*cand.model, mc, Batch::causal(win.tokens, 0, true),
                                                                nullptr, cand.pass, cand.variant));
       outs.push_back(std::move(logits));
@@ -318,7 +330,11 @@ Result<EvalReport> evaluate_quality(const Model& model, const std::vector<int32_
   }
 
   std::vector<ScoredModel> scored_models;
-  for (size_t i = 0; i < schemes.size(); ++i) scored_models.push_back({schemes[i].name, &models[model_of[i]], schemes[i].pass});
+  for (size_t i = 0; i < schemes.size(); ++i) {
+    Model& m = models[model_of[i]];
+    const TargetActivations a = schemes[i].activations;
+    scored_models.push_back({schemes[i].name, &m, schemes[i].pass, nullptr, [&m, a] { m.set_target_activations(a); }});
+  }
   BITSPLIT_ASSIGN_OR_RETURN(ScoreReport scores, score_against(model, scored_models, tokens, o.ctx, o.bos, o.max_tokens, on_progress));
   EvalReport report;
   if (draft) report.draft_bits = describe_draft_bits(draft->bits, draft->bits_per_weight);

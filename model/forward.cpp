@@ -90,25 +90,27 @@ class ProjectionInput {
   const Activations& f32() const { return x_; }
   const std::vector<RowGroup>& groups() const { return groups_; }
 
-  const cpu::QuantizedActivations& quantized(const Model& model, int group) {
-    if (qa_group_ != group) {
-      cpu::quantize_activations(model.cpu(), x_.data.data(), x_.rows, x_.width, group, qa_);
-      qa_group_ = group;
+  // Step 1 of the plane kernels' arithmetic; with `remainder`, step 1b too (2·rows rows: the
+  // activations' int8 form, then their remainder's).
+  const cpu::QuantizedActivations& quantized(const Model& model, int group, bool remainder = false) {
+    Quantized& c = all_[remainder];
+    if (c.group != group) {
+      quantize(model, x_.data.data(), x_.rows, group, remainder, c.qa);
+      c.group = group;
     }
-    return qa_;
+    return c.qa;
   }
 
   // The rows of row group g alone (all of them when there is one group).
-  const cpu::QuantizedActivations& quantized_group(const Model& model, int group, size_t g) {
-    if (groups_.size() == 1) return quantized(model, group);
-    if (group_qa_.size() != groups_.size() || group_qa_group_ != group) {
-      group_qa_.assign(groups_.size(), {});  // rows 0: not quantised yet (a group has rows)
-      group_qa_group_ = group;
+  const cpu::QuantizedActivations& quantized_group(const Model& model, int group, size_t g, bool remainder = false) {
+    if (groups_.size() == 1) return quantized(model, group, remainder);
+    std::vector<Quantized>& per = per_group_[remainder];
+    if (per.size() != groups_.size()) per.resize(groups_.size());
+    if (per[g].group != group) {
+      quantize(model, x_.row(groups_[g].row0), groups_[g].rows, group, remainder, per[g].qa);
+      per[g].group = group;
     }
-    if (group_qa_[g].rows == 0) {
-      cpu::quantize_activations(model.cpu(), x_.row(groups_[g].row0), groups_[g].rows, x_.width, group, group_qa_[g]);
-    }
-    return group_qa_[g];
+    return per[g].qa;
   }
 
   // The Q8_0 kernel; the input is quantised once for every projection that reads it.
@@ -139,12 +141,20 @@ class ProjectionInput {
   }
 
  private:
+  struct Quantized {
+    cpu::QuantizedActivations qa;
+    int group = 0;  // 0: not made yet
+  };
+  void quantize(const Model& model, const float* x, int64_t rows, int group, bool remainder,
+                cpu::QuantizedActivations& qa) const {
+    if (remainder) cpu::quantize_activations_with_remainder(model.cpu(), x, rows, x_.width, group, qa);
+    else cpu::quantize_activations(model.cpu(), x, rows, x_.width, group, qa);
+  }
+
   const Activations& x_;
   const std::vector<RowGroup>& groups_;
-  cpu::QuantizedActivations qa_;
-  int qa_group_ = 0;
-  std::vector<cpu::QuantizedActivations> group_qa_;
-  int group_qa_group_ = 0;
+  Quantized all_[2];                    // [remainder]
+  std::vector<Quantized> per_group_[2];  // [remainder][row group]
   std::vector<float> rounded_;
   int64_t rounded_group_ = 0;
   cpu::Q8_0Activations q8_;
@@ -203,21 +213,40 @@ Status linear(const Model& model, Pass pass, const std::string& name, Projection
     // The two planes: D·X (+ the variant's signs) on the model's backend (CPU or GPU), R·X on the
     // CPU, summed draft first (the same order as cpu::target_matmul). R·X (packed when loaded)
     // runs on the CPU, over every group's rows at once, while the backend computes the first
-    // group's D·X (a GPU overlaps); the other groups' D·X follow.
-    const cpu::QuantizedActivations& all = in.quantized(model, planes->group);
-    std::vector<float> residual(y.data.size());
+    // group's D·X (a GPU overlaps); the other groups' D·X follow. With the activations'
+    // remainder (step 1b) a plane multiplies twice the rows and each row sums its two halves.
+    // Step 1b (the activations' remainder) for D, and for R too, as the model asks.
+    const bool rem_r = model.target_activations() == TargetActivations::kRemainder;
+    const bool rem_d = rem_r || model.target_activations() == TargetActivations::kDraftRemainder;
+    const cpu::QuantizedActivations& all = in.quantized(model, planes->group, rem_r);
+    std::vector<float> residual(size_t(all.rows * y.width));
+    std::vector<float> dbuf;
     for (size_t g = 0; g < groups.size(); ++g) {
       const auto d = delta_of(g);
-      const cpu::QuantizedActivations& qg = in.quantized_group(model, planes->group, g);
+      const cpu::QuantizedActivations& qg = in.quantized_group(model, planes->group, g, rem_d);
       float* yg = y.row(groups[g].row0);
+      float* out = yg;
+      if (rem_d) {
+        dbuf.resize(size_t(qg.rows * y.width));
+        out = dbuf.data();
+      }
       if (g == 0) {
         BITSPLIT_RETURN_IF_ERROR(model.backend().target_matmul(
-            *planes, qg, yg, d ? &*d : nullptr, [&] { planes->cpu_residual_matmul(model.cpu(), all, residual.data()); }));
+            *planes, qg, out, d ? &*d : nullptr, [&] { planes->cpu_residual_matmul(model.cpu(), all, residual.data()); }));
       } else {
-        BITSPLIT_RETURN_IF_ERROR(model.backend().draft_matmul(*planes, qg, yg, d ? &*d : nullptr));
+        BITSPLIT_RETURN_IF_ERROR(model.backend().draft_matmul(*planes, qg, out, d ? &*d : nullptr));
+      }
+      if (rem_d) {
+        const size_t half = size_t(groups[g].rows * y.width);
+        for (size_t i = 0; i < half; ++i) yg[i] = dbuf[i] + dbuf[half + i];
       }
     }
-    for (size_t i = 0; i < residual.size(); ++i) y.data[i] += residual[i];
+    if (rem_r) {
+      const size_t half = y.data.size();
+      for (size_t i = 0; i < half; ++i) y.data[i] += residual[i] + residual[half + i];
+    } else {
+      for (size_t i = 0; i < y.data.size(); ++i) y.data[i] += residual[i];
+    }
   }
   for (size_t g = 0; g < groups.size(); ++g) {
     const RowGroup& rg = groups[g];

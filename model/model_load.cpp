@@ -7,6 +7,21 @@
 #include "bitsplit/vram_plan.h"
 
 namespace bitsplit {
+
+const char* target_activations_name(TargetActivations a) {
+  switch (a) {
+    case TargetActivations::kInt8: return "int8";
+    case TargetActivations::kDraftRemainder: return "draft-remainder";
+    case TargetActivations::kRemainder: return "remainder";
+  }
+  return "?";
+}
+
+std::optional<TargetActivations> parse_target_activations(std::string_view name) {
+  for (TargetActivations a : {TargetActivations::kInt8, TargetActivations::kDraftRemainder, TargetActivations::kRemainder})
+    if (name == target_activations_name(a)) return a;
+  return std::nullopt;
+}
 namespace {
 
 class TensorLoader {
@@ -80,6 +95,7 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
     model.cpu_ = options.cpu ? options.cpu : std::make_shared<cpu::CpuContext>();
     model.backend_ = options.backend ? options.backend : make_cpu_backend(model.cpu_);
     model.default_pass_ = options.draft_only ? Pass::kDraft : Pass::kTarget;
+    model.target_activations_ = options.target_activations;
   }
 
   auto from_embd = source.metadata().get_bool_or("bitsplit.output_from_embedding", false);

@@ -99,6 +99,13 @@ TEST(CApi, BadArgumentsAreStatusesWithMessages) {
   EXPECT_EQ(m, nullptr) << "outputs are written only on success";
   // A file that is not a model.
   EXPECT_EQ(bitsplit_model_load(fixture("bible-2k.model").c_str(), nullptr, &m), BITSPLIT_ERR_LOAD);
+  bitsplit_model_params mp;
+  bitsplit_model_params_init(&mp);
+  EXPECT_EQ(mp.target_activations, BITSPLIT_TARGET_ACTIVATIONS_DRAFT_REMAINDER);
+  mp.target_activations = 3;
+  EXPECT_EQ(bitsplit_model_load(converted_base().c_str(), &mp, &m), BITSPLIT_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(bitsplit_last_error()).find("target_activations"), std::string::npos);
+  EXPECT_EQ(m, nullptr);
 
   Loaded l;
   ASSERT_EQ(bitsplit_model_load(converted_base().c_str(), nullptr, &l.model), BITSPLIT_OK) << bitsplit_last_error();

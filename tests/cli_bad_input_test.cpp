@@ -119,6 +119,7 @@ const Case kCases[] = {
     {"run -m {BASE} -p hi -n abc", "'abc' is not a whole number"},
     {"run -m {BASE} -p hi -n 99999999999", "above the maximum"},
     {"run -m {BASE} -p hi -n 100000", "exceed the model's context length"},
+    {"run -m {BASE} -p hi --target-activations int4", "int4"},
     // serve: its numbers are checked before it listens.
     {"serve -m {BASE} --ctx 100000", "--ctx 100000 is over the model's context of"},
     {"serve -m {BASE} --ctx 0", "below the minimum 1"},

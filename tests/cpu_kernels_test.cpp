@@ -98,6 +98,72 @@ TEST(CpuKernels, TargetIsDraftPlusResidual) {
   for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], yd[i] + yr[i]) << i;
 }
 
+// Step 1b: rows [0, n) are step 1 of x, rows [n, 2n) step 1 of e_i = x_i - s_x q_i (one rounded
+// product, one rounded difference), bit for bit on every tier.
+TEST(CpuKernels, RemainderFollowsTheDefinition) {
+  const int64_t rows = 3;
+  for (int group : {32, 64}) {
+    for (int64_t in : {7, 200}) {
+      const auto x = random_activations(rows, in, uint32_t(in + group));
+      QuantizedActivations first, rest;
+      quantize_activations_ref(x.data(), rows, in, group, first);
+      std::vector<float> e(x.size());
+      for (int64_t n = 0; n < rows; ++n)
+        for (int64_t i = 0; i < in; ++i) {
+          const float s = first.scale[size_t(n * first.groups + i / group)];
+          const float p = s * float(first.row_q(n)[i]);
+          e[size_t(n * in + i)] = x[size_t(n * in + i)] - p;
+        }
+      quantize_activations_ref(e.data(), rows, in, group, rest);
+      for (Isa isa : supported_tiers()) {
+        QuantizedActivations qa;
+        quantize_activations_with_remainder(tier_context(isa), x.data(), rows, in, group, qa);
+        ASSERT_EQ(qa.rows, 2 * rows);
+        for (int64_t n = 0; n < 2 * rows; ++n) {
+          const QuantizedActivations& want = n < rows ? first : rest;
+          const int64_t r = n % rows;
+          for (int64_t i = 0; i < qa.padded; ++i) ASSERT_EQ(qa.row_q(n)[i], want.row_q(r)[i]) << isa_name(isa) << " row " << n;
+          for (int64_t k = 0; k < qa.groups; ++k) {
+            ASSERT_EQ(qa.scale[size_t(n * qa.groups + k)], want.scale[size_t(r * qa.groups + k)]);
+            ASSERT_EQ(qa.sum[size_t(n * qa.groups + k)], want.sum[size_t(r * qa.groups + k)]);
+          }
+        }
+      }
+      // The remainder is what step 1 left: at most half a step of x's scale.
+      for (int64_t n = 0; n < rows; ++n)
+        for (int64_t k = 0; k < rest.groups; ++k)
+          EXPECT_LE(rest.scale[size_t(n * rest.groups + k)] * 127.0f, first.scale[size_t(n * first.groups + k)] * 0.5f * 1.0001f);
+    }
+  }
+}
+
+// A plane times both halves of step 1b, summed, is ~100x closer to the exact product than step 1
+// alone (the int8 remainder cuts the activation error by up to 254x).
+TEST(CpuKernels, RemainderCutsTheActivationError) {
+  for (auto [kernel, bits] : {std::pair{Kernel::kResidual, 8}, {Kernel::kDraft, 2}}) {
+    const KernelCase c{.kernel = kernel, .bits = bits, .codes = Codes::kFitted, .out = 17, .in = 512, .seed = 5};
+    const CaseWeights w(c);
+    const int64_t rows = 4;
+    const auto x = random_activations(rows, c.in, 9);
+    CaseActivations one, two;
+    quantize_case(w, nullptr, x.data(), rows, one);
+    quantize_activations_with_remainder(tier_context(Isa::kScalar), x.data(), rows, c.in, c.group, two.plane);
+    const std::vector<float> y1 = multiply_case(w, nullptr, nullptr, one), y2 = multiply_case(w, nullptr, nullptr, two);
+    double err1 = 0, err2 = 0;
+    for (int64_t o = 0; o < c.out; ++o) {
+      const std::vector<float> wo = w.dequantized_row(o);
+      for (int64_t r = 0; r < rows; ++r) {
+        double exact = 0;
+        for (int64_t i = 0; i < c.in; ++i) exact += double(wo[size_t(i)]) * double(x[size_t(r * c.in + i)]);
+        err1 += std::fabs(y1[size_t(r * c.out + o)] - exact);
+        err2 += std::fabs(double(y2[size_t(r * c.out + o)]) + double(y2[size_t((rows + r) * c.out + o)]) - exact);
+      }
+    }
+    EXPECT_GT(err1, 0.0) << c.name();
+    EXPECT_LT(err2, err1 / 100) << c.name() << ": one pass " << err1 << ", with the remainder " << err2;
+  }
+}
+
 // The reference against sum_i w_i x_i in double, w the dequantised plane, x the f32 activations.
 // Bound per output (docs/FORMAT.md, "Kernel arithmetic"):
 //  * activation rounding: |x_i - s_x q_i| <= s_x / 2 + 2^-21 |x_i| (q rounds x * f32(127/amax) to

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -62,7 +63,8 @@ TEST(Eval, ReportsEverySchemeWithSaneStatistics) {
   ASSERT_TRUE(l.is_ok()) << l.status().message();
   EXPECT_EQ(l->tokens, 20);
   EXPECT_EQ(l->windows, 2);
-  ASSERT_EQ(r->rows.size(), eval_scheme_names().size());
+  // Every scheme but the target's other activation arithmetics (/a8, /a16: only when named).
+  ASSERT_EQ(r->rows.size(), eval_scheme_names().size() - 4);
   for (const auto& row : r->rows) {
     EXPECT_GE(row.kl_mean, 0.0) << row.scheme;
     EXPECT_GE(row.kl_p99, 0.0) << row.scheme;
@@ -82,6 +84,19 @@ TEST(Eval, ReportsEverySchemeWithSaneStatistics) {
   EXPECT_DOUBLE_EQ(find("D+R6/w").ram_bits_per_weight, 6.25);
   EXPECT_DOUBLE_EQ(find("Q8_0").ram_bits_per_weight, 8.5);
   EXPECT_LT(find("D+R8").kl_mean, find("draft(R8)").kl_mean);
+
+  // The activation arithmetics share one split model; more precision, less KL.
+  EvalOptions acts = o;
+  acts.schemes = {"D+R8/a8", "D+R8", "D+R8/a16"};
+  auto a = evaluate_quality(m, some_tokens(60), acts, nullptr);
+  ASSERT_TRUE(a.is_ok()) << a.status().message();
+  ASSERT_EQ(a->rows.size(), 3u);
+  std::map<std::string, EvalRow> by_name;
+  for (const auto& row : a->rows) by_name[row.scheme] = row;
+  ASSERT_EQ(by_name.size(), 3u);
+  EXPECT_DOUBLE_EQ(by_name["D+R8/a8"].ram_bits_per_weight, by_name["D+R8/a16"].ram_bits_per_weight);
+  EXPECT_LT(by_name["D+R8"].kl_mean, by_name["D+R8/a8"].kl_mean);
+  EXPECT_LT(by_name["D+R8/a16"].kl_mean, by_name["D+R8"].kl_mean);
 }
 
 TEST(Eval, RejectsBadOptions) {

@@ -198,6 +198,33 @@ TEST(Speculative, GreedyEqualsPlainTargetOnFixtureModels) {
   }
 }
 
+// Every target activation arithmetic (docs/FORMAT.md steps 1 and 1b) keeps greedy speculative
+// decoding lossless, and each step of precision brings the target's logits closer to the f32
+// product of the same planes (D + R reconstructed, f32 activations).
+TEST(Speculative, EveryTargetActivationsIsLosslessAndCloserToF32) {
+  const std::string path = testing::source_dir() + "/tests/models/bible-base.gguf";
+  BITSPLIT_REQUIRE_FILE(path);
+  auto [source, tok] = open_with_tokenizer(path);
+  Pair p = converted(*source, 6);
+  const Pair f32 = converted(*source, 6, false);
+  const std::vector<int32_t> prompt = tok->encode("And the LORD spake unto Moses, saying");
+  KvCache fc(f32.target.config(), int64_t(prompt.size()));
+  const std::vector<float> want = *forward_pass(f32.target, fc, Batch::causal(prompt, 0, true));
+  double last_error = INFINITY;
+  for (TargetActivations a : {TargetActivations::kInt8, TargetActivations::kDraftRemainder, TargetActivations::kRemainder}) {
+    SCOPED_TRACE(target_activations_name(a));
+    p.target.set_target_activations(a);
+    expect_lossless(p, {tok->encode("And it came to pass"), tok->encode("WAR, n.")}, 100);
+    KvCache cache(p.target.config(), int64_t(prompt.size()));
+    const std::vector<float> got = *forward_pass(p.target, cache, Batch::causal(prompt, 0, true));
+    double error = 0;
+    for (size_t i = 0; i < got.size(); ++i) error += std::fabs(double(got[i]) - double(want[i]));
+    std::printf("%s: mean |logit - f32 logit| %.3g\n", target_activations_name(a), error / double(got.size()));
+    EXPECT_LT(error, last_error * 0.7);
+    last_error = error;
+  }
+}
+
 // The logits reported with each token (for log-probabilities) are, in speculative decoding, the
 // verify pass's row of the node that chose the token: bit for bit plain decoding's logits there
 // (chain and tree, with lookup), and the token is that row's argmax.

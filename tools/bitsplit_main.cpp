@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "bitsplit/interrupt.h"
@@ -18,6 +19,18 @@ int report_error(const std::string& message) {
 Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& options,
                                std::optional<uint64_t> vram_budget) {
   return open_model(path, options, vram_budget, [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
+}
+
+void add_target_activations_option(CLI::App* cmd, TargetActivations* out) {
+  std::map<std::string, TargetActivations> names;
+  for (TargetActivations a : {TargetActivations::kInt8, TargetActivations::kDraftRemainder, TargetActivations::kRemainder})
+    names[target_activations_name(a)] = a;
+  cmd->add_option("--target-activations", *out,
+                  "How the target (D + R) rounds its activations: int8 (one int8 row per row: fastest, most KL), "
+                  "draft-remainder (D also multiplies the int8 remainder: ~8x less KL on real models, default), "
+                  "remainder (D and R both: the weights' own KL, R's arithmetic doubled)")
+      ->transform(CLI::CheckedTransformer(names, CLI::ignore_case))
+      ->default_str(target_activations_name(*out));
 }
 
 int lock_model_planes(const Model& model) {

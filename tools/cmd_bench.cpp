@@ -27,6 +27,7 @@ namespace {
 
 struct BenchAcceptArgs {
   std::string model, prompts;
+  TargetActivations target_activations = TargetActivations::kDraftRemainder;
   int n_predict = 64, threads = 0;
   float temperature = 0.0f;
   uint64_t seed = 1;
@@ -251,7 +252,7 @@ int bench_accept(const BenchAcceptArgs& a) {
   auto made = make_settings(a);
   if (!made) return report_error(made.status().message());
   const std::vector<Setting>& settings = *made;
-  auto loaded = load_model(a.model);
+  auto loaded = load_model(a.model, {.target_activations = a.target_activations});
   if (!loaded) return report_error(loaded.status().message());
   auto split = read_split_format(loaded->source->metadata());
   if (!split || !split->has_value()) {
@@ -416,6 +417,7 @@ void add_bench_command(CLI::App& app, int* exit_code) {
       "accept", "Acceptance rate (tokens per check, bonus included) and tokens/s of speculative decoding per draft "
                 "setting, with speedup over plain decoding of the same target, per prompt category");
   cmd->add_option("-m,--model", a->model, "Bit-split model (from `bitsplit convert`)")->required()->check(CLI::ExistingFile);
+  add_target_activations_option(cmd, &a->target_activations);
   cmd->add_option("--prompts", a->prompts,
                   "Prompt file: one prompt per line, or (name ending .jsonl) one JSON object per line, "
                   "{\"category\": \"qa\", \"turns\": [{\"role\": \"system\"|\"user\"|\"assistant\", \"content\": \"...\"}, ...]}, "

@@ -26,6 +26,7 @@ struct ChatArgs {
   std::optional<uint64_t> seed;
   int threads = 0;
   bool no_spec = false;
+  TargetActivations target_activations = TargetActivations::kDraftRemainder;
 };
 
 int chat(const ChatArgs& a) {
@@ -33,7 +34,7 @@ int chat(const ChatArgs& a) {
   sampling.seed = a.seed ? *a.seed : std::random_device{}();
   if (Status st = sampling.validate(); !st) return report_error(st.message());
   const auto threads = limit_threads(a.threads);
-  auto loaded = load_model(a.model, {.q8_0_kernels = true});
+  auto loaded = load_model(a.model, {.q8_0_kernels = true, .target_activations = a.target_activations});
   if (!loaded) return report_error(loaded.status().message());
   std::string source;
   if (!a.chat_template.empty()) {
@@ -136,6 +137,7 @@ void add_chat_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--top-p", a->sampling.top_p, "Nucleus sampling threshold; 1 = off")->capture_default_str()->check(real_in(0.0, 1.0));
   cmd->add_option("-s,--seed", a->seed, "Random seed (default: random)")->check(seed_number());
   cmd->add_flag("--no-spec", a->no_spec, "Decode plainly (no speculative decoding)");
+  add_target_activations_option(cmd, &a->target_activations);
   cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(whole_in(1, 4096));
   cmd->callback([a, exit_code] { *exit_code = chat(*a); });
 }

@@ -39,6 +39,10 @@ Result<std::string> read_text_file(const std::string& path);
 // the error (which names the locked-memory limit).
 int lock_model_planes(const Model& model);
 
+// --target-activations {int8,draft-remainder,remainder} (TargetActivations; the default stays when
+// the option is not given).
+void add_target_activations_option(CLI::App* cmd, TargetActivations* out);
+
 // Caps oneTBB's worker count while the returned object lives (n <= 0: no cap).
 std::optional<tbb::global_control> limit_threads(int n);
 

@@ -49,7 +49,7 @@ extern "C" {
 #endif
 
 #define BITSPLIT_API_VERSION_MAJOR 0
-#define BITSPLIT_API_VERSION_MINOR 2  /* 2: bitsplit_model_add_lora */
+#define BITSPLIT_API_VERSION_MINOR 3  /* 2: bitsplit_model_add_lora; 3: bitsplit_model_params.target_activations */
 #define BITSPLIT_API_VERSION ((BITSPLIT_API_VERSION_MAJOR << 16) | BITSPLIT_API_VERSION_MINOR)
 
 typedef enum bitsplit_status {
@@ -90,7 +90,16 @@ typedef struct bitsplit_model_params {
   int32_t use_gpu;       /* 1 (default): a CUDA device when there is one; 0: the CPU only */
   bitsplit_progress_callback progress;
   void* progress_user_data;
+  /* How a bit-split target rounds its activations (`--target-activations`, docs/FORMAT.md steps 1
+   * and 1b): BITSPLIT_TARGET_ACTIVATIONS_DRAFT_REMAINDER (default) or one of the others. */
+  int32_t target_activations;
 } bitsplit_model_params;
+
+enum {
+  BITSPLIT_TARGET_ACTIVATIONS_INT8 = 0,             /* one int8 row per row: fastest prefill */
+  BITSPLIT_TARGET_ACTIVATIONS_DRAFT_REMAINDER = 1,  /* D also multiplies the int8 remainder */
+  BITSPLIT_TARGET_ACTIVATIONS_REMAINDER = 2         /* D and R both: the weights' own error */
+};
 
 BITSPLIT_API void bitsplit_model_params_init(bitsplit_model_params* params);
 /* Loads a GGUF model (original or converted by `bitsplit convert`). params may be NULL. */

@@ -191,6 +191,11 @@ class PlaneBuffer {
 // Dispatching, threaded entry points (static partition of output rows over the arena).
 void quantize_activations(CpuContext& ctx, const float* x, int64_t rows, int64_t in, int group,
                           QuantizedActivations& qa);
+// Step 1 of "Kernel arithmetic" with the remainder (step 1b): qa gets 2·rows rows, step 1 of x in
+// rows [0, rows) and step 1 of the remainders e_i = x_i − s_x,k·q_i in rows [rows, 2·rows), so a
+// plane's product with both halves summed, y[n] + y[rows + n], sees the activations to ~15 bits.
+void quantize_activations_with_remainder(CpuContext& ctx, const float* x, int64_t rows, int64_t in, int group,
+                                         QuantizedActivations& qa);
 void residual_matmul(CpuContext& ctx, const ResidualPlaneView& r, const QuantizedActivations& qa, float* y);
 void draft_matmul(CpuContext& ctx, const DraftPlaneView& d, const QuantizedActivations& qa, float* y,
                   const SignPlaneView* delta = nullptr);

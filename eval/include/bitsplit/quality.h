@@ -61,6 +61,9 @@ struct ScoredModel {
   const Model* model = nullptr;
   Pass pass = Pass::kDefault;
   const Variant* variant = nullptr;
+  // Called before each of its forward passes (eval sets the shared split model's target
+  // activations for the scheme); may be empty.
+  std::function<void()> prepare;
 };
 struct Score {
   std::string name;

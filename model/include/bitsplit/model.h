@@ -123,6 +123,19 @@ enum class Pass {
 
 class Variant;
 
+// How the target pass (D + R) of a bit-split model sees its activations (docs/FORMAT.md,
+// "Kernel arithmetic", steps 1 and 1b). The int8 rounding of step 1 costs more KL than the
+// planes' weight error; its remainder, quantised to int8 too (step 1b), adds a second row per
+// activation row to the planes it is used on.
+enum class TargetActivations {
+  kInt8 = 0,         // step 1 for D and R: one int8 row per activation row (fastest)
+  kDraftRemainder = 1,  // D also multiplies the remainder (D carries most of the weight; the default)
+  kRemainder = 2,    // D and R both multiply it (the weights' own error, at twice R's arithmetic)
+};
+// "int8", "draft-remainder", "remainder".
+const char* target_activations_name(TargetActivations a);
+std::optional<TargetActivations> parse_target_activations(std::string_view name);
+
 struct ModelLoadOptions {
   // For bit-split files: the draft model D instead of the target D + R.
   bool draft_only = false;
@@ -138,6 +151,8 @@ struct ModelLoadOptions {
   // (activations int8 per 32, as llama.cpp's CPU backend does) instead of dequantising.
   // Such a model cannot be transformed() (its projections are not f32): decoding only.
   bool q8_0_kernels = false;
+  // The target pass's activation arithmetic (bit-split models; the draft pass is always kInt8).
+  TargetActivations target_activations = TargetActivations::kDraftRemainder;
   // Called after each layer's weights are loaded with (layers done, layers); returning false
   // cancels the load (Model::load then fails with "loading cancelled").
   std::function<bool(int64_t done, int64_t total)> progress;
@@ -182,6 +197,9 @@ class Model {
   // 0 (the default) keeps f32 activations. Used by eval for a fair Q8_0 baseline.
   void set_activation_rounding(int group) { activation_rounding_ = group; }
   int activation_rounding() const { return activation_rounding_; }
+  // The target pass's activation arithmetic (ModelLoadOptions::target_activations).
+  void set_target_activations(TargetActivations a) { target_activations_ = a; }
+  TargetActivations target_activations() const { return target_activations_; }
   const ModelConfig& config() const { return config_; }
   const std::vector<float>& token_embd() const { return token_embd_; }
   const std::vector<float>& output_norm() const { return output_norm_; }
@@ -203,6 +221,7 @@ class Model {
   std::shared_ptr<Backend> backend_;
   Pass default_pass_ = Pass::kTarget;
   int activation_rounding_ = 0;
+  TargetActivations target_activations_ = TargetActivations::kDraftRemainder;
   bool output_from_embedding_ = false;
 };
 
