@@ -160,6 +160,21 @@ TEST(Cli, LoraVariantsAndMergesEndToEnd) {
   EXPECT_EQ(generated_text(spec.out, "The devil"), generated_text(plain.out, "The devil"));
   EXPECT_NE(spec.out.find("decoding: speculative"), std::string::npos) << spec.out;
 
+  // A converted file's target scored against its source, in two activation arithmetics: the
+  // remainder (the default) is closer to the source than one int8 row per row.
+  auto target_kl = [&](const std::string& activations) {
+    const auto e = run_cli("eval " + base + " --reference " + models + "bible-base.gguf --text " + models +
+                           "text/kjv.valid.txt --max-tokens 200 --json --target-activations " + activations);
+    EXPECT_EQ(e.code, 0) << e.out;
+    const size_t at = e.out.find('{');
+    return at == std::string::npos ? -1.0 : nlohmann::json::parse(e.out.substr(at))["kl_mean"].get<double>();
+  };
+  const double kl_int8 = target_kl("int8"), kl_default = target_kl("draft-remainder");
+  EXPECT_GT(kl_default, 0.0);
+  EXPECT_LT(kl_default, kl_int8);
+  o = run_cli("eval " + base + " --text " + models + "text/kjv.valid.txt");
+  EXPECT_NE(o.out.find("--reference ORIGINAL"), std::string::npos) << o.out;
+
   o = run_cli("info " + lora);
   ASSERT_EQ(o.code, 0) << o.out;
   EXPECT_NE(o.out.find("LoRA adapter"), std::string::npos) << o.out;

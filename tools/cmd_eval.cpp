@@ -22,6 +22,7 @@ struct EvalArgs {
   double draft_bpw = 0.0;
   bool json = false;
   std::vector<std::string> schemes;
+  TargetActivations target_activations = TargetActivations::kDraftRemainder;
 };
 
 // `eval FT.gguf --base BASE.gguf`: the fine-tuned model as a BitDelta variant of its base.
@@ -90,8 +91,9 @@ int eval_variant(const EvalArgs& a, LoadedModel& ft, const std::vector<int32_t>&
   return 0;
 }
 
-// `eval MODEL --reference REF`: MODEL as it is (f32), scored against another model of the same
-// vocabulary, e.g. a merge against each fine-tune it merged.
+// `eval MODEL --reference REF`: MODEL as it is (f32, or a converted file's target D + R with its
+// --target-activations), scored against another model of the same vocabulary, e.g. a merge
+// against each fine-tune it merged, or a converted file against its source.
 int eval_against(const EvalArgs& a, LoadedModel& model, const std::vector<int32_t>& tokens) {
   auto ref = load_model(a.reference);
   if (!ref) return report_error(ref.status().message());
@@ -132,13 +134,13 @@ int eval_against(const EvalArgs& a, LoadedModel& model, const std::vector<int32_
 
 int eval(const EvalArgs& a) {
   const auto threads = limit_threads(a.threads);
-  auto loaded = load_model(a.model);
+  auto loaded = load_model(a.model, {.target_activations = a.target_activations});
   if (!loaded) return report_error(loaded.status().message());
   const WeightSource& source = *loaded->source;
   auto split = read_split_format(source.metadata());
-  if (split && split->has_value()) {
+  if (split && split->has_value() && a.reference.empty()) {
     return report_error(a.model + " is a converted (bit-split) model; eval takes the original model and quantises it "
-                        "in every scheme itself");
+                        "in every scheme itself (or scores this file's target with --reference ORIGINAL)");
   }
   auto text = read_text_file(a.text);
   if (!text) return report_error(text.status().message());
@@ -229,7 +231,8 @@ void add_eval_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--draft-bpw", a->draft_bpw,
                   "Give the bit-split schemes' drafts per-tensor bits within this budget, as `convert --draft-bpw` does")
       ->check(real_above(0.0))->type_name("BITS");
-  cmd->add_option("--scheme", a->schemes, "Only these schemes (repeatable): draft(R8), draft(R6), D+R6, D+R8, D+R6/w, "
+  cmd->add_option("--scheme", a->schemes, "Only these schemes (repeatable): draft(R8), draft(R6), D+R6, D+R8, D+R6/a8, "
+                                          "D+R8/a8, D+R6/a16, D+R8/a16 (the last four only when named), D+R6/w, "
                                           "D+R8/w, Q8_0, Q8_0/a8, minmax2, minmax4");
   cmd->add_option("--base", a->base,
                   "Evaluate MODEL as a BitDelta variant of this base: delta rows in every tier against the f32 "
@@ -239,13 +242,15 @@ void add_eval_command(CLI::App& app, int* exit_code) {
                                                 "text other than --text)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--reference", a->reference,
-                  "Score MODEL itself (f32) against this model of the same vocabulary: KL(REFERENCE || MODEL), "
-                  "top-1 agreement, perplexities (e.g. a merge against each fine-tune it merged)")
+                  "Score MODEL itself against this model of the same vocabulary: KL(REFERENCE || MODEL), "
+                  "top-1 agreement, perplexities (e.g. a merge against each fine-tune it merged, or a converted "
+                  "file's target, with --target-activations, against its source)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--lora", a->lora,
                   "With --reference: score MODEL with this LoRA adapter applied (FILE or FILE:SCALE), e.g. against "
                   "the adapter merged into the weights by `bitsplit merge`")
       ->type_name("FILE[:SCALE]");
+  add_target_activations_option(cmd, &a->target_activations);
   cmd->add_flag("--json", a->json, "Print JSON instead of a table");
   cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(whole_in(1, 4096));
   cmd->callback([a, exit_code] { *exit_code = eval(*a); });
