@@ -147,31 +147,43 @@ TEST(Eval, BitSplitTargetsOnStories260K) {
 
 
 // Real models (../shared/models/fetch-real-models.sh) from the folder in BITSPLIT_REAL_MODELS;
-// skipped without it. SmolLM2-135M: its uniform 2-bit draft is useless (KL ~10, docs/QUALITY.md)
+// skipped without it.
+struct ModelOnText {
+  Model model;
+  std::vector<int32_t> tokens;
+  int32_t bos = 0;
+};
+// The model at `path` and the first `bytes` of tests/models/text/kjv.valid.txt in its tokens.
+Result<ModelOnText> model_on_kjv(const std::string& path, size_t bytes) {
+  BITSPLIT_ASSIGN_OR_RETURN(auto source, open_weights(path));
+  BITSPLIT_ASSIGN_OR_RETURN(Model model, Model::load(*source));
+  BITSPLIT_ASSIGN_OR_RETURN(auto tok, Tokenizer::from_metadata(source->metadata()));
+  std::ifstream in(testing::source_dir() + "/tests/models/text/kjv.valid.txt");
+  std::string text(bytes, '\0');
+  in.read(text.data(), std::streamsize(text.size()));
+  text.resize(size_t(in.gcount()));
+  return ModelOnText{std::move(model), tok->encode(text, {.add_special = false}), tok->vocab().bos};
+}
+
+// SmolLM2-135M: its uniform 2-bit draft is useless (KL ~10, docs/QUALITY.md)
 // and a 3.5-bit budget must cut the draft's KL at least 3x while staying within the budget.
 TEST(RealModels, DraftBudgetBeatsTheUniformTwoBitDraftOnSmolLM2) {
   const char* dir = std::getenv("BITSPLIT_REAL_MODELS");
   if (!dir || !*dir) GTEST_SKIP() << "set BITSPLIT_REAL_MODELS to the folder of fetch-real-models.sh";
   const std::string path = std::string(dir) + "/smollm2-135m-instruct.q4_1.gguf";
   BITSPLIT_REQUIRE_FILE(path);
-  auto source = open_weights(path);
-  ASSERT_TRUE(source.is_ok()) << source.status().message();
-  auto model = Model::load(**source);
-  auto tok = Tokenizer::from_metadata((*source)->metadata());
-  ASSERT_TRUE(model.is_ok() && tok.is_ok());
-  std::ifstream in(testing::source_dir() + "/tests/models/text/kjv.valid.txt");
-  std::string text(12000, '\0');
-  in.read(text.data(), std::streamsize(text.size()));
-  text.resize(size_t(in.gcount()));
-  const auto tokens = (*tok)->encode(text, {.add_special = false});
+  auto real = model_on_kjv(path, 12000);
+  ASSERT_TRUE(real.is_ok()) << real.status().message();
+  const Model& model = real->model;
+  const std::vector<int32_t>& tokens = real->tokens;
   EvalOptions o;
   o.ctx = 256;
   o.max_tokens = 510;
-  o.bos = (*tok)->vocab().bos;
+  o.bos = real->bos;
   o.schemes = {"draft(R8)"};
-  auto uniform = evaluate_quality(*model, tokens, o, nullptr);
+  auto uniform = evaluate_quality(model, tokens, o, nullptr);
   o.draft_bpw = 3.5;
-  auto mixed = evaluate_quality(*model, tokens, o, nullptr);
+  auto mixed = evaluate_quality(model, tokens, o, nullptr);
   ASSERT_TRUE(uniform.is_ok() && mixed.is_ok()) << uniform.status().message() << mixed.status().message();
   const EvalRow& u = uniform->rows.at(0);
   const EvalRow& m = mixed->rows.at(0);
@@ -190,22 +202,16 @@ TEST(RealModels, TargetArithmeticBeatsLlamaCppQ8_0OnSmolLM2) {
   if (!dir || !*dir) GTEST_SKIP() << "set BITSPLIT_REAL_MODELS to the folder of fetch-real-models.sh";
   const std::string path = std::string(dir) + "/smollm2-135m-instruct.q4_1.gguf";
   BITSPLIT_REQUIRE_FILE(path);
-  auto source = open_weights(path);
-  ASSERT_TRUE(source.is_ok()) << source.status().message();
-  auto model = Model::load(**source);
-  auto tok = Tokenizer::from_metadata((*source)->metadata());
-  ASSERT_TRUE(model.is_ok() && tok.is_ok());
-  std::ifstream in(testing::source_dir() + "/tests/models/text/kjv.valid.txt");
-  std::string text(60000, '\0');
-  in.read(text.data(), std::streamsize(text.size()));
-  text.resize(size_t(in.gcount()));
-  const auto tokens = (*tok)->encode(text, {.add_special = false});
+  auto real = model_on_kjv(path, 60000);
+  ASSERT_TRUE(real.is_ok()) << real.status().message();
+  const Model& model = real->model;
+  const std::vector<int32_t>& tokens = real->tokens;
   EvalOptions o;
   o.ctx = 512;
   o.max_tokens = 1024;
-  o.bos = (*tok)->vocab().bos;
+  o.bos = real->bos;
   o.schemes = {"D+R8", "D+R6", "D+R8/a8"};
-  auto r = evaluate_quality(*model, tokens, o, nullptr);
+  auto r = evaluate_quality(model, tokens, o, nullptr);
   ASSERT_TRUE(r.is_ok()) << r.status().message();
   std::map<std::string, double> kl;
   for (const auto& row : r->rows) kl[row.scheme] = row.kl_mean;
