@@ -108,7 +108,9 @@ std::vector<Scheme> make_schemes(const EvalOptions& o, const std::map<std::strin
       {"minmax4", minmax(4), true, false, plane_bytes(4, 4), none},
   };
   // By default the target's other activation arithmetics (/a8, /a16) are left out: asked for by name.
-  auto other_arithmetic = [](const Scheme& s) { return s.name.starts_with("D+R") && s.activations != TargetActivations::kDraftRemainder; };
+  auto other_arithmetic = [](const Scheme& s) {
+    return s.split_residual_bits != 0 && s.activations != TargetActivations::kDraftRemainder;
+  };
   std::vector<Scheme> chosen;
   for (const auto& s : all) {
     const bool asked = std::find(o.schemes.begin(), o.schemes.end(), s.name) != o.schemes.end();
@@ -333,7 +335,9 @@ Result<EvalReport> evaluate_quality(const Model& model, const std::vector<int32_
   for (size_t i = 0; i < schemes.size(); ++i) {
     Model& m = models[model_of[i]];
     const TargetActivations a = schemes[i].activations;
-    scored_models.push_back({schemes[i].name, &m, schemes[i].pass, nullptr, [&m, a] { m.set_target_activations(a); }});
+    std::function<void()> prepare;  // the split models are shared by schemes of different arithmetics
+    if (schemes[i].split_residual_bits != 0) prepare = [&m, a] { m.set_target_activations(a); };
+    scored_models.push_back({schemes[i].name, &m, schemes[i].pass, nullptr, std::move(prepare)});
   }
   BITSPLIT_ASSIGN_OR_RETURN(ScoreReport scores, score_against(model, scored_models, tokens, o.ctx, o.bos, o.max_tokens, on_progress));
   EvalReport report;

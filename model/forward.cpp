@@ -161,6 +161,12 @@ class ProjectionInput {
   bool q8_ready_ = false;
 };
 
+// A product over step 1b's 2·n rows folded to n: out[i] = two[i] + two[half + i], one f32 add
+// (out may be `two`: each element is read before it is written).
+void sum_halves(const float* two, size_t half, float* out) {
+  for (size_t i = 0; i < half; ++i) out[i] = two[i] + two[half + i];
+}
+
 // What one row group's variant makes of a projection: the f32 weights (the f32 path), the bias,
 // the sign plane and the LoRA change.
 struct GroupProjection {
@@ -214,8 +220,8 @@ Status linear(const Model& model, Pass pass, const std::string& name, Projection
     // CPU, summed draft first (the same order as cpu::target_matmul). R·X (packed when loaded)
     // runs on the CPU, over every group's rows at once, while the backend computes the first
     // group's D·X (a GPU overlaps); the other groups' D·X follow. With the activations'
-    // remainder (step 1b) a plane multiplies twice the rows and each row sums its two halves.
-    // Step 1b (the activations' remainder) for D, and for R too, as the model asks.
+    // remainder (step 1b: for D, and for R too, as the model asks) a plane multiplies twice the
+    // rows and each row sums its two halves.
     const bool rem_r = model.target_activations() == TargetActivations::kRemainder;
     const bool rem_d = rem_r || model.target_activations() == TargetActivations::kDraftRemainder;
     const cpu::QuantizedActivations& all = in.quantized(model, planes->group, rem_r);
@@ -236,17 +242,10 @@ Status linear(const Model& model, Pass pass, const std::string& name, Projection
       } else {
         BITSPLIT_RETURN_IF_ERROR(model.backend().draft_matmul(*planes, qg, out, d ? &*d : nullptr));
       }
-      if (rem_d) {
-        const size_t half = size_t(groups[g].rows * y.width);
-        for (size_t i = 0; i < half; ++i) yg[i] = dbuf[i] + dbuf[half + i];
-      }
+      if (rem_d) sum_halves(dbuf.data(), size_t(groups[g].rows * y.width), yg);
     }
-    if (rem_r) {
-      const size_t half = y.data.size();
-      for (size_t i = 0; i < half; ++i) y.data[i] += residual[i] + residual[half + i];
-    } else {
-      for (size_t i = 0; i < y.data.size(); ++i) y.data[i] += residual[i];
-    }
+    if (rem_r) sum_halves(residual.data(), y.data.size(), residual.data());
+    for (size_t i = 0; i < y.data.size(); ++i) y.data[i] += residual[i];
   }
   for (size_t g = 0; g < groups.size(); ++g) {
     const RowGroup& rg = groups[g];

@@ -17,11 +17,6 @@ const char* target_activations_name(TargetActivations a) {
   return "?";
 }
 
-std::optional<TargetActivations> parse_target_activations(std::string_view name) {
-  for (TargetActivations a : {TargetActivations::kInt8, TargetActivations::kDraftRemainder, TargetActivations::kRemainder})
-    if (name == target_activations_name(a)) return a;
-  return std::nullopt;
-}
 namespace {
 
 class TensorLoader {

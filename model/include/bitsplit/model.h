@@ -132,9 +132,8 @@ enum class TargetActivations {
   kDraftRemainder = 1,  // D also multiplies the remainder (D carries most of the weight; the default)
   kRemainder = 2,    // D and R both multiply it (the weights' own error, at twice R's arithmetic)
 };
-// "int8", "draft-remainder", "remainder".
+// "int8", "draft-remainder", "remainder" (the CLI's --target-activations values).
 const char* target_activations_name(TargetActivations a);
-std::optional<TargetActivations> parse_target_activations(std::string_view name);
 
 struct ModelLoadOptions {
   // For bit-split files: the draft model D instead of the target D + R.
