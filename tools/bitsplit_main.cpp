@@ -27,7 +27,7 @@ void add_target_activations_option(CLI::App* cmd, TargetActivations* out) {
     names[target_activations_name(a)] = a;
   cmd->add_option("--target-activations", *out,
                   "How the target (D + R) rounds its activations: int8 (one int8 row per row: fastest, most KL), "
-                  "draft-remainder (D also multiplies the int8 remainder: ~8x less KL on real models, default), "
+                  "draft-remainder (D also multiplies the int8 remainder: 6-8x less KL on real models, slower prompts; default), "
                   "remainder (D and R both: the weights' own KL, R's arithmetic doubled)")
       ->transform(CLI::CheckedTransformer(names, CLI::ignore_case))
       ->default_str(target_activations_name(*out));
