@@ -68,7 +68,7 @@ SplitProjection split_projection(const std::vector<float>& w, int64_t rows, int6
   const int64_t d_bytes = quant::code_row_bytes(cols, params.group, params.draft_bits);
   const int64_t r_bytes = quant::code_row_bytes(cols, params.group, params.residual_bits);
   tbb::parallel_for(int64_t{0}, rows, [&](int64_t o) {
-    quant::split_row_ref(w.data() + o * cols, importance, cols, params,
+    quant::split_row(w.data() + o * cols, importance, cols, params,
                          {p.draft_codes.data() + o * d_bytes, p.draft_scales.data() + o * groups,
                           p.draft_offsets.data() + o * groups},
                          {p.resid_codes.data() + o * r_bytes, p.resid_scales.data() + o * groups});

@@ -40,7 +40,7 @@ void draft_row_errors(const float* w, const float* importance, int64_t in, const
     SplitParams q = p;
     q.draft_bits = bits;
     q.residual_bits = 0;
-    split_row_ref(w, importance, in, q, {codes.data(), scales.data(), offsets.data()}, {nullptr, nullptr});
+    split_row(w, importance, in, q, {codes.data(), scales.data(), offsets.data()}, {nullptr, nullptr});
     dequantize_draft_row_ref(codes.data(), scales.data(), offsets.data(), in, q.group, bits, d.data());
     double e = 0.0;
     for (int64_t j = 0; j < in; ++j) {

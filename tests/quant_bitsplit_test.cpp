@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "bitsplit/quant.h"
@@ -66,6 +67,75 @@ std::vector<float> random_row(std::mt19937& rng, int64_t n) {
   std::vector<float> w(static_cast<size_t>(n));
   for (auto& v : w) v = g(rng) / std::sqrt(c(rng) / 4.0f);
   return w;
+}
+
+// The fit is written once and compiled per tier: every tier the CPU has gives the reference's
+// bytes, over groups, widths (padded last groups), draft and residual bits, importance (with zero
+// and negative columns), tiny and constant groups, and the min/max fit.
+TEST(BitsplitQuantizer, EveryFitTierGivesTheReferenceBytes) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> imp(-0.5f, 4.0f);
+  int tiers_checked = 0;
+  for (FitTier tier : {FitTier::kAvx2, FitTier::kAvx512}) {
+    if (!fit_tier_supported(tier)) continue;
+    ++tiers_checked;
+    int cases = 0;
+    for (int group : {8, 32, 64, 128, 256}) {
+      for (int dbits : {2, 3, 4}) {
+        for (int rbits : {0, 6, 8}) {
+          for (int64_t in : {1, 24, 64, 111, 300}) {
+            SplitParams p;
+            p.group = group;
+            p.draft_bits = dbits;
+            p.residual_bits = rbits;
+            p.fit = cases % 7 == 3 ? DraftFit::kMinMax : DraftFit::kOptimized;
+            auto w = random_row(rng, in);
+            if (cases % 5 == 1) for (int64_t i = 0; i < std::min<int64_t>(in, 40); ++i) w[size_t(i)] = 0.25f;
+            if (cases % 5 == 2) for (auto& v : w) v *= 1e-6f;  // fp16 subnormal scales
+            std::vector<float> importance(static_cast<size_t>(in));
+            for (auto& v : importance) v = imp(rng);
+            const float* im = cases % 2 ? importance.data() : nullptr;
+            Planes ref(in, p), got(in, p);
+            split_row_ref(w.data(), im, in, p, ref.draft(), ref.resid());
+            split_row(tier, w.data(), im, in, p, got.draft(), got.resid());
+            const std::string what = std::string(fit_tier_name(tier)) + " group " + std::to_string(group) + " D" +
+                                     std::to_string(dbits) + " R" + std::to_string(rbits) + " in " + std::to_string(in);
+            ASSERT_EQ(got.dc, ref.dc) << what;
+            ASSERT_EQ(got.ds, ref.ds) << what;
+            ASSERT_EQ(got.doff, ref.doff) << what;
+            if (rbits) {
+              ASSERT_EQ(got.rc, ref.rc) << what;
+              ASSERT_EQ(got.rs, ref.rs) << what;
+            }
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  if (tiers_checked == 0) GTEST_SKIP() << "this CPU has no vector fit tier beyond the reference";
+}
+
+// Ties between candidates' errors are rare, so a tier whose sums round differently (a fused
+// multiply-add, another order) may show only over many groups: 16k groups of a real-model shape.
+TEST(BitsplitQuantizer, EveryFitTierGivesTheReferenceBytesOverManyGroups) {
+  std::mt19937 rng(12);
+  constexpr int64_t kIn = 4096;
+  for (FitTier tier : {FitTier::kAvx2, FitTier::kAvx512}) {
+    if (!fit_tier_supported(tier)) continue;
+    for (int rbits : {6, 8}) {
+      SplitParams p;
+      p.residual_bits = rbits;
+      for (int row = 0; row < 128; ++row) {
+        const auto w = random_row(rng, kIn);
+        Planes ref(kIn, p), got(kIn, p);
+        split_row_ref(w.data(), nullptr, kIn, p, ref.draft(), ref.resid());
+        split_row(tier, w.data(), nullptr, kIn, p, got.draft(), got.resid());
+        ASSERT_TRUE(got.dc == ref.dc && got.ds == ref.ds && got.doff == ref.doff && got.rc == ref.rc && got.rs == ref.rs)
+            << fit_tier_name(tier) << " R" << rbits << " row " << row;
+      }
+    }
+  }
 }
 
 // D + R reproduces every weight to within one residual step of its group (the step bounds

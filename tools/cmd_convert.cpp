@@ -68,6 +68,11 @@ int convert(const ConvertArgs& a) {
   std::fprintf(stderr, "wrote %s: %.2f MiB from %.2f MiB in %.1f s (group %d, %s, %d-bit residual)\n",
                written.c_str(), double(report.output_bytes) / (1 << 20), double(report.source_bytes) / (1 << 20),
                report.seconds, a.group, draft.c_str(), a.residual);
+  if (report.seconds > 0.0) {
+    // The split projections in f32 (what the fit reads), whatever the source file's own types.
+    std::fprintf(stderr, "speed: %.0f MB/s of f32 projections, %.0f MB/s written\n",
+                 double(report.split_weights) * 4.0 / 1e6 / report.seconds, double(report.output_bytes) / 1e6 / report.seconds);
+  }
   if (report.draft) std::fprintf(stderr, "draft budget: measuring the errors took %.1f s\n", report.measure_seconds);
   std::fprintf(stderr, "split projections: %lld weights, source types: %s\n", (long long)report.split_weights,
                types.c_str());

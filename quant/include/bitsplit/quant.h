@@ -250,6 +250,20 @@ struct ResidualRow {
 // the error of D alone (the draft's quality; 8-bit residuals have ample range).
 void split_row_ref(const float* w, const float* importance, int64_t in, const SplitParams& p, DraftRow d,
                    ResidualRow r);
+// The same fit compiled for wider vectors: every tier gives split_row_ref's bits (the fit is
+// written once, lane by lane, with a fixed order for every sum). The default tier is the best the
+// CPU has, or a lower one asked for with BITSPLIT_ISA=scalar|avx2 (as for the plane kernels).
+enum class FitTier { kReference, kAvx2, kAvx512 };
+const char* fit_tier_name(FitTier tier);
+bool fit_tier_supported(FitTier tier);
+FitTier default_fit_tier();
+// An unsupported tier is a programming error (CHECK).
+void split_row(FitTier tier, const float* w, const float* importance, int64_t in, const SplitParams& p, DraftRow d,
+               ResidualRow r);
+inline void split_row(const float* w, const float* importance, int64_t in, const SplitParams& p, DraftRow d,
+                      ResidualRow r) {
+  split_row(default_fit_tier(), w, importance, in, p, d, r);
+}
 // d_i for the row (padding dropped).
 void dequantize_draft_row_ref(const uint8_t* codes, const uint16_t* scales, const uint16_t* offsets, int64_t in,
                               int group, int bits, float* out);
