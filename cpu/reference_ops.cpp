@@ -78,12 +78,12 @@ void softmax_f32(float* x, int64_t n) {
 }
 
 void rope_f32(float* head, int64_t n_rot, RopeOrder order, float pos, float base, float freq_scale,
-              std::span<const float> freq_factors) {
+              std::span<const float> freq_factors, float mscale) {
   const int64_t half = n_rot / 2;
   for (int64_t i = 0; i < half; ++i) {
     float theta = pos * freq_scale * std::pow(base, -2.0f * float(i) / float(n_rot));
     if (!freq_factors.empty()) theta /= freq_factors[i];
-    const float c = std::cos(theta), s = std::sin(theta);
+    const float c = std::cos(theta) * mscale, s = std::sin(theta) * mscale;
     const int64_t a = order == RopeOrder::kNormal ? 2 * i : i;
     const int64_t b = order == RopeOrder::kNormal ? 2 * i + 1 : i + half;
     const float x0 = head[a], x1 = head[b];

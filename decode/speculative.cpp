@@ -224,6 +224,7 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
     }
   } else {
     own_cache.emplace(c, slots);
+    own_cache->set_context(needed);  // the factors plain decoding's cache of `needed` slots picks (LongRoPE)
   }
   KvCache& cache = external_cache ? *external_cache : *own_cache;
   SpeculativeResult result;

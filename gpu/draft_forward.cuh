@@ -66,6 +66,7 @@ struct ShapeDev {
   float embd_scale = 1.0f, attn_scale = 0.0f, attn_softcap = 0.0f, final_softcap = 0.0f;
   bool gelu = false;
   int64_t sliding_window = 0;
+  float rope_attn_factor = 1.0f;  // LongRoPE's factor on cos and sin
   int64_t max_lora_rank = 0;  // a variant's largest LoRA rank (scratch), 0 without
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
@@ -82,6 +83,7 @@ inline ShapeDev shape_of(const DraftModelHost& m) {
   s.final_softcap = m.final_softcap;
   s.gelu = m.gelu;
   s.sliding_window = m.sliding_window;
+  s.rope_attn_factor = m.rope_attn_factor;
   s.max_lora_rank = m.max_lora_rank;
   return s;
 }
@@ -255,9 +257,11 @@ inline void draft_forward(const ModelDev& m, const BatchDev& b, ScratchDev& t, S
     const int64_t half = s.n_rot / 2;
     if (half > 0) {  // a launch of zero blocks is an error
       BS_LAUNCH(rope_rows, blocks_for(n * s.n_heads * half, 128), 128, stream, t.q, n, s.n_heads, s.head_dim, s.n_rot,
-                s.rope_neox, b.positions, w.rope_base, w.rope_freq_scale, m.rope_freq_factors);
+                s.rope_neox, b.positions, w.rope_base, w.rope_freq_scale, m.rope_freq_factors,
+                s.rope_attn_factor);
       BS_LAUNCH(rope_rows, blocks_for(n * s.n_kv_heads * half, 128), 128, stream, t.k, n, s.n_kv_heads, s.head_dim,
-                s.n_rot, s.rope_neox, b.positions, w.rope_base, w.rope_freq_scale, m.rope_freq_factors);
+                s.n_rot, s.rope_neox, b.positions, w.rope_base, w.rope_freq_scale, m.rope_freq_factors,
+                s.rope_attn_factor);
     }
     BS_LAUNCH(write_kv, blocks_for(n * s.kv_dim(), 128), 128, stream, t.k, t.v, b.slots, n, s.kv_dim(), w.k_cache,
               w.v_cache);

@@ -416,18 +416,19 @@ BS_KERNEL void write_positions(const int32_t* BS_RESTRICT slots, const int32_t* 
 }
 
 // RoPE on rows x heads heads of head_dim values, as cpu::rope_f32: pair i of n_rot / 2 turns by
-// theta = pos · freq_scale · base^(−2i / n_rot) (/ freq_factors[i]); adjacent pairs (llama) or
-// halves (neox). Launch: one thread per pair, rows · heads · n_rot / 2 threads.
+// theta = pos · freq_scale · base^(−2i / n_rot) (/ freq_factors[i]), cos and sin times mscale;
+// adjacent pairs (llama) or halves (neox). Launch: one thread per pair, rows · heads · n_rot / 2
+// threads.
 BS_KERNEL void rope_rows(float* BS_RESTRICT x, int64_t rows, int64_t heads, int64_t head_dim, int64_t n_rot,
                          bool neox, const int32_t* BS_RESTRICT positions, float base, float freq_scale,
-                         const float* BS_RESTRICT freq_factors) {
+                         const float* BS_RESTRICT freq_factors, float mscale) {
   const int64_t half = n_rot / 2;
   const int64_t task = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (task >= rows * heads * half) return;
   const int64_t i = task % half, rh = task / half, r = rh / heads;
   float theta = BS_MUL(BS_MUL(float(positions[r]), freq_scale), powf(base, -2.0f * float(i) / float(n_rot)));
   if (freq_factors) theta /= freq_factors[i];
-  const float c = cosf(theta), s = sinf(theta);
+  const float c = BS_MUL(cosf(theta), mscale), s = BS_MUL(sinf(theta), mscale);
   float* head = x + rh * head_dim;
   const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
   const float x0 = head[a], x1 = head[b];

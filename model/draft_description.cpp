@@ -59,7 +59,11 @@ Result<gpu::DraftModelHost> describe_device_draft(const Model& draft, const Vari
   if (variant) m.embd_lora = lora_view(variant->lora("token_embd.weight"));
   m.token_embd = draft.token_embd().data();
   m.output_norm = pick("output_norm.weight", draft.output_norm()).data();
-  m.rope_freq_factors = draft.rope_freq_factors().empty() ? nullptr : draft.rope_freq_factors().data();
+  auto opt_factors = [](const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
+  m.rope_freq_factors = opt_factors(draft.rope_freq_factors(0));
+  m.rope_freq_factors_long = opt_factors(draft.rope_freq_factors_long());
+  m.rope_original_context = c.rope_original_context;
+  m.rope_attn_factor = c.rope_attn_factor;
   int group = 0;
   auto plane = [&](const std::string& name, gpu::DraftModelHost::Plane& out) -> Status {
     const SplitProjection* p = draft.split(name);

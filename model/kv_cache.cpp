@@ -6,7 +6,7 @@
 namespace bitsplit {
 
 KvCache::KvCache(const ModelConfig& config, int64_t n_slots)
-    : n_layers_(config.n_layers), n_slots_(n_slots), kv_dim_(config.kv_dim()),
+    : n_layers_(config.n_layers), n_slots_(n_slots), kv_dim_(config.kv_dim()), context_(n_slots),
       k_(size_t(config.n_layers * n_slots * config.kv_dim()), 0.0f),
       v_(size_t(config.n_layers * n_slots * config.kv_dim()), 0.0f), pos_(size_t(n_slots), 0) {}
 
@@ -15,6 +15,7 @@ KvCache KvCache::copy() const {
   c.n_layers_ = n_layers_;
   c.n_slots_ = n_slots_;
   c.kv_dim_ = kv_dim_;
+  c.context_ = context_;
   c.k_ = k_;
   c.v_ = v_;
   c.pos_ = pos_;

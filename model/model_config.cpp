@@ -139,6 +139,41 @@ Status read_gemma_config(const gguf::Metadata& m, const std::string& p, ModelCon
   return read_sliding_window(m, p, c, gemma3 ? 6 : 2);
 }
 
+// LongRoPE: two sets of per-frequency factors in the file (rope_factors_short/long.weight, as
+// llama.cpp writes Phi-3's 128k models), the context they were trained for, and the factor on cos
+// and sin (rope.scaling.attn_factor; absent: sqrt(1 + ln(s) / ln(original)) with s = context_length
+// / original, the LongRoPE paper's choice and transformers' default, 1 when s <= 1).
+Status read_long_rope(const gguf::Metadata& m, const std::string& p, const WeightSource& source,
+                      const std::string& scaling, ModelConfig& c) {
+  const bool is_long = source.find_tensor("rope_factors_long.weight") != nullptr;
+  const bool is_short = source.find_tensor("rope_factors_short.weight") != nullptr;
+  if (!is_long && !is_short) {
+    if (scaling == "longrope" || scaling == "su") {
+      return Status::error(p + "rope.scaling.type is '" + scaling +
+                           "' but the tensors rope_factors_long.weight and rope_factors_short.weight are missing");
+    }
+    return Status::ok();
+  }
+  if (is_long != is_short) {
+    return Status::error(std::string("tensor '") + (is_long ? "rope_factors_short.weight" : "rope_factors_long.weight") +
+                         "' is missing (LongRoPE needs both the short and the long factors)");
+  }
+  if (source.find_tensor("rope_freqs.weight")) {
+    return Status::error("the file has both rope_freqs.weight and LongRoPE's rope_factors_*.weight; only one set of RoPE factors can apply");
+  }
+  auto original = m.get_int(p + "rope.scaling.original_context_length");
+  if (!original) return Status::error(p + "rope.scaling.original_context_length is missing (LongRoPE needs the context it was trained for)");
+  if (auto s = positive((p + "rope.scaling.original_context_length").c_str(), *original); !s) return s;
+  c.rope_original_context = *original;
+  const double factor = double(c.n_ctx_train) / double(*original);
+  const double fallback = factor <= 1.0 || *original < 2 ? 1.0 : std::sqrt(1.0 + std::log(factor) / std::log(double(*original)));
+  auto attn = m.get_float_or(p + "rope.scaling.attn_factor", fallback);
+  if (!attn) return attn.status();
+  if (!(*attn > 0.0) || !std::isfinite(*attn)) return Status::error(p + "rope.scaling.attn_factor must be a finite value > 0");
+  c.rope_attn_factor = float(*attn);
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<ModelConfig> read_model_config(const WeightSource& source) {
@@ -236,21 +271,16 @@ Result<ModelConfig> read_model_config(const WeightSource& source) {
     if (!st) return ctx(st);
     if (!(factor > 0.0f)) return ctx(Status::error("rope.scaling.factor must be positive"));
     c.rope_freq_scale = 1.0f / factor;
-  } else if (*scaling != "none") {
-    return ctx(Status::error("RoPE scaling type '" + *scaling + "' is not supported (supported: none, linear)"));
+  } else if (*scaling != "none" && *scaling != "longrope" && *scaling != "su") {
+    return ctx(Status::error("RoPE scaling type '" + *scaling + "' is not supported (supported: none, linear, longrope)"));
   }
   if (!(c.rms_eps > 0.0f)) return ctx(Status::error("attention.layer_norm_rms_epsilon must be positive"));
   c.attn_scale = 1.0f / std::sqrt(float(c.head_dim));
   if (gemma) {
     if (auto s = read_gemma_config(m, p, c); !s) return ctx(s);
   }
+  if (auto s = read_long_rope(m, p, source, *scaling, c); !s) return ctx(s);
   if (c.arch == Architecture::kPhi3) {
-    // Phi-3's 128k models rotate by per-frequency factors that depend on the context (LongRoPE).
-    for (const char* t : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
-      if (source.find_tensor(t)) {
-        return ctx(Status::error(std::string("tensor '") + t + "': phi3 LongRoPE (the 128k-context models) is not supported"));
-      }
-    }
     // Every layer slides when the file names a window (Phi-3-mini: 2047).
     if (auto s = read_sliding_window(m, p, c, 0); !s) return ctx(s);
   }

@@ -2,6 +2,8 @@
 // planes handed to the backend and packed for the CPU), every tensor checked against the config.
 #include <tbb/parallel_for.h>
 
+#include <cmath>
+
 #include "bitsplit/imatrix.h"
 #include "bitsplit/model.h"
 #include "bitsplit/vram_plan.h"
@@ -109,6 +111,23 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
   BITSPLIT_RETURN_IF_ERROR(t.load("output_norm.weight", {c.n_embd}, &model.output_norm_));
   if (!c.tied_output) BITSPLIT_RETURN_IF_ERROR(t.load("output.weight", {c.n_embd, c.n_vocab}, &model.output_));
   BITSPLIT_RETURN_IF_ERROR(t.load("rope_freqs.weight", {c.n_rot / 2}, &model.rope_freqs_, /*optional=*/true));
+  if (c.rope_original_context > 0) {  // LongRoPE (read_model_config checked that both are there)
+    BITSPLIT_RETURN_IF_ERROR(t.load("rope_factors_short.weight", {c.n_rot / 2}, &model.rope_freqs_));
+    BITSPLIT_RETURN_IF_ERROR(t.load("rope_factors_long.weight", {c.n_rot / 2}, &model.rope_freqs_long_));
+  }
+  // theta is divided by each factor: zero, negative or non-finite ones would turn by inf or NaN.
+  for (auto [name, factors] : {std::pair{c.rope_original_context > 0 ? "rope_factors_short.weight" : "rope_freqs.weight",
+                                         &model.rope_freqs_},
+                               {"rope_factors_long.weight", &model.rope_freqs_long_}}) {
+    for (size_t i = 0; i < factors->size(); ++i) {
+      const float f = (*factors)[i];
+      if (!(f > 0.0f) || !std::isfinite(f)) {
+        return Status::error(std::string("tensor '") + name + "': factor " + std::to_string(i) + " is " + std::to_string(f) +
+                             "; RoPE factors must be finite and > 0")
+            .with_context(source.path());
+      }
+    }
+  }
   model.layers_.resize(size_t(c.n_layers));
   const std::vector<ProjectionSlot> projections = layer_projections(c);
   for (int64_t i = 0; i < c.n_layers; ++i) {
@@ -210,6 +229,7 @@ Model Model::transformed(const WeightTransform& projection, const WeightTransfor
   m.output_from_embedding_ = output_from_embedding_ || config_.tied_output;
   m.output_norm_ = output_norm_;
   m.rope_freqs_ = rope_freqs_;
+  m.rope_freqs_long_ = rope_freqs_long_;
   m.layers_.resize(layers_.size());
   const std::vector<ProjectionSlot> projections = layer_projections(c);
   for (size_t i = 0; i < layers_.size(); ++i) {

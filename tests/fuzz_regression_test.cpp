@@ -65,6 +65,23 @@ TEST(FuzzSeeds, SplitSetSeedsAreTwoPartSetsThatOpen) {
   }
 }
 
+// The LongRoPE seed is a file that loads (the fuzzer then mutates the factors, their context and
+// attention factor from a working start).
+TEST(FuzzSeeds, LongRopeSeedLoads) {
+  for (const auto& s : fuzz::make_seeds("model", "")) {
+    if (s.name != "phi3-longrope") continue;
+    auto file = gguf::File::parse(gguf::storage_from_bytes(s.bytes), "phi3-longrope.gguf");
+    ASSERT_TRUE(file.is_ok()) << file.status().message();
+    const auto source = weights_from_gguf(std::move(*file));
+    auto model = Model::load(*source);
+    ASSERT_TRUE(model.is_ok()) << model.status().message();
+    EXPECT_EQ(model->config().rope_original_context, 4);
+    EXPECT_EQ(model->rope_freq_factors(5).size(), 4u);
+    return;
+  }
+  FAIL() << "no phi3-longrope seed";
+}
+
 // A failing property aborts with its message (harness_common.h), as under libFuzzer.
 TEST_P(FuzzCorpus, SeedsAndPastFindingsRunClean) {
   const std::string target = GetParam();

@@ -91,7 +91,7 @@ class EmulatedDeviceDraft final : public DeviceDraft {
     model_.embd_lora_scale = h.embd_lora.scale;
     model_.token_embd = h.token_embd;
     model_.output_norm = h.output_norm;
-    model_.rope_freq_factors = h.rope_freq_factors;
+    model_.rope_freq_factors = h.rope_factors_for(n_slots);
     model_.head = plane(h.head);
     k_cache_.assign(size_t(h.n_layers * n_slots * s.kv_dim()), NAN);
     v_cache_.assign(k_cache_.size(), NAN);
@@ -326,6 +326,35 @@ TEST(EmulatedDraftPass, GemmaDraftMatchesTheCpuAndDecodesLosslessly) {
     EXPECT_EQ(r->draft_pass, "device (emulated)");
     EXPECT_EQ(spec_out, plain);
   }
+}
+
+// Phi-3 with LongRoPE (trained for 32 positions): the device draft picks the factors by its cache
+// as the CPU's forward does (32 slots: the short ones, 64: the long ones), scales cos and sin
+// alike, and the two cache sizes give different logits.
+TEST(EmulatedDraftPass, LongRopeDraftMatchesTheCpuForEitherFactors) {
+  const char* name = "phi3-longrope-tiny.gguf";
+  BITSPLIT_REQUIRE_FILE(fixture(name));
+  auto f = load_fixture(0.0, name);
+  f->tier->g64 = false;
+  const Model& m = *f->model;
+  ASSERT_EQ(m.config().rope_original_context, 32);
+  auto d = describe_device_draft(m);
+  ASSERT_TRUE(d.is_ok()) << d.status().message();
+  EXPECT_EQ(d->rope_freq_factors_long, m.rope_freq_factors_long().data());
+  EXPECT_EQ(d->rope_attn_factor, m.config().rope_attn_factor);
+  EXPECT_GT(d->rope_attn_factor, 1.0f);
+  std::vector<std::vector<float>> last_rows;
+  for (int64_t slots : {32, 64}) {
+    SCOPED_TRACE(slots);
+    auto dev = testing::device_draft_of(m, slots);
+    ASSERT_TRUE(dev.is_ok()) << dev.status().message();
+    testing::expect_device_draft_matches_cpu(m, **dev, f->prompt, slots, 0.0f);
+    KvCache cache(m.config(), slots);
+    auto logits = forward_pass(m, cache, Batch::causal(f->prompt, 0), nullptr, Pass::kDraft);
+    ASSERT_TRUE(logits.is_ok()) << logits.status().message();
+    last_rows.push_back(std::move(*logits));
+  }
+  EXPECT_NE(last_rows[0], last_rows[1]) << "32 and 64 slots should turn by different factors";
 }
 
 // bible-devil as a BitDelta variant of the converted base (per-row α).

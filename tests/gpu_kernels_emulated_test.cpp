@@ -107,15 +107,17 @@ TEST(EmulatedKernels, RopeIsBitExactWithTheCpuReference) {
   for (bool neox : {false, true}) {
     for (int64_t n_rot : {16, 8}) {
       for (bool with_factors : {false, true}) {
+        const float mscale = with_factors ? 1.1832f : 1.0f;  // LongRoPE's attention factor with its factors
         auto x = random_floats(size_t(rows * heads * head_dim), 9);
         auto want = x;
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t h = 0; h < heads; ++h)
             cpu::rope_f32(want.data() + (r * heads + h) * head_dim, n_rot,
                           neox ? cpu::RopeOrder::kNeox : cpu::RopeOrder::kNormal, float(positions[size_t(r)]), 10000.0f,
-                          0.5f, with_factors ? std::span<const float>(factors.data(), size_t(n_rot / 2)) : std::span<const float>());
+                          0.5f, with_factors ? std::span<const float>(factors.data(), size_t(n_rot / 2)) : std::span<const float>(),
+                          mscale);
         BS_LAUNCH(k::rope_rows, k::blocks_for(rows * heads * n_rot / 2, 32), 32, 0, x.data(), rows, heads, head_dim,
-                  n_rot, neox, positions.data(), 10000.0f, 0.5f, with_factors ? factors.data() : nullptr);
+                  n_rot, neox, positions.data(), 10000.0f, 0.5f, with_factors ? factors.data() : nullptr, mscale);
         for (size_t i = 0; i < x.size(); ++i) ASSERT_TRUE(same_bits(x[i], want[i])) << i;
       }
     }

@@ -34,10 +34,11 @@ nlohmann::json read_json(const std::string& path) {
 
 // Logits of every position of prompt + continuation[:-1]: the prompt as one batch, then one
 // token per step (the decode path, where the sliding window reads positions from the cache).
+// The KV cache has `slots` slots (0: just enough).
 std::vector<std::vector<float>> logits_by_position(const Model& model, const std::vector<int32_t>& prompt,
-                                                   const std::vector<int32_t>& continuation) {
+                                                   const std::vector<int32_t>& continuation, int64_t slots = 0) {
   const ModelConfig& c = model.config();
-  KvCache cache(c, int64_t(prompt.size() + continuation.size()));
+  KvCache cache(c, slots > 0 ? slots : int64_t(prompt.size() + continuation.size()));
   std::vector<std::vector<float>> rows;
   auto prefill = forward_pass(model, cache, Batch::causal(prompt, 0, /*all_logits=*/true));
   EXPECT_TRUE(prefill.is_ok()) << prefill.status().message();
@@ -134,6 +135,38 @@ TEST(HfGolden, TinyPhi3MatchesTransformers) {
   ASSERT_TRUE(c.is_ok()) << c.status().message();
   EXPECT_EQ(c->swa_layers, (std::vector<uint8_t>{1, 1, 1}));
   EXPECT_EQ(c->sliding_window, 6);
+}
+
+// Phi-3 with LongRoPE (the 128k models' per-frequency factors): trained for 32 positions, stretched
+// to 256, cos/sin x 1.265. The short case's sequence (17 positions) turns by the short factors and
+// the long one's (65) by the long factors, as transformers picks them by the sequence's length and
+// we by the KV cache's (a cache of just enough slots here).
+TEST(HfGolden, TinyPhi3LongRopeMatchesTransformers) {
+  const std::string dir = testing::source_dir() + "/tests/models/";
+  BITSPLIT_REQUIRE_FILE(dir + "phi3-longrope-tiny.gguf");
+  expect_matches_reference(dir + "phi3-longrope-tiny.gguf", dir + "hf/phi3-longrope-tiny.json", 1e-4);
+  auto source = open_weights(dir + "phi3-longrope-tiny.gguf");
+  ASSERT_TRUE(source.is_ok());
+  auto model = Model::load(**source);
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  const ModelConfig& c = model->config();
+  EXPECT_EQ(c.rope_original_context, 32);
+  EXPECT_NEAR(c.rope_attn_factor, std::sqrt(1.0 + std::log(8.0) / std::log(32.0)), 1e-6);
+  ASSERT_EQ(model->rope_freq_factors(32).size(), 8u);
+  EXPECT_NE(model->rope_freq_factors(32), model->rope_freq_factors(33));
+  // The same short sequence in a 256-slot cache (a run with --ctx 256) turns by the long factors.
+  const nlohmann::json g = read_json(dir + "hf/phi3-longrope-tiny.json");
+  const auto prompt = g["cases"][0]["prompt_tokens"].get<std::vector<int32_t>>();
+  const auto generated = g["cases"][0]["generated"].get<std::vector<int32_t>>();
+  ASSERT_LE(prompt.size() + generated.size(), 32u);
+  const auto fitted = logits_by_position(*model, prompt, generated);
+  const auto stretched = logits_by_position(*model, prompt, generated, 256);
+  ASSERT_EQ(fitted.size(), stretched.size());
+  double largest = 0.0;
+  for (size_t r = 1; r < fitted.size(); ++r) {  // position 0 turns by nothing
+    for (size_t t = 0; t < fitted[r].size(); ++t) largest = std::max(largest, double(std::fabs(fitted[r][t] - stretched[r][t])));
+  }
+  EXPECT_GT(largest, 1e-2) << "a 256-slot cache should use the long factors";
 }
 
 // Mixtures of experts: 8 experts, 2 per token, routed per row; qwen2moe with a shared expert

@@ -1,6 +1,8 @@
 // Model configuration and loading errors: each names the key or tensor and what is wrong.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "bitsplit/fused_tensors.h"
 #include "bitsplit/model.h"
 #include "gguf_testing.h"
@@ -96,7 +98,8 @@ TEST(ModelConfig, GemmaSlidingWindowAndItsErrors) {
       << load_error(relabelled);
 }
 
-// Phi-3: a fused q/k/v tensor whose rows do not add up, and the LongRoPE models, are named.
+// Phi-3: a fused q/k/v tensor whose rows do not add up, and LongRoPE files that cannot be run
+// (a factor set or its context missing, a factor of 0, factors of the wrong size), are named.
 TEST(ModelConfig, Phi3FusedTensorsAndLongRopeErrors) {
   testing::TinyModelSpec spec;
   spec.arch = "phi3";
@@ -111,12 +114,47 @@ TEST(ModelConfig, Phi3FusedTensorsAndLongRopeErrors) {
   EXPECT_NE(unfused.status().message().find("tensor 'blk.0.attn_qkv.weight' has shape [32, 50], expected [32, 64]"),
             std::string::npos)
       << unfused.status().message();
-  auto longrope = w;
-  ASSERT_TRUE(longrope.add_tensor("rope_factors_long.weight", gguf::TensorType::F32, {4},
-                                  testing::encode_tensor(gguf::TensorType::F32, std::vector<float>(4, 1.0f)))
-                  .is_ok());
-  EXPECT_NE(load_error(longrope).find("phi3 LongRoPE (the 128k-context models) is not supported"), std::string::npos)
-      << load_error(longrope);
+  auto plain = read_model_config(*testing::weights_from_writer(w));
+  ASSERT_TRUE(plain.is_ok()) << plain.status().message();
+  EXPECT_EQ(plain->rope_original_context, 0);
+  const int64_t half = plain->n_rot / 2;
+  auto factors = [&](gguf::Writer& to, const char* name, std::vector<float> v) {
+    ASSERT_TRUE(to.add_tensor(name, gguf::TensorType::F32, {int64_t(v.size())}, testing::encode_tensor(gguf::TensorType::F32, v))
+                    .is_ok());
+  };
+  auto long_only = w;
+  factors(long_only, "rope_factors_long.weight", std::vector<float>(size_t(half), 2.0f));
+  EXPECT_NE(load_error(long_only).find("tensor 'rope_factors_short.weight' is missing"), std::string::npos)
+      << load_error(long_only);
+  auto both = long_only;
+  factors(both, "rope_factors_short.weight", std::vector<float>(size_t(half), 1.0f));
+  EXPECT_NE(load_error(both).find("phi3.rope.scaling.original_context_length is missing"), std::string::npos)
+      << load_error(both);
+  both.metadata().set("phi3.rope.scaling.original_context_length", gguf::Value::u32(16));
+  EXPECT_EQ(load_error(both), "");
+  auto c = read_model_config(*testing::weights_from_writer(both));
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  const double stretch = double(c->n_ctx_train) / 16.0;  // the attention factor when the file gives none
+  EXPECT_NEAR(c->rope_attn_factor, std::sqrt(1.0 + std::log(stretch) / std::log(16.0)), 1e-6);
+  both.metadata().set("phi3.rope.scaling.attn_factor", gguf::Value::f32(1.5f));
+  c = read_model_config(*testing::weights_from_writer(both));
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  EXPECT_EQ(c->rope_attn_factor, 1.5f);
+  auto zero = long_only;
+  std::vector<float> with_zero(size_t(half), 1.0f);
+  with_zero[1] = 0.0f;
+  factors(zero, "rope_factors_short.weight", with_zero);
+  zero.metadata().set("phi3.rope.scaling.original_context_length", gguf::Value::u32(16));
+  EXPECT_NE(load_error(zero).find("tensor 'rope_factors_short.weight': factor 1 is 0"), std::string::npos) << load_error(zero);
+  auto short_size = long_only;
+  factors(short_size, "rope_factors_short.weight", std::vector<float>(size_t(half) + 1, 1.0f));
+  short_size.metadata().set("phi3.rope.scaling.original_context_length", gguf::Value::u32(16));
+  EXPECT_NE(load_error(short_size).find("tensor 'rope_factors_short.weight' has shape"), std::string::npos)
+      << load_error(short_size);
+  auto no_tensors = w;
+  no_tensors.metadata().set("phi3.rope.scaling.type", gguf::Value::string("longrope"));
+  EXPECT_NE(load_error(no_tensors).find("rope_factors_long.weight and rope_factors_short.weight are missing"), std::string::npos)
+      << load_error(no_tensors);
 }
 
 TEST(ModelConfig, WrongTensorShapeIsNamed) {

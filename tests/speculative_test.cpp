@@ -292,11 +292,13 @@ TEST(Speculative, GreedyEqualsPlainWithAMixedDraft) {
 }
 
 // Gemma 2 and 3 (sliding window 8 in the fixtures, so speculation runs far past it; gemma2
-// with soft caps), Phi-3 (fused projections, window 6 in every layer) and mixtures of experts
+// with soft caps), Phi-3 (fused projections, window 6 in every layer; with LongRoPE, whose
+// trained context of 32 the 60 tokens pass) and mixtures of experts
 // (every expert bit-split; the draft routes with its own activations, the target verifies with
 // its own routing): speculative greedy output is plain decoding's, also with a mixed draft.
 TEST(Speculative, GreedyEqualsPlainOnGemmaPhi3AndMixturesOfExperts) {
-  for (const char* name : {"gemma3-tiny", "gemma2-tiny", "phi3-tiny", "mixtral-tiny", "qwen2moe-tiny", "qwen3moe-tiny"}) {
+  for (const char* name :
+       {"gemma3-tiny", "gemma2-tiny", "phi3-tiny", "phi3-longrope-tiny", "mixtral-tiny", "qwen2moe-tiny", "qwen3moe-tiny"}) {
     SCOPED_TRACE(name);
     const std::string path = testing::source_dir() + "/tests/models/" + name + ".gguf";
     BITSPLIT_REQUIRE_FILE(path);
@@ -305,6 +307,21 @@ TEST(Speculative, GreedyEqualsPlainOnGemmaPhi3AndMixturesOfExperts) {
     expect_lossless(converted(*source), prompts, 60, {1, 4, 16});
     expect_lossless(converted(*source, 6, true, 3.0), prompts, 60, {4});
     expect_lossless_auto_and_lookup(converted(*source), prompts, 60);
+  }
+}
+
+// LongRoPE at its edge: a generation of exactly the trained context (32 positions) turns by the
+// short factors in plain decoding; speculative decoding's cache has scratch slots past it and must
+// turn the same way (it would pick the long factors by its cache's size).
+TEST(Speculative, LongRopeAtItsTrainedContextEqualsPlain) {
+  const std::string path = testing::source_dir() + "/tests/models/phi3-longrope-tiny.gguf";
+  BITSPLIT_REQUIRE_FILE(path);
+  auto [source, tok] = open_with_tokenizer(path);
+  const Pair p = converted(*source);
+  ASSERT_EQ(p.target.config().rope_original_context, 32);
+  for (const char* text : {"Blessed is the man", "And it came to pass", "In the beginning"}) {
+    const auto prompt = tok->encode(text);
+    expect_lossless(p, {prompt}, 32 - int(prompt.size()), {1, 4, 16});
   }
 }
 

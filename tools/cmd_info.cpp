@@ -141,6 +141,11 @@ int info(const InfoOptions& o) {
     std::printf("rope:          %s order, %lld dims, base %g, scale %g\n",
                 c.rope_order == cpu::RopeOrder::kNormal ? "normal" : "neox", (long long)c.n_rot, c.rope_base,
                 c.rope_freq_scale);
+    if (c.rope_original_context > 0) {
+      std::printf("rope scaling:  LongRoPE: short factors up to a %lld-position context, long factors beyond "
+                  "(chosen by the run's --ctx), cos/sin x %g\n",
+                  (long long)c.rope_original_context, c.rope_attn_factor);
+    }
     std::printf("rms epsilon:   %g\n", c.rms_eps);
     if (c.has_qkv_bias) std::printf("attention:     q/k/v biases\n");
     if (c.has_qk_norm) std::printf("attention:     RMSNorm of each query and key head\n");

@@ -11,7 +11,7 @@ Two jobs, both on the CPU in float32:
            token ids, the greedy continuation of N tokens, and for every position the K largest
            logits (ids and values). tests/hf_golden_test.cpp compares the engine against it.
 
-  fixture  OUT.gguf --arch gemma2|gemma3|phi3 --vocab-from TOKENIZER.gguf [--seed S]
+  fixture  OUT.gguf --arch gemma2|gemma3|phi3 --vocab-from TOKENIZER.gguf [--seed S] [--longrope]
            A small randomly initialised model of that family (transformers' own init, weights
            scaled so the logits are peaked), written as an f32 GGUF with the tokenizer metadata
            of another GGUF (the fixtures' SentencePiece vocabulary), for CI without the real
@@ -90,6 +90,17 @@ def phi3_config(reader):
     p = "phi3."
     n_embd = int(field(reader, p + "embedding_length"))
     window = int(field(reader, p + "attention.sliding_window", 0))
+    n_ctx = int(field(reader, p + "context_length", 4096))
+    rope = {"rope_type": "default", "rope_theta": float(field(reader, p + "rope.freq_base", 10000.0))}
+    original = n_ctx
+    factors = {t.name: [float(v) for v in t.data] for t in reader.tensors if t.name.startswith("rope_factors_")}
+    if factors:  # LongRoPE (the 128k models): transformers picks the set by the sequence's length
+        original = int(field(reader, p + "rope.scaling.original_context_length"))
+        rope.update(rope_type="longrope", short_factor=factors["rope_factors_short.weight"],
+                    long_factor=factors["rope_factors_long.weight"], original_max_position_embeddings=original)
+        attn = field(reader, p + "rope.scaling.attn_factor")
+        if attn is not None:
+            rope["attention_factor"] = float(attn)
     cfg = Phi3Config(
         vocab_size=int(next(t for t in reader.tensors if t.name == "token_embd.weight").shape[1]),
         hidden_size=n_embd,
@@ -98,9 +109,9 @@ def phi3_config(reader):
         num_attention_heads=int(field(reader, p + "attention.head_count")),
         num_key_value_heads=int(field(reader, p + "attention.head_count_kv")),
         rms_norm_eps=float(field(reader, p + "attention.layer_norm_rms_epsilon")),
-        max_position_embeddings=int(field(reader, p + "context_length", 4096)),
-        original_max_position_embeddings=int(field(reader, p + "context_length", 4096)),
-        rope_parameters={"rope_type": "default", "rope_theta": float(field(reader, p + "rope.freq_base", 10000.0))},
+        max_position_embeddings=n_ctx,
+        original_max_position_embeddings=original,
+        rope_parameters=rope,
         sliding_window=window or None,
         tie_word_embeddings=not any(t.name == "output.weight" for t in reader.tensors),
         pad_token_id=0, bos_token_id=1, eos_token_id=2,
@@ -239,6 +250,8 @@ def load_hf_model(path):
             hf = "model.norm.weight"
         elif name == "output":
             hf = "lm_head.weight"
+        elif name.startswith("rope_factors_"):
+            continue  # LongRoPE's factors: in the config (phi3_config)
         elif name.startswith("blk."):
             _, layer, rest = name.split(".", 2)
             if rest in ("ffn_gate_exps", "ffn_up_exps"):
@@ -404,6 +417,11 @@ def fixture(args):
         w.add_rope_dimension_count(head_dim)
     if not moe:
         w.add_sliding_window(window)
+    if args.longrope:  # Phi-3 128k style: trained for 32 positions, stretched to 256
+        if arch != "phi3":
+            sys.exit("error: --longrope is for --arch phi3")
+        w.add_uint32(f"{arch}.rope.scaling.original_context_length", 32)
+        w.add_float32(f"{arch}.rope.scaling.attn_factor", math.sqrt(1 + math.log(256 / 32) / math.log(32)))
     if arch == "gemma2":
         w.add_float32(f"{arch}.attn_logit_softcapping", 50.0)
         w.add_float32(f"{arch}.final_logit_softcapping", 30.0)
@@ -434,6 +452,11 @@ def fixture(args):
         w.add_tensor("token_embd.weight", rnd(vocab, n_embd, scale=1.0))
         w.add_tensor("output.weight", rnd(vocab, n_embd, scale=n_embd ** -0.5 * 3))
         w.add_tensor("output_norm.weight", norm(n_embd))
+        if args.longrope:  # short factors near 1, long ones growing to ~16 for the slow frequencies
+            half = head_dim // 2
+            w.add_tensor("rope_factors_short.weight", (1.0 + 0.2 * torch.rand(half)).numpy().astype(np.float32))
+            ramp = torch.logspace(0, math.log10(16.0), half) * (1.0 + 0.1 * torch.rand(half))
+            w.add_tensor("rope_factors_long.weight", ramp.numpy().astype(np.float32))
         for l in range(n_layers):
             b = f"blk.{l}."
             w.add_tensor(b + "attn_norm.weight", norm(n_embd))
@@ -477,6 +500,7 @@ def main():
     f.add_argument("--arch", choices=["gemma2", "gemma3", "phi3", "mixtral", "qwen2moe", "qwen3moe"], required=True)
     f.add_argument("--vocab-from", required=True)
     f.add_argument("--seed", type=int, default=1)
+    f.add_argument("--longrope", action="store_true", help="phi3 only: LongRoPE factors (original context 32, context 256)")
     args = ap.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     golden(args) if args.cmd == "golden" else fixture(args)

@@ -463,6 +463,15 @@ std::vector<Seed> model_seeds() {
     out.push_back({"gemma2-f32-softcap", g2.to_bytes()});
   }
   out.push_back({"phi3-fused", tiny_fused_phi3()});
+  {  // LongRoPE as llama.cpp writes Phi-3's 128k models (head size 8: 4 factors per set)
+    auto lr = testing::make_tiny_model(tiny_spec("phi3", TensorType::F32, false));
+    const std::vector<float> short_factors = {1.0f, 1.1f, 1.05f, 1.2f}, long_factors = {1.0f, 2.0f, 4.0f, 8.0f};
+    BITSPLIT_CHECK(lr.add_tensor("rope_factors_short.weight", TensorType::F32, {4}, testing::encode_tensor(TensorType::F32, short_factors)).is_ok());
+    BITSPLIT_CHECK(lr.add_tensor("rope_factors_long.weight", TensorType::F32, {4}, testing::encode_tensor(TensorType::F32, long_factors)).is_ok());
+    lr.metadata().set("phi3.rope.scaling.original_context_length", gguf::Value::u32(4));
+    lr.metadata().set("phi3.rope.scaling.attn_factor", gguf::Value::f32(1.2f));
+    out.push_back({"phi3-longrope", lr.to_bytes()});
+  }
   out.push_back({"qwen2moe-stacked-experts", tiny_moe()});
   out.push_back({"bitsplit-g32-d2-r8", tiny_split_model(32, 2, 8)});
   out.push_back({"bitsplit-g64-d4-r6", tiny_split_model(64, 4, 6)});

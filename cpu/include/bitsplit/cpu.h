@@ -74,9 +74,10 @@ enum class RopeOrder {
 };
 
 // Rotates the first n_rot dims of one head vector of length head_dim at position `pos`.
-// theta_i = pos / scale * base^(-2i/n_rot) / freq_factor[i] (freq_factors may be empty).
+// theta_i = pos · freq_scale · base^(-2i/n_rot) / freq_factor[i] (freq_factors may be empty);
+// cos and sin are multiplied by mscale (LongRoPE's attention factor; 1 for every other model).
 void rope_f32(float* head, int64_t n_rot, RopeOrder order, float pos, float base, float freq_scale,
-              std::span<const float> freq_factors);
+              std::span<const float> freq_factors, float mscale = 1.0f);
 
 }  // namespace bitsplit::cpu
 

@@ -114,6 +114,16 @@ struct DraftModelHost {
   const float* token_embd = nullptr;         // [n_vocab x n_embd]
   const float* output_norm = nullptr;        // n_embd
   const float* rope_freq_factors = nullptr;  // n_rot / 2, or null
+  // LongRoPE (bitsplit::ModelConfig's fields of the same names): a draft whose cache has more
+  // than rope_original_context slots turns by rope_freq_factors_long instead; cos and sin are
+  // multiplied by rope_attn_factor.
+  const float* rope_freq_factors_long = nullptr;  // n_rot / 2, or null
+  int64_t rope_original_context = 0;
+  float rope_attn_factor = 1.0f;
+  // The factors a draft with a cache of n_slots positions turns by (bitsplit::Model's choice).
+  const float* rope_factors_for(int64_t n_slots) const {
+    return rope_freq_factors_long && n_slots > rope_original_context ? rope_freq_factors_long : rope_freq_factors;
+  }
   struct Plane {
     const void* key = nullptr;  // the DraftMatmul key the plane is resident under
     DraftPlaneView plane{};

@@ -64,6 +64,12 @@ struct ModelConfig {
   std::vector<uint8_t> swa_layers;  // n_layers entries, or empty (no sliding window)
   float rope_base_swa = 10000.0f;
   float rope_freq_scale_swa = 1.0f;  // gemma3's local layers take no RoPE scaling; others their own
+  // LongRoPE (Phi-3's 128k models: tensors rope_factors_short/long.weight, per-frequency divisors
+  // of theta): a sequence whose KV cache holds more than rope_original_context positions turns by
+  // the long factors, any other by the short ones (Model::rope_freq_factors(context)); cos and
+  // sin are multiplied by rope_attn_factor in every layer either way.
+  int64_t rope_original_context = 0;  // > 0 with LongRoPE
+  float rope_attn_factor = 1.0f;
 
   // Mixture of experts (qwen2moe, qwen3moe, llama with expert_count = Mixtral): each layer's FFN
   // is n_expert FFNs of width n_ff_exp; the router (ffn_gate_inp) picks n_expert_used per token
@@ -207,12 +213,18 @@ class Model {
   // The output head was made from the token embedding (a tied model split by convert, or by
   // with_split_planes): a variant's embedding delta applies to it too.
   bool output_from_embedding() const { return output_from_embedding_; }
-  const std::vector<float>& rope_freq_factors() const { return rope_freqs_; }
+  // RoPE's per-frequency divisors for a sequence of `context` positions (KvCache::context()): LongRoPE's
+  // long factors when the model has them and context > config().rope_original_context, else
+  // rope_freqs.weight or LongRoPE's short factors (empty: none).
+  const std::vector<float>& rope_freq_factors(int64_t context) const {
+    return !rope_freqs_long_.empty() && context > config_.rope_original_context ? rope_freqs_long_ : rope_freqs_;
+  }
+  const std::vector<float>& rope_freq_factors_long() const { return rope_freqs_long_; }
   const LayerWeights& layer(int64_t i) const { return layers_[size_t(i)]; }
 
  private:
   ModelConfig config_;
-  std::vector<float> token_embd_, output_norm_, output_, rope_freqs_;
+  std::vector<float> token_embd_, output_norm_, output_, rope_freqs_, rope_freqs_long_;
   std::vector<LayerWeights> layers_;
   std::map<std::string, SplitProjection> splits_;
   std::map<std::string, std::vector<uint8_t>> q8_0_;
@@ -243,6 +255,11 @@ class KvCache {
   int64_t n_layers() const { return n_layers_; }
   int64_t n_slots() const { return n_slots_; }
   int64_t kv_dim() const { return kv_dim_; }
+  // The positions the sequence is meant to reach (prompt + new tokens; default n_slots): LongRoPE
+  // picks its factors by it (Model::rope_freq_factors), so speculative decoding, whose cache has
+  // scratch slots beyond the sequence, sets it to plain decoding's size and turns the same way.
+  int64_t context() const { return context_; }
+  void set_context(int64_t positions) { context_ = positions; }
   float* k(int64_t layer, int64_t slot) { return &k_[size_t((layer * n_slots_ + slot) * kv_dim_)]; }
   float* v(int64_t layer, int64_t slot) { return &v_[size_t((layer * n_slots_ + slot) * kv_dim_)]; }
   const float* k(int64_t layer, int64_t slot) const { return &k_[size_t((layer * n_slots_ + slot) * kv_dim_)]; }
@@ -250,7 +267,7 @@ class KvCache {
 
  private:
   KvCache() = default;
-  int64_t n_layers_ = 0, n_slots_ = 0, kv_dim_ = 0;
+  int64_t n_layers_ = 0, n_slots_ = 0, kv_dim_ = 0, context_ = 0;
   std::vector<float> k_, v_;
   std::vector<int32_t> pos_;
 };
