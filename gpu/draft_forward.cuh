@@ -15,6 +15,7 @@
 #include <cstring>
 #include <vector>
 
+#include "bitsplit/expert_routing.h"
 #include "bitsplit/gpu.h"
 #include "draft_kernels.cuh"
 
@@ -54,6 +55,13 @@ struct LayerDev {
   float* v_cache = nullptr;
   bool swa = false;  // a sliding-window layer (ShapeDev::sliding_window)
   float rope_base = 10000.0f, rope_freq_scale = 1.0f;
+  // A mixture of experts (ShapeDev::n_expert > 0) instead of gate/up/down: the router [n_expert x
+  // n_embd], the experts' planes (a host array of n_expert x {gate, up, down}) and qwen2moe's
+  // shared expert with its gate vector (null without).
+  const float* router = nullptr;
+  const PlaneDev* experts = nullptr;
+  PlaneDev shexp_gate, shexp_up, shexp_down;
+  const float* shexp_gate_inp = nullptr;
 };
 
 struct ShapeDev {
@@ -67,6 +75,8 @@ struct ShapeDev {
   bool gelu = false;
   int64_t sliding_window = 0;
   float rope_attn_factor = 1.0f;  // LongRoPE's factor on cos and sin
+  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;  // a mixture of experts
+  bool expert_weights_norm = false;
   int64_t max_lora_rank = 0;  // a variant's largest LoRA rank (scratch), 0 without
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
@@ -84,6 +94,11 @@ inline ShapeDev shape_of(const DraftModelHost& m) {
   s.gelu = m.gelu;
   s.sliding_window = m.sliding_window;
   s.rope_attn_factor = m.rope_attn_factor;
+  s.n_expert = m.n_expert;
+  s.n_expert_used = m.n_expert_used;
+  s.n_ff_exp = m.n_ff_exp;
+  s.n_ff_shexp = m.n_ff_shexp;
+  s.expert_weights_norm = m.expert_weights_norm;
   s.max_lora_rank = m.max_lora_rank;
   return s;
 }
@@ -104,6 +119,8 @@ inline LayerDev layer_of(const DraftModelHost::Layer& w) {
   d.swa = w.swa;
   d.rope_base = w.rope_base;
   d.rope_freq_scale = w.rope_freq_scale;
+  d.router = w.router;
+  d.shexp_gate_inp = w.shexp_gate_inp;
   return d;
 }
 
@@ -146,9 +163,13 @@ struct ModelDev {
 // Scratch for up to max_rows rows and max_kv_len cache slots (draft_scratch_floats()).
 struct ScratchDev {
   float *x, *h, *q, *k, *v, *attn, *proj, *gate, *up, *logits, *scores, *lora;
+  // A mixture of experts: router logits, an expert's gathered rows and its output, the routed
+  // rows' weights and indices (expert by expert).
+  float *router, *xe, *ye, *moe_weights;
   int8_t* qa;
   float* qa_scale;
   int32_t* qa_sum;
+  int32_t* moe_rows;
 };
 
 // One draft batch on the device: tokens/positions/slots per row, mask [rows x kv_len].
@@ -167,28 +188,48 @@ inline unsigned blocks_for(int64_t n, int threads) { return unsigned((n + thread
 // Element counts of ScratchDev's arrays, in its order (the owner allocates them).
 struct ScratchSizes {
   int64_t x, h, q, k, v, attn, proj, gate, up, logits, scores, qa, qa_groups, lora;
+  int64_t router = 0, xe = 0, ye = 0, moe_weights = 0, moe_rows = 0;  // a mixture of experts
   // The float arrays together (qa_scale has qa_groups values).
-  int64_t floats() const { return x + h + q + k + v + attn + proj + gate + up + logits + scores + qa_groups + lora; }
+  int64_t floats() const {
+    return x + h + q + k + v + attn + proj + gate + up + logits + scores + qa_groups + lora + router + xe + ye + moe_weights;
+  }
+  // The int32 arrays together (qa_sum, then moe_rows).
+  int64_t ints() const { return qa_groups + moe_rows; }
 };
+// The widest FFN of the model: its dense one, an expert, the shared expert.
+inline int64_t widest_ffn(const ShapeDev& s) {
+  int64_t w = s.n_ff;
+  if (s.n_expert > 0) w = s.n_ff_exp > s.n_ff_shexp ? s.n_ff_exp : s.n_ff_shexp;
+  return w;
+}
 inline ScratchSizes scratch_sizes(const ShapeDev& s, int64_t rows, int64_t kv_len) {
-  const int64_t widest = s.n_ff > s.q_dim() ? (s.n_ff > s.n_embd ? s.n_ff : s.n_embd) : (s.q_dim() > s.n_embd ? s.q_dim() : s.n_embd);
+  const int64_t ff = widest_ffn(s);
+  const int64_t widest = ff > s.q_dim() ? (ff > s.n_embd ? ff : s.n_embd) : (s.q_dim() > s.n_embd ? s.q_dim() : s.n_embd);
   const int64_t padded = padded_width(widest, s.group);
-  return {rows * s.n_embd, rows * s.n_embd, rows * s.q_dim(), rows * s.kv_dim(), rows * s.kv_dim(),
-          rows * s.q_dim(), rows * s.n_embd, rows * s.n_ff,   rows * s.n_ff,      rows * s.n_vocab,
-          rows * s.n_heads * kv_len, rows * padded, rows * (padded / s.group), rows * s.max_lora_rank};
+  ScratchSizes z{rows * s.n_embd, rows * s.n_embd, rows * s.q_dim(), rows * s.kv_dim(), rows * s.kv_dim(),
+                 rows * s.q_dim(), rows * s.n_embd, rows * ff,        rows * ff,          rows * s.n_vocab,
+                 rows * s.n_heads * kv_len, rows * padded, rows * (padded / s.group), rows * s.max_lora_rank};
+  if (s.n_expert > 0) {
+    z.router = rows * s.n_expert;
+    z.xe = z.ye = rows * s.n_embd;
+    z.moe_weights = z.moe_rows = rows * s.n_expert_used;
+  }
+  return z;
 }
 
-// ScratchDev over one block of sizes.floats() floats and the int8 / int32 arrays.
-inline ScratchDev carve_scratch(float* f, int8_t* qa, int32_t* qa_sum, const ScratchSizes& z) {
+// ScratchDev over one block of sizes.floats() floats, the int8 array and sizes.ints() int32s.
+inline ScratchDev carve_scratch(float* f, int8_t* qa, int32_t* ints, const ScratchSizes& z) {
   ScratchDev t{};
   for (auto [dst, n] : {std::pair{&t.x, z.x}, {&t.h, z.h}, {&t.q, z.q}, {&t.k, z.k}, {&t.v, z.v}, {&t.attn, z.attn},
                         {&t.proj, z.proj}, {&t.gate, z.gate}, {&t.up, z.up}, {&t.logits, z.logits},
-                        {&t.scores, z.scores}, {&t.qa_scale, z.qa_groups}, {&t.lora, z.lora}}) {
+                        {&t.scores, z.scores}, {&t.qa_scale, z.qa_groups}, {&t.lora, z.lora}, {&t.router, z.router},
+                        {&t.xe, z.xe}, {&t.ye, z.ye}, {&t.moe_weights, z.moe_weights}}) {
     *dst = f;
     f += n;
   }
   t.qa = qa;
-  t.qa_sum = qa_sum;
+  t.qa_sum = ints;
+  t.moe_rows = ints + z.qa_groups;
   return t;
 }
 // Quantises x [rows x in] into the scratch's int8 activations for planes of width `in`.
@@ -221,6 +262,67 @@ inline void add_lora(const PlaneDev& p, const float* x, int64_t rows, const Scra
             t.lora);
   BS_LAUNCH(lora_up_add, blocks_for(rows * p.out, 128), 128, stream, p.lora_up, t.lora, rows, p.out, p.lora_rank,
             p.lora_scale, y);
+}
+
+// y [n x n_embd] = down(act(gate(x)) ⊙ up(x)) of width ff over x [n x n_embd] (the dense FFN, an
+// expert, the shared expert), as forward_pass's gated_ffn.
+inline void gated_ffn(const ShapeDev& s, const PlaneDev& gate, const PlaneDev& up, const PlaneDev& down, const float* x,
+                      int64_t n, int64_t ff, ScratchDev& t, float* y, Stream stream, bool g64) {
+  quantize_input(s, x, n, s.n_embd, t, stream);
+  matmul(gate, n, t, t.gate, stream, g64);
+  matmul(up, n, t, t.up, stream, g64);
+  add_lora(gate, x, n, t, t.gate, stream);
+  add_lora(up, x, n, t, t.up, stream);
+  if (s.gelu) {
+    BS_LAUNCH(gelu_mul, blocks_for(n * ff, 128), 128, stream, t.gate, t.up, n * ff);
+  } else {
+    BS_LAUNCH(silu_mul, blocks_for(n * ff, 128), 128, stream, t.gate, t.up, n * ff);
+  }
+  quantize_input(s, t.gate, n, ff, t, stream);
+  matmul(down, n, t, y, stream, g64);
+  add_lora(down, t.gate, n, t, y, stream);
+}
+
+// A mixture of experts into t.proj, from t.h: the router's logits (f32, as cpu::matmul_f32) come
+// back to the host, which routes them as the CPU pass does (route_experts) and sends each routed
+// expert's rows and weights; each expert then runs on its rows alone (gathered, its three planes,
+// added back with the rows' weights, in expert order as the CPU adds them), so a pass reads only
+// the routed experts' planes; qwen2moe's shared expert runs on every row, sigmoid-gated. One
+// host round trip per layer.
+inline void moe_ffn(const ModelDev& m, const LayerDev& w, int64_t n, ScratchDev& t, Stream stream) {
+  const ShapeDev& s = m.shape;
+  BS_LAUNCH(lora_down_rows, blocks_for(n * s.n_expert, 128), 128, stream, w.router, t.h, n, s.n_embd, s.n_expert,
+            t.router);
+  std::vector<float> logits(size_t(n * s.n_expert));
+  BS_COPY_TO_HOST(logits.data(), t.router, logits.size() * sizeof(float), stream);
+  std::vector<ExpertRows> routed;
+  route_experts(logits.data(), n, s.n_expert, s.n_expert_used, s.expert_weights_norm, routed);
+  std::vector<int32_t> rows;
+  std::vector<float> weights;
+  for (const ExpertRows& e : routed) {
+    rows.insert(rows.end(), e.rows.begin(), e.rows.end());
+    weights.insert(weights.end(), e.weights.begin(), e.weights.end());
+  }
+  BS_COPY_TO_DEVICE(t.moe_rows, rows.data(), rows.size() * sizeof(int32_t), stream);
+  BS_COPY_TO_DEVICE(t.moe_weights, weights.data(), weights.size() * sizeof(float), stream);
+  BS_LAUNCH(fill_zero, blocks_for(n * s.n_embd, 128), 128, stream, t.proj, n * s.n_embd);
+  int64_t first = 0;
+  for (int64_t e = 0; e < s.n_expert; ++e) {
+    const int64_t count = int64_t(routed[size_t(e)].rows.size());
+    if (count == 0) continue;
+    const int32_t* er = t.moe_rows + first;
+    const float* ew = t.moe_weights + first;
+    first += count;
+    BS_LAUNCH(gather_rows, blocks_for(count * s.n_embd, 128), 128, stream, t.h, er, count, s.n_embd, t.xe);
+    gated_ffn(s, w.experts[3 * e], w.experts[3 * e + 1], w.experts[3 * e + 2], t.xe, count, s.n_ff_exp, t, t.ye, stream,
+              m.g64_kernel);
+    BS_LAUNCH(scatter_add_weighted, blocks_for(count * s.n_embd, 128), 128, stream, t.proj, t.ye, er, ew, count, s.n_embd);
+  }
+  if (s.n_ff_shexp > 0) {
+    gated_ffn(s, w.shexp_gate, w.shexp_up, w.shexp_down, t.h, n, s.n_ff_shexp, t, t.ye, stream, m.g64_kernel);
+    BS_LAUNCH(lora_down_rows, blocks_for(n, 128), 128, stream, w.shexp_gate_inp, t.h, n, s.n_embd, 1, t.router);
+    BS_LAUNCH(add_sigmoid_gated, blocks_for(n * s.n_embd, 128), 128, stream, t.proj, t.ye, t.router, n, s.n_embd);
+  }
 }
 
 // Runs the batch through the draft; logits [rows x n_vocab] land in t.logits. Every row's
@@ -275,19 +377,11 @@ inline void draft_forward(const ModelDev& m, const BatchDev& b, ScratchDev& t, S
     BS_LAUNCH(add_into, blocks_for(n * s.n_embd, 128), 128, stream, t.x, t.proj, n * s.n_embd);
 
     BS_LAUNCH_SYNC(rms_norm_rows, n, kBlock, stream, t.x, w.ffn_norm, s.n_embd, s.rms_eps, t.h);
-    quantize_input(s, t.h, n, s.n_embd, t, stream);
-    matmul(w.gate, n, t, t.gate, stream, m.g64_kernel);
-    matmul(w.up, n, t, t.up, stream, m.g64_kernel);
-    add_lora(w.gate, t.h, n, t, t.gate, stream);
-    add_lora(w.up, t.h, n, t, t.up, stream);
-    if (s.gelu) {
-      BS_LAUNCH(gelu_mul, blocks_for(n * s.n_ff, 128), 128, stream, t.gate, t.up, n * s.n_ff);
+    if (s.n_expert > 0) {
+      moe_ffn(m, w, n, t, stream);
     } else {
-      BS_LAUNCH(silu_mul, blocks_for(n * s.n_ff, 128), 128, stream, t.gate, t.up, n * s.n_ff);
+      gated_ffn(s, w.gate, w.up, w.down, t.h, n, s.n_ff, t, t.proj, stream, m.g64_kernel);
     }
-    quantize_input(s, t.gate, n, s.n_ff, t, stream);
-    matmul(w.down, n, t, t.proj, stream, m.g64_kernel);
-    add_lora(w.down, t.gate, n, t, t.proj, stream);
     if (w.post_ffn_norm) BS_LAUNCH_SYNC(rms_norm_rows, n, kBlock, stream, t.proj, w.post_ffn_norm, s.n_embd, s.rms_eps, t.proj);
     BS_LAUNCH(add_into, blocks_for(n * s.n_embd, 128), 128, stream, t.x, t.proj, n * s.n_embd);
   }

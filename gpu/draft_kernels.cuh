@@ -37,6 +37,12 @@
 #define BS_MUL(a, b) __fmul_rn(a, b)  // never contracted into an FMA
 #define BS_I2F(i) __int2float_rn(i)
 #define BS_HALF(h) __half2float(__ushort_as_half(h))
+// Mid-pass copies (a mixture of experts' routing): to the host waits for the stream; to the
+// device from pageable memory, which the call has staged when it returns.
+#define BS_COPY_TO_HOST(dst, src, bytes, stream) \
+  (cudaMemcpyAsync((dst), (src), (bytes), cudaMemcpyDeviceToHost, (stream)), cudaStreamSynchronize(stream))
+#define BS_COPY_TO_DEVICE(dst, src, bytes, stream) \
+  cudaMemcpyAsync((dst), (src), (bytes), cudaMemcpyHostToDevice, (stream))
 #elif defined(BITSPLIT_CUDA_EMULATION)
 // tests/cuda_emulation.h defines threadIdx, blockIdx, blockDim, __syncthreads and
 // bs_emulated_half_to_float before including this file.
@@ -56,6 +62,8 @@
 #define BS_MUL(a, b) (float(a) * float(b))
 #define BS_I2F(i) float(i)
 #define BS_HALF(h) bs_emulated_half_to_float(h)
+#define BS_COPY_TO_HOST(dst, src, bytes, stream) std::memcpy((dst), (src), (bytes))
+#define BS_COPY_TO_DEVICE(dst, src, bytes, stream) std::memcpy((dst), (src), (bytes))
 #else
 #error "gpu/draft_kernels.cuh is compiled by nvcc or under tests/cuda_emulation.h"
 #endif
@@ -378,6 +386,43 @@ BS_KERNEL void add_bias(float* BS_RESTRICT y, const float* BS_RESTRICT bias, int
 BS_KERNEL void add_into(float* BS_RESTRICT x, const float* BS_RESTRICT y, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) x[i] += y[i];
+}
+
+// x[i] = 0. Launch: one thread per value.
+BS_KERNEL void fill_zero(float* BS_RESTRICT x, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = 0.0f;
+}
+
+// A mixture of experts: xe[j] = x[rows[j]] for the `count` rows routed to one expert.
+// Launch: one thread per value.
+BS_KERNEL void gather_rows(const float* BS_RESTRICT x, const int32_t* BS_RESTRICT rows, int64_t count, int64_t width,
+                           float* BS_RESTRICT xe) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count * width) return;
+  const int64_t j = i / width, d = i % width;
+  xe[i] = x[int64_t(rows[j]) * width + d];
+}
+
+// out[rows[j]] += weights[j] · ye[j]: one expert's output added with each row's weight, as the
+// CPU pass adds it (the rows are distinct). Launch: one thread per value.
+BS_KERNEL void scatter_add_weighted(float* BS_RESTRICT out, const float* BS_RESTRICT ye, const int32_t* BS_RESTRICT rows,
+                                    const float* BS_RESTRICT weights, int64_t count, int64_t width) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count * width) return;
+  const int64_t j = i / width, d = i % width;
+  float* o = out + int64_t(rows[j]) * width + d;
+  *o = *o + BS_MUL(weights[j], ye[i]);
+}
+
+// out[r] += sigmoid(g[r]) · ys[r] (qwen2moe's shared expert; g[r] = x[r] · its gate vector).
+// Launch: one thread per value.
+BS_KERNEL void add_sigmoid_gated(float* BS_RESTRICT out, const float* BS_RESTRICT ys, const float* BS_RESTRICT g,
+                                 int64_t rows, int64_t width) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * width) return;
+  const float gate = 1.0f / (1.0f + expf(-g[i / width]));
+  out[i] = out[i] + BS_MUL(gate, ys[i]);
 }
 
 // gate[i] = silu(gate[i]) · up[i] with silu(v) = v / (1 + e^-v), as the CPU forward pass.

@@ -25,6 +25,9 @@ class CudaDraftModel final : public DraftModel {
       return Status::error("the device draft got an inconsistent model shape");
     }
     if (m.n_rot > m.head_dim || m.n_rot % 2 != 0) return Status::error("the device draft needs an even n_rot <= head_dim");
+    if (m.n_expert > 0 && (m.n_expert_used < 1 || m.n_expert_used > m.n_expert || m.n_ff_exp <= 0)) {
+      return Status::error("the device draft got an inconsistent mixture of experts");
+    }
     device_ = planes.device();
     n_slots_ = n_slots;
     max_rows_ = max_rows;
@@ -69,6 +72,7 @@ class CudaDraftModel final : public DraftModel {
     BITSPLIT_RETURN_IF_ERROR(v_cache_.allocate(size_t(cache)));
     bytes_ += uint64_t(cache) * 8;
     layers_.resize(size_t(m.n_layers));
+    experts_.resize(size_t(m.n_layers));
     for (int64_t l = 0; l < m.n_layers; ++l) {
       const DraftModelHost::Layer& h = m.layers[size_t(l)];
       kernels::LayerDev& d = layers_[size_t(l)];
@@ -93,9 +97,29 @@ class CudaDraftModel final : public DraftModel {
       BITSPLIT_ASSIGN_OR_RETURN(d.wk, plane(planes, h.wk, b + "attn_k", kv, s.n_embd));
       BITSPLIT_ASSIGN_OR_RETURN(d.wv, plane(planes, h.wv, b + "attn_v", kv, s.n_embd));
       BITSPLIT_ASSIGN_OR_RETURN(d.wo, plane(planes, h.wo, b + "attn_output", s.n_embd, s.q_dim()));
-      BITSPLIT_ASSIGN_OR_RETURN(d.gate, plane(planes, h.gate, b + "ffn_gate", s.n_ff, s.n_embd));
-      BITSPLIT_ASSIGN_OR_RETURN(d.up, plane(planes, h.up, b + "ffn_up", s.n_ff, s.n_embd));
-      BITSPLIT_ASSIGN_OR_RETURN(d.down, plane(planes, h.down, b + "ffn_down", s.n_embd, s.n_ff));
+      if (m.n_expert > 0) {  // every expert's planes (all resident), the router and a shared expert
+        if (int64_t(h.experts.size()) != 3 * m.n_expert) return Status::error("device draft: " + b + " lacks experts");
+        BITSPLIT_ASSIGN_OR_RETURN(d.router, put(h.router, m.n_expert * s.n_embd, b + "ffn_gate_inp"));
+        std::vector<kernels::PlaneDev>& experts = experts_[size_t(l)];
+        experts.resize(h.experts.size());
+        for (int64_t e = 0; e < m.n_expert; ++e) {
+          const std::string x = "." + std::to_string(e);
+          BITSPLIT_ASSIGN_OR_RETURN(experts[size_t(3 * e)], plane(planes, h.experts[size_t(3 * e)], b + "ffn_gate" + x, m.n_ff_exp, s.n_embd));
+          BITSPLIT_ASSIGN_OR_RETURN(experts[size_t(3 * e + 1)], plane(planes, h.experts[size_t(3 * e + 1)], b + "ffn_up" + x, m.n_ff_exp, s.n_embd));
+          BITSPLIT_ASSIGN_OR_RETURN(experts[size_t(3 * e + 2)], plane(planes, h.experts[size_t(3 * e + 2)], b + "ffn_down" + x, s.n_embd, m.n_ff_exp));
+        }
+        d.experts = experts.data();
+        if (m.n_ff_shexp > 0) {
+          BITSPLIT_ASSIGN_OR_RETURN(d.shexp_gate, plane(planes, h.shexp_gate, b + "ffn_gate_shexp", m.n_ff_shexp, s.n_embd));
+          BITSPLIT_ASSIGN_OR_RETURN(d.shexp_up, plane(planes, h.shexp_up, b + "ffn_up_shexp", m.n_ff_shexp, s.n_embd));
+          BITSPLIT_ASSIGN_OR_RETURN(d.shexp_down, plane(planes, h.shexp_down, b + "ffn_down_shexp", s.n_embd, m.n_ff_shexp));
+          BITSPLIT_ASSIGN_OR_RETURN(d.shexp_gate_inp, put(h.shexp_gate_inp, s.n_embd, b + "ffn_gate_inp_shexp"));
+        }
+      } else {
+        BITSPLIT_ASSIGN_OR_RETURN(d.gate, plane(planes, h.gate, b + "ffn_gate", s.n_ff, s.n_embd));
+        BITSPLIT_ASSIGN_OR_RETURN(d.up, plane(planes, h.up, b + "ffn_up", s.n_ff, s.n_embd));
+        BITSPLIT_ASSIGN_OR_RETURN(d.down, plane(planes, h.down, b + "ffn_down", s.n_embd, s.n_ff));
+      }
       d.k_cache = k_cache_.get() + l * n_slots * kv;
       d.v_cache = v_cache_.get() + l * n_slots * kv;
     }
@@ -109,8 +133,8 @@ class CudaDraftModel final : public DraftModel {
     const kernels::ScratchSizes z = kernels::scratch_sizes(s, max_rows, n_slots);
     BITSPLIT_RETURN_IF_ERROR(floats_.allocate(size_t(z.floats())));
     BITSPLIT_RETURN_IF_ERROR(qa_.allocate(size_t(z.qa)));
-    BITSPLIT_RETURN_IF_ERROR(qa_sum_.allocate(size_t(z.qa_groups)));
-    bytes_ += uint64_t(z.floats()) * 4 + uint64_t(z.qa) + uint64_t(z.qa_groups) * 4;
+    BITSPLIT_RETURN_IF_ERROR(qa_sum_.allocate(size_t(z.ints())));
+    bytes_ += uint64_t(z.floats()) * 4 + uint64_t(z.qa) + uint64_t(z.ints()) * 4;
     scratch_ = kernels::carve_scratch(floats_.get(), qa_.get(), qa_sum_.get(), z);
 
     // Per call: 3 int32 per row and the mask in; top-k tokens and log-probs out.
@@ -197,6 +221,10 @@ class CudaDraftModel final : public DraftModel {
     const kernels::BatchDev b{reinterpret_cast<const int32_t*>(dev), reinterpret_cast<const int32_t*>(dev + ints),
                               reinterpret_cast<const int32_t*>(dev + 2 * ints), dev + 3 * ints, rows, kv_len};
     kernels::draft_forward(model_, b, scratch_, stream_);
+    if (s.n_expert > 0) {  // per layer: the router's logits out, the routed rows and weights in
+      counters_.result_bytes_to_host += uint64_t(s.n_layers * rows * s.n_expert) * 4;
+      counters_.activation_bytes_to_device += uint64_t(s.n_layers * rows * s.n_expert_used) * 8;
+    }
     const size_t top_count = size_t(rows) * size_t(top_k);
     if (top_k > 0) {
       int32_t* dt = reinterpret_cast<int32_t*>(top_.get());
@@ -285,6 +313,7 @@ class CudaDraftModel final : public DraftModel {
   cudaStream_t stream_ = nullptr;
   kernels::ModelDev model_;
   std::vector<kernels::LayerDev> layers_;
+  std::vector<std::vector<kernels::PlaneDev>> experts_;  // per layer: a mixture's expert planes (LayerDev::experts)
   std::vector<DeviceBuffer<float>> small_;
   DeviceBuffer<float> floats_;  // the scratch's float arrays (carve_scratch)
   DeviceBuffer<float> k_cache_, v_cache_;

@@ -9,9 +9,6 @@ namespace bitsplit {
 
 Result<gpu::DraftModelHost> describe_device_draft(const Model& draft, const Variant* variant) {
   const ModelConfig& c = draft.config();
-  if (c.is_moe()) {
-    return Status::error("the device draft does not run mixture-of-experts models yet (their experts are drafted on the host)");
-  }
   gpu::DraftModelHost m;
   m.n_layers = c.n_layers;
   m.n_embd = c.n_embd;
@@ -31,6 +28,11 @@ Result<gpu::DraftModelHost> describe_device_draft(const Model& draft, const Vari
   m.final_softcap = c.final_softcap;
   m.gelu = c.ffn_act == FfnActivation::kGeluTanh;
   m.sliding_window = c.sliding_window;
+  m.n_expert = c.n_expert;
+  m.n_expert_used = c.n_expert_used;
+  m.n_ff_exp = c.n_ff_exp;
+  m.n_ff_shexp = c.n_ff_shexp;
+  m.expert_weights_norm = c.expert_weights_norm;
   if (draft.token_embd().empty()) return Status::error("the draft has no f32 token embedding");
   // A variant: its sign planes join the planes, its full tensors (norms, biases) replace the
   // base's; a full replacement of anything larger stays on the host path.
@@ -107,9 +109,28 @@ Result<gpu::DraftModelHost> describe_device_draft(const Model& draft, const Vari
     BITSPLIT_RETURN_IF_ERROR(plane(b + "attn_k.weight", d.wk));
     BITSPLIT_RETURN_IF_ERROR(plane(b + "attn_v.weight", d.wv));
     BITSPLIT_RETURN_IF_ERROR(plane(b + "attn_output.weight", d.wo));
-    BITSPLIT_RETURN_IF_ERROR(plane(b + "ffn_gate.weight", d.gate));
-    BITSPLIT_RETURN_IF_ERROR(plane(b + "ffn_up.weight", d.up));
-    BITSPLIT_RETURN_IF_ERROR(plane(b + "ffn_down.weight", d.down));
+    if (c.is_moe()) {  // every expert (a pass runs the routed ones), the router, a shared expert
+      d.router = opt(pick(b + "ffn_gate_inp.weight", w.ffn_gate_inp));
+      if (!d.router) return Status::error(b + "ffn_gate_inp.weight (the router) is not held in f32");
+      d.experts.resize(size_t(3 * c.n_expert));
+      for (int64_t e = 0; e < c.n_expert; ++e) {
+        const std::string x = "." + std::to_string(e) + ".weight";
+        BITSPLIT_RETURN_IF_ERROR(plane(b + "ffn_gate" + x, d.experts[size_t(3 * e)]));
+        BITSPLIT_RETURN_IF_ERROR(plane(b + "ffn_up" + x, d.experts[size_t(3 * e + 1)]));
+        BITSPLIT_RETURN_IF_ERROR(plane(b + "ffn_down" + x, d.experts[size_t(3 * e + 2)]));
+      }
+      if (c.n_ff_shexp > 0) {
+        BITSPLIT_RETURN_IF_ERROR(plane(b + "ffn_gate_shexp.weight", d.shexp_gate));
+        BITSPLIT_RETURN_IF_ERROR(plane(b + "ffn_up_shexp.weight", d.shexp_up));
+        BITSPLIT_RETURN_IF_ERROR(plane(b + "ffn_down_shexp.weight", d.shexp_down));
+        d.shexp_gate_inp = opt(pick(b + "ffn_gate_inp_shexp.weight", w.ffn_gate_inp_shexp));
+        if (!d.shexp_gate_inp) return Status::error(b + "ffn_gate_inp_shexp.weight is not held in f32");
+      }
+    } else {
+      BITSPLIT_RETURN_IF_ERROR(plane(b + "ffn_gate.weight", d.gate));
+      BITSPLIT_RETURN_IF_ERROR(plane(b + "ffn_up.weight", d.up));
+      BITSPLIT_RETURN_IF_ERROR(plane(b + "ffn_down.weight", d.down));
+    }
   }
   BITSPLIT_RETURN_IF_ERROR(plane("output.weight", m.head));
   m.group = group;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <optional>
 
+#include "bitsplit/expert_routing.h"
 #include "bitsplit/model.h"
 #include "bitsplit/variant.h"
 
@@ -362,35 +363,23 @@ Result<std::vector<std::vector<float>>> run_pass(const Model& model, std::vector
     const std::vector<float>& router = pick_layer(variant, l, "ffn_gate_inp", ".weight", w.ffn_gate_inp);
     std::vector<float> logits(size_t(in.rows * c.n_expert));
     cpu::matmul_f32(in.data, in.rows, c.n_embd, router, c.n_expert, {}, logits);
-    std::vector<std::vector<std::pair<int64_t, float>>> routed(size_t(c.n_expert));  // (row, weight) per expert
-    std::vector<int64_t> order(size_t(c.n_expert));
-    for (int64_t r = 0; r < in.rows; ++r) {
-      float* p = logits.data() + r * c.n_expert;
-      cpu::softmax_f32(p, c.n_expert);
-      for (int64_t e = 0; e < c.n_expert; ++e) order[size_t(e)] = e;
-      std::partial_sort(order.begin(), order.begin() + c.n_expert_used, order.end(),
-                        [&](int64_t a, int64_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-      double sum = 0.0;
-      for (int64_t k = 0; k < c.n_expert_used; ++k) sum += p[order[size_t(k)]];
-      for (int64_t k = 0; k < c.n_expert_used; ++k) {
-        const int64_t e = order[size_t(k)];
-        routed[size_t(e)].push_back({r, c.expert_weights_norm ? float(p[e] / sum) : p[e]});
-      }
-    }
+    std::vector<ExpertRows> routed;
+    route_experts(logits.data(), in.rows, c.n_expert, c.n_expert_used, c.expert_weights_norm, routed);
     std::fill(out.data.begin(), out.data.end(), 0.0f);
     for (int64_t e = 0; e < c.n_expert; ++e) {
-      const auto& rows = routed[size_t(e)];
-      if (rows.empty()) continue;
-      Activations xe(int64_t(rows.size()), c.n_embd), ye(int64_t(rows.size()), c.n_embd);
-      for (size_t j = 0; j < rows.size(); ++j) std::copy(in.row(rows[j].first), in.row(rows[j].first) + c.n_embd, xe.row(int64_t(j)));
+      const ExpertRows& rows = routed[size_t(e)];
+      if (rows.rows.empty()) continue;
+      Activations xe(int64_t(rows.rows.size()), c.n_embd), ye(int64_t(rows.rows.size()), c.n_embd);
+      for (size_t j = 0; j < rows.rows.size(); ++j) std::copy(in.row(rows.rows[j]), in.row(rows.rows[j]) + c.n_embd, xe.row(int64_t(j)));
       std::string suffix(1, '.');
       suffix += std::to_string(e);
       const std::vector<RowGroup> expert_rows{{0, xe.rows, variant}};
       BITSPLIT_RETURN_IF_ERROR(gated_ffn(l, suffix, xe, expert_rows, c.n_ff_exp, ye));
-      for (size_t j = 0; j < rows.size(); ++j) {
-        float* o = out.row(rows[j].first);
+      for (size_t j = 0; j < rows.rows.size(); ++j) {
+        float* o = out.row(rows.rows[j]);
         const float* y = ye.row(int64_t(j));
-        for (int64_t d = 0; d < c.n_embd; ++d) o[d] += rows[j].second * y[d];
+        const float wt = rows.weights[j];
+        for (int64_t d = 0; d < c.n_embd; ++d) o[d] += wt * y[d];
       }
     }
     if (c.n_ff_shexp > 0) {

@@ -212,18 +212,18 @@ TEST(GpuBackend, PlanesOverTheVramBudgetDraftOnTheCpu) {
 namespace bitsplit {
 namespace {
 
-// bible-base converted and loaded twice: on the CPU tier and on the CUDA tier (every draft
-// plane in VRAM), with a prompt.
+// A fixture (bible-base unless named) converted and loaded twice: on the CPU tier and on the
+// CUDA tier (every draft plane in VRAM), with a prompt.
 struct DeviceDraftSetup {
   std::unique_ptr<WeightSource> src;
   std::unique_ptr<Model> cpu_model, gpu_model;
   std::vector<int32_t> prompt = {1, 45, 300, 12, 77, 5, 910};
 };
 
-std::unique_ptr<DeviceDraftSetup> device_draft_setup() {
+std::unique_ptr<DeviceDraftSetup> device_draft_setup(const std::string& name = "bible-base.gguf") {
   auto s = std::make_unique<DeviceDraftSetup>();
   const std::string dir = testing::source_dir() + "/tests/models/";
-  auto base = open_weights(dir + "bible-base.gguf");
+  auto base = open_weights(dir + name);
   BITSPLIT_CHECK(base.is_ok(), "fixture");
   const auto path = std::filesystem::temp_directory_path() / ("bitsplit_gpu_dd_" + std::to_string(::getpid()) + ".gguf");
   BITSPLIT_CHECK(convert_model(**base, path.string(), {}, nullptr, nullptr).is_ok());
@@ -293,6 +293,36 @@ TEST(GpuDeviceDraft, SpeculativeIsLosslessAndOnlyActivationsMove) {
     EXPECT_LE(r->device_transfers.activation_bytes - kv_bytes, r->device_transfers.calls * 64 * (12 + 256));
     EXPECT_LE(r->device_transfers.result_bytes, r->device_transfers.calls * 64 * 4 * 8);
   }
+}
+
+// A mixture of experts (qwen2moe: 8 experts, 2 per row, a shared expert) with its draft on the
+// device, routed on the host each layer: draft logits close to the CPU draft's, and speculative
+// decoding through it gives the CPU engine's greedy text.
+TEST(GpuDeviceDraft, MixtureOfExpertsRunsOnTheDeviceLosslessly) {
+  REQUIRE_GPU();
+  BITSPLIT_REQUIRE_FILE(testing::source_dir() + "/tests/models/qwen2moe-tiny.gguf");
+  auto s = device_draft_setup("qwen2moe-tiny.gguf");
+  const int64_t slots = 64;
+  auto dev = testing::device_draft_of(*s->gpu_model, slots);
+  ASSERT_TRUE(dev.is_ok()) << dev.status().message();
+  testing::expect_device_draft_matches_cpu(*s->cpu_model, **dev, s->prompt, slots, 2e-3f);
+  SamplingParams sp;
+  sp.temperature = 0;
+  Sampler a(sp), b(sp);
+  SpeculativeOptions o;
+  o.n_predict = 48;
+  o.policy.shape = speculation::DraftShape::kTree;
+  o.policy.budget = 8;
+  o.policy.max_depth = 4;
+  std::vector<int32_t> on_gpu, on_cpu;
+  auto r = generate_speculative(*s->gpu_model, *s->gpu_model, s->prompt, o, a,
+                                [&](int32_t t) { on_gpu.push_back(t); return true; });
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  auto rc = generate_speculative(*s->cpu_model, *s->cpu_model, s->prompt, o, b,
+                                 [&](int32_t t) { on_cpu.push_back(t); return true; });
+  ASSERT_TRUE(rc.is_ok());
+  EXPECT_EQ(on_gpu, on_cpu);
+  EXPECT_EQ(r->draft_pass, "device (cuda:0)");
 }
 
 }  // namespace

@@ -111,6 +111,11 @@ struct DraftModelHost {
   float embd_scale = 1.0f, attn_scale = 0.0f, attn_softcap = 0.0f, final_softcap = 0.0f;
   bool gelu = false;           // GeGLU (tanh GELU) instead of SwiGLU
   int64_t sliding_window = 0;  // in the layers with swa set
+  // A mixture of experts (n_expert > 0; bitsplit::ModelConfig's fields of the same names): each
+  // layer's FFN is Layer::experts, routed per row by Layer::router, plus a shared expert when
+  // n_ff_shexp > 0.
+  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
+  bool expert_weights_norm = false;
   const float* token_embd = nullptr;         // [n_vocab x n_embd]
   const float* output_norm = nullptr;        // n_embd
   const float* rope_freq_factors = nullptr;  // n_rot / 2, or null
@@ -159,7 +164,11 @@ struct DraftModelHost {
     const float* bq = nullptr;  // null without biases
     const float* bk = nullptr;
     const float* bv = nullptr;
-    Plane wq, wk, wv, wo, gate, up, down;
+    Plane wq, wk, wv, wo, gate, up, down;  // gate/up/down: a dense FFN's (unused with experts)
+    const float* router = nullptr;          // ffn_gate_inp [n_expert x n_embd], f32
+    std::vector<Plane> experts;             // n_expert x {gate, up, down} (expert e at 3e..3e+2)
+    Plane shexp_gate, shexp_up, shexp_down;  // qwen2moe's shared expert
+    const float* shexp_gate_inp = nullptr;   // [n_embd]: its gate, sigmoid(x · w)
   };
   std::vector<Layer> layers;
 };
