@@ -362,6 +362,7 @@ Result<std::vector<std::vector<float>>> run_pass(const Model& model, std::vector
     const Variant* variant = seqs[0].variant;
     const std::vector<float>& router = pick_layer(variant, l, "ffn_gate_inp", ".weight", w.ffn_gate_inp);
     std::vector<float> logits(size_t(in.rows * c.n_expert));
+    observe(l, "ffn_gate_inp", in);  // the router's input (importance matrices; routing measurements)
     cpu::matmul_f32(in.data, in.rows, c.n_embd, router, c.n_expert, {}, logits);
     std::vector<ExpertRows> routed;
     route_experts(logits.data(), in.rows, c.n_expert, c.n_expert_used, c.expert_weights_norm, routed);

@@ -3,6 +3,8 @@
 // CPU-only engine's.
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -242,6 +244,25 @@ std::unique_ptr<DeviceDraftSetup> device_draft_setup(const std::string& name = "
   return s;
 }
 
+// Greedy speculative decoding on the GPU model (its draft on the device) and on the CPU model:
+// the same tokens, the draft on cuda:0. The GPU run's result, or nothing when a run failed.
+std::optional<SpeculativeResult> expect_gpu_greedy_equals_cpu(DeviceDraftSetup& s, const SpeculativeOptions& o) {
+  SamplingParams sp;
+  sp.temperature = 0;
+  Sampler a(sp), b(sp);
+  std::vector<int32_t> on_gpu, on_cpu;
+  auto r = generate_speculative(*s.gpu_model, *s.gpu_model, s.prompt, o, a,
+                                [&](int32_t t) { on_gpu.push_back(t); return true; });
+  auto rc = generate_speculative(*s.cpu_model, *s.cpu_model, s.prompt, o, b,
+                                 [&](int32_t t) { on_cpu.push_back(t); return true; });
+  EXPECT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_TRUE(rc.is_ok()) << rc.status().message();
+  if (!r.is_ok() || !rc.is_ok()) return std::nullopt;
+  EXPECT_EQ(on_gpu, on_cpu);
+  EXPECT_EQ(r->draft_pass, "device (cuda:0)");
+  return *r;
+}
+
 // The device's draft logits agree with the CPU draft's (same arithmetic but for the device's
 // expf/powf/sinf/cosf and two double sums), for a causal prompt batch and a tree level.
 TEST(GpuDeviceDraft, LogitsMatchTheCpuDraft) {
@@ -265,25 +286,15 @@ TEST(GpuDeviceDraft, SpeculativeIsLosslessAndOnlyActivationsMove) {
   REQUIRE_GPU();
   BITSPLIT_REQUIRE_FILE(testing::source_dir() + "/tests/models/bible-base.gguf");
   auto s = device_draft_setup();
-  SamplingParams sp;
-  sp.temperature = 0;
   for (auto shape : {speculation::DraftShape::kChain, speculation::DraftShape::kTree}) {
-    Sampler a(sp), b(sp);
     SpeculativeOptions o;
     o.n_predict = 64;
     o.policy.shape = shape;
     o.policy.budget = shape == speculation::DraftShape::kChain ? 4 : 16;
     o.policy.max_depth = shape == speculation::DraftShape::kChain ? 4 : 6;
-    std::vector<int32_t> on_gpu, on_cpu;
     const auto tier_before = s->gpu_model->backend().transfers();
-    auto r = generate_speculative(*s->gpu_model, *s->gpu_model, s->prompt, o, a,
-                                  [&](int32_t t) { on_gpu.push_back(t); return true; });
-    ASSERT_TRUE(r.is_ok()) << r.status().message();
-    auto rc = generate_speculative(*s->cpu_model, *s->cpu_model, s->prompt, o, b,
-                                   [&](int32_t t) { on_cpu.push_back(t); return true; });
-    ASSERT_TRUE(rc.is_ok());
-    EXPECT_EQ(on_gpu, on_cpu);
-    EXPECT_EQ(r->draft_pass, "device (cuda:0)");
+    auto r = expect_gpu_greedy_equals_cpu(*s, o);
+    ASSERT_TRUE(r.has_value());
     EXPECT_EQ(s->gpu_model->backend().transfers().weight_bytes, tier_before.weight_bytes);
     const ModelConfig& c = s->cpu_model->config();
     const uint64_t kv_bytes = uint64_t(int64_t(s->prompt.size()) - 1 + r->acceptance.checks + r->acceptance.accepted) *
@@ -306,23 +317,12 @@ TEST(GpuDeviceDraft, MixtureOfExpertsRunsOnTheDeviceLosslessly) {
   auto dev = testing::device_draft_of(*s->gpu_model, slots);
   ASSERT_TRUE(dev.is_ok()) << dev.status().message();
   testing::expect_device_draft_matches_cpu(*s->cpu_model, **dev, s->prompt, slots, 2e-3f);
-  SamplingParams sp;
-  sp.temperature = 0;
-  Sampler a(sp), b(sp);
   SpeculativeOptions o;
   o.n_predict = 48;
   o.policy.shape = speculation::DraftShape::kTree;
   o.policy.budget = 8;
   o.policy.max_depth = 4;
-  std::vector<int32_t> on_gpu, on_cpu;
-  auto r = generate_speculative(*s->gpu_model, *s->gpu_model, s->prompt, o, a,
-                                [&](int32_t t) { on_gpu.push_back(t); return true; });
-  ASSERT_TRUE(r.is_ok()) << r.status().message();
-  auto rc = generate_speculative(*s->cpu_model, *s->cpu_model, s->prompt, o, b,
-                                 [&](int32_t t) { on_cpu.push_back(t); return true; });
-  ASSERT_TRUE(rc.is_ok());
-  EXPECT_EQ(on_gpu, on_cpu);
-  EXPECT_EQ(r->draft_pass, "device (cuda:0)");
+  EXPECT_TRUE(expect_gpu_greedy_equals_cpu(*s, o).has_value());
 }
 
 }  // namespace

@@ -310,6 +310,21 @@ TEST(EmulatedDraftPass, SpeculativeDecodingThroughTheDeviceDraftIsLossless) {
   EXPECT_EQ(r->draft_pass, "host (device draft switched off)");
 }
 
+// The device pass (64 slots) equals the CPU draft bit for bit on the prompt and a tree level,
+// and speculative decoding through it (tree of 8, depth 3, 24 tokens) equals plain decoding.
+void expect_device_pass_equals_cpu_and_decodes_losslessly(const Model& m, const std::vector<int32_t>& prompt) {
+  const int64_t slots = 64;
+  auto dev = testing::device_draft_of(m, slots);
+  ASSERT_TRUE(dev.is_ok()) << dev.status().message();
+  testing::expect_device_draft_matches_cpu(m, **dev, prompt, slots, 0.0f);
+  const std::vector<int32_t> plain = plain_greedy(m, prompt, 24);
+  std::vector<int32_t> spec_out;
+  auto r = spec_greedy(m, prompt, 24, speculation::DraftShape::kTree, 8, 3, nullptr, &spec_out);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->draft_pass, "device (emulated)");
+  EXPECT_EQ(spec_out, plain);
+}
+
 // Gemma 3 and Gemma 2 (the tiny fixtures: window 8, QK-norm, norms after each branch, GeGLU,
 // embedding scale; gemma2's soft caps): the device pass equals the CPU draft, and decoding past
 // the window through it is lossless.
@@ -326,17 +341,7 @@ TEST(EmulatedDraftPass, GemmaDraftMatchesTheCpuAndDecodesLosslessly) {
     ASSERT_TRUE(d.is_ok()) << d.status().message();
     EXPECT_TRUE(d->gelu);
     EXPECT_NE(d->layers[0].post_attn_norm, nullptr);
-    const int64_t slots = 64;
-    auto dev = testing::device_draft_of(m, slots);
-    ASSERT_TRUE(dev.is_ok()) << dev.status().message();
-    testing::expect_device_draft_matches_cpu(m, **dev, f->prompt, slots, 0.0f);
-
-    const std::vector<int32_t> plain = plain_greedy(m, f->prompt, 24);
-    std::vector<int32_t> spec_out;
-    auto r = spec_greedy(m, f->prompt, 24, speculation::DraftShape::kTree, 8, 3, nullptr, &spec_out);
-    ASSERT_TRUE(r.is_ok()) << r.status().message();
-    EXPECT_EQ(r->draft_pass, "device (emulated)");
-    EXPECT_EQ(spec_out, plain);
+    expect_device_pass_equals_cpu_and_decodes_losslessly(m, f->prompt);
   }
 }
 
@@ -345,7 +350,7 @@ TEST(EmulatedDraftPass, GemmaDraftMatchesTheCpuAndDecodesLosslessly) {
 // and runs each routed expert on its rows, equal to the CPU draft bit for bit (prompt, tree
 // levels); speculative decoding through it equals plain decoding.
 TEST(EmulatedDraftPass, MixtureOfExpertsDraftMatchesTheCpuAndDecodesLosslessly) {
-  for (const char* name : {"mixtral-tiny.gguf", "qwen2moe-tiny.gguf", "qwen3moe-tiny.gguf"}) {
+  for (const char* name : {"mixtral-tiny.gguf", "qwen2moe-tiny.gguf", "qwen3moe-tiny.gguf", "qwen3moe-bible.gguf"}) {
     SCOPED_TRACE(name);
     BITSPLIT_REQUIRE_FILE(fixture(name));
     auto f = load_fixture(0.0, name);
@@ -355,20 +360,10 @@ TEST(EmulatedDraftPass, MixtureOfExpertsDraftMatchesTheCpuAndDecodesLosslessly) 
     auto d = describe_device_draft(m);
     ASSERT_TRUE(d.is_ok()) << d.status().message();
     EXPECT_EQ(d->n_expert, 8);
-    EXPECT_EQ(d->layers[0].experts.size(), 24u);
+    EXPECT_EQ(d->layers[0].experts.size(), 24u);  // 8 experts x {gate, up, down}
     EXPECT_NE(d->layers[0].router, nullptr);
     EXPECT_EQ(d->layers[0].shexp_gate_inp != nullptr, m.config().n_ff_shexp > 0);
-    const int64_t slots = 64;
-    auto dev = testing::device_draft_of(m, slots);
-    ASSERT_TRUE(dev.is_ok()) << dev.status().message();
-    testing::expect_device_draft_matches_cpu(m, **dev, f->prompt, slots, 0.0f);
-
-    const std::vector<int32_t> plain = plain_greedy(m, f->prompt, 24);
-    std::vector<int32_t> spec_out;
-    auto r = spec_greedy(m, f->prompt, 24, speculation::DraftShape::kTree, 8, 3, nullptr, &spec_out);
-    ASSERT_TRUE(r.is_ok()) << r.status().message();
-    EXPECT_EQ(r->draft_pass, "device (emulated)");
-    EXPECT_EQ(spec_out, plain);
+    expect_device_pass_equals_cpu_and_decodes_losslessly(m, f->prompt);
   }
 }
 

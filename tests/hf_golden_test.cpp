@@ -169,6 +169,21 @@ TEST(HfGolden, TinyPhi3LongRopeMatchesTransformers) {
   EXPECT_GT(largest, 1e-2) << "a 256-slot cache should use the long factors";
 }
 
+// A mixture of experts trained on the KJV (tools/fixtures/train_moe.py: qwen3moe, 4 layers, 8
+// experts of width 64, 2 per token): its router is trained, so rows really spread over experts.
+TEST(HfGolden, TrainedMixtureOfExpertsMatchesTransformers) {
+  const std::string dir = testing::source_dir() + "/tests/models/";
+  BITSPLIT_REQUIRE_FILE(dir + "qwen3moe-bible.gguf");
+  expect_matches_reference(dir + "qwen3moe-bible.gguf", dir + "hf/qwen3moe-bible.json", 1e-4);
+  auto source = open_weights(dir + "qwen3moe-bible.gguf");
+  ASSERT_TRUE(source.is_ok());
+  auto c = read_model_config(**source);
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  EXPECT_EQ(c->n_layers, 4);
+  EXPECT_EQ(c->n_expert, 8);
+  EXPECT_EQ(c->n_ff_exp, 64);
+}
+
 // Mixtures of experts: 8 experts, 2 per token, routed per row; qwen2moe with a shared expert
 // and unnormalised weights, qwen3moe with QK-norm, Mixtral as a llama file with expert_count.
 TEST(HfGolden, TinyMixturesOfExpertsMatchTransformers) {

@@ -298,7 +298,8 @@ TEST(Speculative, GreedyEqualsPlainWithAMixedDraft) {
 // its own routing): speculative greedy output is plain decoding's, also with a mixed draft.
 TEST(Speculative, GreedyEqualsPlainOnGemmaPhi3AndMixturesOfExperts) {
   for (const char* name :
-       {"gemma3-tiny", "gemma2-tiny", "phi3-tiny", "phi3-longrope-tiny", "mixtral-tiny", "qwen2moe-tiny", "qwen3moe-tiny"}) {
+       {"gemma3-tiny", "gemma2-tiny", "phi3-tiny", "phi3-longrope-tiny", "mixtral-tiny", "qwen2moe-tiny", "qwen3moe-tiny",
+        "qwen3moe-bible"}) {
     SCOPED_TRACE(name);
     const std::string path = testing::source_dir() + "/tests/models/" + name + ".gguf";
     BITSPLIT_REQUIRE_FILE(path);

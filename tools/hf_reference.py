@@ -386,6 +386,22 @@ def moe_fixture(w, arch, vocab, rnd, norm):
     finish(w)
 
 
+def copy_tokenizer(src, w):
+    """The tokenizer.* keys of the GGUF reader `src`, as it has them, into the writer `w`."""
+    for key, f in src.fields.items():
+        if key.startswith("tokenizer."):
+            v = f.contents()
+            vt = f.types[0]
+            if vt == gguf.GGUFValueType.ARRAY:
+                w.add_array(key, v)
+            elif vt == gguf.GGUFValueType.STRING:
+                w.add_string(key, v)
+            elif vt == gguf.GGUFValueType.BOOL:
+                w.add_bool(key, v)
+            else:
+                w.add_uint32(key, int(v))
+
+
 def fixture(args):
     src = gguf.GGUFReader(args.vocab_from)
     tokens = field(src, "tokenizer.ggml.tokens")
@@ -425,19 +441,7 @@ def fixture(args):
     if arch == "gemma2":
         w.add_float32(f"{arch}.attn_logit_softcapping", 50.0)
         w.add_float32(f"{arch}.final_logit_softcapping", 30.0)
-    # The tokenizer, as the source has it.
-    for key, f in src.fields.items():
-        if key.startswith("tokenizer."):
-            v = f.contents()
-            vt = f.types[0]
-            if vt == gguf.GGUFValueType.ARRAY:
-                w.add_array(key, v)
-            elif vt == gguf.GGUFValueType.STRING:
-                w.add_string(key, v)
-            elif vt == gguf.GGUFValueType.BOOL:
-                w.add_bool(key, v)
-            else:
-                w.add_uint32(key, int(v))
+    copy_tokenizer(src, w)
 
     def rnd(*shape, scale=1.0):
         return (torch.randn(*shape) * scale).numpy().astype(np.float32)
