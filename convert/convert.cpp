@@ -4,7 +4,9 @@
 #include <sys/resource.h>
 #include <tbb/parallel_for.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include "bitsplit/convert.h"
@@ -50,10 +52,24 @@ Result<const float*> importance_for(const ConvertOptions& options, const std::st
   return static_cast<const float*>(it->second.data());
 }
 
+// A source tensor's weights in f32, refused when one is NaN or infinite (a corrupt or overflowed
+// source would otherwise become a file of garbage codes without a word).
+Result<std::vector<float>> load_finite(const WeightSource& source, const gguf::TensorInfo& t) {
+  BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> w, source.load_f32(t));
+  const auto bad = std::find_if(w.begin(), w.end(), [](float v) { return !std::isfinite(v); });
+  if (bad != w.end()) {
+    const int64_t i = bad - w.begin(), cols = t.dims.empty() ? 1 : t.dims[0];
+    return Status::error("tensor '" + t.name + "' has a non-finite weight (" + std::to_string(*bad) + ") at row " +
+                         std::to_string(i / cols) + ", column " + std::to_string(i % cols) +
+                         ": the source file is corrupt or its values overflowed");
+  }
+  return w;
+}
+
 Result<SplitPlanes> split_tensor(const WeightSource& source, const OutTensor& t, const ConvertOptions& options) {
   quant::SplitParams p = options.split;
   p.draft_bits = t.draft_bits;
-  BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> w, source.load_f32(*t.source));
+  BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> w, load_finite(source, *t.source));
   source.release(*t.source);
   BITSPLIT_ASSIGN_OR_RETURN(const float* importance, importance_for(options, t.base, t.in));
   SplitProjection split = split_projection(w, t.out, t.in, p, importance);
@@ -73,7 +89,7 @@ Result<SplitPlanes> split_tensor(const WeightSource& source, const OutTensor& t,
 }
 
 Result<std::vector<uint8_t>> q8_0_tensor(const WeightSource& source, const gguf::TensorInfo& t) {
-  BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> w, source.load_f32(t));
+  BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> w, load_finite(source, t));
   source.release(t);
   std::vector<quant::BlockQ8_0> blocks(w.size() / quant::BlockQ8_0::kWeights);
   const int64_t row_blocks = t.dims[0] / quant::BlockQ8_0::kWeights;
@@ -131,7 +147,7 @@ Result<quant::DraftAllocation> plan_draft_bits(const WeightSource& source, const
   for (const auto& [t, base] : sources) {
     progress.current = base;
     if (on_progress) on_progress(progress);
-    BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> w, source.load_f32(*t));
+    BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> w, load_finite(source, *t));
     source.release(*t);
     BITSPLIT_ASSIGN_OR_RETURN(const float* importance, importance_for(options, base, t->dims[0]));
     errors.push_back(measure_draft_errors(base, w, t->dims[1], t->dims[0], config.n_layers, options.split, importance));
@@ -244,7 +260,7 @@ Status convert_model(const WeightSource& source, const std::string& out_path, co
     advance(t);
     switch (t.kind) {
       case OutKind::kF32: {
-        BITSPLIT_ASSIGN_OR_RETURN(auto w, source.load_f32(*t.source));
+        BITSPLIT_ASSIGN_OR_RETURN(auto w, load_finite(source, *t.source));
         source.release(*t.source);
         return f32_bytes(w);
       }
@@ -316,7 +332,7 @@ Status quantize_model_q8_0(const WeightSource& source, const std::string& out_pa
     const gguf::TensorInfo& t = source.tensors()[i];
     if (on_progress) on_progress(i + 1, source.tensors().size());
     if (to_q8[i]) return q8_0_tensor(source, t);
-    BITSPLIT_ASSIGN_OR_RETURN(auto w, source.load_f32(t));
+    BITSPLIT_ASSIGN_OR_RETURN(auto w, load_finite(source, t));
     source.release(t);
     std::vector<uint8_t> bytes(w.size() * 4);
     std::memcpy(bytes.data(), w.data(), bytes.size());

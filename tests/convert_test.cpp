@@ -1,6 +1,10 @@
 // bitsplit convert: file layout and metadata, determinism, loading D + R back, and errors.
 #include <gtest/gtest.h>
 
+#include <limits>
+
+#include <cstring>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -191,6 +195,30 @@ TEST_F(ConvertTest, ErrorsAreClearAndLeaveNothingBehind) {
   auto bert = open_weights(path("bert.gguf"));
   st = convert_model(**bert, path("e.gguf"), {}, nullptr, nullptr);
   EXPECT_NE(st.message().find("not supported"), std::string::npos) << st.message();
+  // A NaN in a projection (a corrupt source): named with its position, and nothing written.
+  {
+    auto file = gguf::File::parse(gguf::storage_from_bytes(testing::tiny_model_bytes({})), "nan.gguf");
+    ASSERT_TRUE(file.is_ok());
+    gguf::Writer nan;
+    for (const auto& [key, value] : file->metadata().entries()) nan.metadata().set(key, value);
+    for (const auto& t : file->tensors()) {
+      auto span = file->tensor_bytes(t);
+      std::vector<uint8_t> bytes(span.begin(), span.end());
+      if (t.name == "blk.1.ffn_up.weight") {
+        const float v = std::numeric_limits<float>::quiet_NaN();
+        std::memcpy(bytes.data() + (3 * t.dims[0] + 5) * 4, &v, 4);  // row 3, column 5
+      }
+      ASSERT_TRUE(nan.add_tensor(t.name, t.type, t.dims, bytes).is_ok());
+    }
+    ASSERT_TRUE(nan.write_file(path("nan.gguf")).is_ok());
+    auto with_nan = open_weights(path("nan.gguf"));
+    ASSERT_TRUE(with_nan.is_ok());
+    st = convert_model(**with_nan, path("n.gguf"), {}, nullptr, nullptr);
+    EXPECT_NE(st.message().find("tensor 'blk.1.ffn_up.weight' has a non-finite weight (nan) at row 3, column 5"),
+              std::string::npos)
+        << st.message();
+    EXPECT_FALSE(fs::exists(path("n.gguf")));
+  }
   // Unsupported tensor type: named, and nothing written.
   auto tiny = testing::make_tiny_model({});
   ASSERT_TRUE(tiny.add_tensor("extra.weight", gguf::TensorType::IQ2_XXS, {256, 1}, std::vector<uint8_t>(66)).is_ok());
