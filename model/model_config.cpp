@@ -169,7 +169,7 @@ Status read_long_rope(const gguf::Metadata& m, const std::string& p, const Weigh
   const double fallback = factor <= 1.0 || *original < 2 ? 1.0 : std::sqrt(1.0 + std::log(factor) / std::log(double(*original)));
   auto attn = m.get_float_or(p + "rope.scaling.attn_factor", fallback);
   if (!attn) return attn.status();
-  if (!(*attn > 0.0) || !std::isfinite(*attn)) return Status::error(p + "rope.scaling.attn_factor must be a finite value > 0");
+  if (!(*attn > 0.0 && *attn <= 100.0)) return Status::error(p + "rope.scaling.attn_factor must be in (0, 100]");
   c.rope_attn_factor = float(*attn);
   return Status::ok();
 }

@@ -115,15 +115,15 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
     BITSPLIT_RETURN_IF_ERROR(t.load("rope_factors_short.weight", {c.n_rot / 2}, &model.rope_freqs_));
     BITSPLIT_RETURN_IF_ERROR(t.load("rope_factors_long.weight", {c.n_rot / 2}, &model.rope_freqs_long_));
   }
-  // theta is divided by each factor: zero, negative or non-finite ones would turn by inf or NaN.
+  // theta is divided by each factor: zero, tiny, negative or non-finite ones would turn by inf or NaN.
   for (auto [name, factors] : {std::pair{c.rope_original_context > 0 ? "rope_factors_short.weight" : "rope_freqs.weight",
                                          &model.rope_freqs_},
                                {"rope_factors_long.weight", &model.rope_freqs_long_}}) {
     for (size_t i = 0; i < factors->size(); ++i) {
       const float f = (*factors)[i];
-      if (!(f > 0.0f) || !std::isfinite(f)) {
+      if (!(f >= 1e-6f) || !std::isfinite(f)) {
         return Status::error(std::string("tensor '") + name + "': factor " + std::to_string(i) + " is " + std::to_string(f) +
-                             "; RoPE factors must be finite and > 0")
+                             "; RoPE factors must be finite and >= 1e-6")
             .with_context(source.path());
       }
     }

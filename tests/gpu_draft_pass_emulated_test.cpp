@@ -174,6 +174,7 @@ class EmulatedDeviceDraft final : public DeviceDraft {
 
   DeviceTransfers transfers() const override { return transfers_; }
   int64_t kv_slots_copied = 0;
+  const float* rope_factors() const { return model_.rope_freq_factors; }  // the set it turns by
 
  private:
   int64_t n_slots_;
@@ -394,6 +395,22 @@ TEST(EmulatedDraftPass, LongRopeDraftMatchesTheCpuForEitherFactors) {
     last_rows.push_back(std::move(*logits));
   }
   EXPECT_NE(last_rows[0], last_rows[1]) << "32 and 64 slots should turn by different factors";
+  // In speculative decoding the device draft takes the target's set, chosen by the sequence's
+  // context (prompt + tokens), not by its slot count (which includes the tree's scratch): 16
+  // tokens stay inside the trained 32 positions, 40 pass them.
+  for (int n : {16, 40}) {
+    SCOPED_TRACE(n);
+    const int64_t needed = int64_t(f->prompt.size()) + n;
+    const std::vector<int32_t> plain = plain_greedy(m, f->prompt, n);
+    std::vector<int32_t> spec_out;
+    auto r = spec_greedy(m, f->prompt, n, speculation::DraftShape::kTree, 8, 3, nullptr, &spec_out);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_EQ(r->draft_pass, "device (emulated)");
+    EXPECT_EQ(spec_out, plain);
+    ASSERT_TRUE(f->tier->last);
+    EXPECT_EQ(f->tier->last->rope_factors(), m.rope_freq_factors(needed).data());
+    EXPECT_EQ(needed > 32, f->tier->last->rope_factors() == m.rope_freq_factors_long().data());
+  }
 }
 
 // bible-devil as a BitDelta variant of the converted base (per-row α).

@@ -140,6 +140,9 @@ TEST(ModelConfig, Phi3FusedTensorsAndLongRopeErrors) {
   c = read_model_config(*testing::weights_from_writer(both));
   ASSERT_TRUE(c.is_ok()) << c.status().message();
   EXPECT_EQ(c->rope_attn_factor, 1.5f);
+  auto huge = both;  // an attention factor that would overflow q·k
+  huge.metadata().set("phi3.rope.scaling.attn_factor", gguf::Value::f32(1e30f));
+  EXPECT_NE(load_error(huge).find("phi3.rope.scaling.attn_factor must be in (0, 100]"), std::string::npos) << load_error(huge);
   auto zero = long_only;
   std::vector<float> with_zero(size_t(half), 1.0f);
   with_zero[1] = 0.0f;

@@ -45,8 +45,15 @@ struct DeviceDraftBytes {
   uint64_t total() const { return embedding + kv_cache + scratch; }
   std::string summary() const;  // "2.00 GiB (embedding ..., K/V cache ..., scratch ...)"
 };
+// A mixture of experts adds each layer's f32 router (and shared-expert gate) and the routing
+// scratch; n_ff is then the widest FFN (an expert's or the shared expert's).
+struct DeviceDraftExperts {
+  int64_t n_expert = 0, n_expert_used = 0;
+  bool shared_expert = false;
+};
 DeviceDraftBytes device_draft_bytes(int64_t n_layers, int64_t n_embd, int64_t n_heads, int64_t n_kv_heads,
-                                    int64_t head_dim, int64_t n_ff, int64_t n_vocab, int64_t n_slots, int64_t max_rows);
+                                    int64_t head_dim, int64_t n_ff, int64_t n_vocab, int64_t n_slots, int64_t max_rows,
+                                    const DeviceDraftExperts& experts = {});
 
 // "123456", "512M", "24G", "1.5GiB", "800MB" (K/M/G/T are powers of 1024). Errors name the text.
 Result<uint64_t> parse_byte_size(const std::string& text);

@@ -15,6 +15,10 @@ namespace bitsplit {
 
 class Variant;
 
-Result<gpu::DraftModelHost> describe_device_draft(const Model& draft, const Variant* variant = nullptr);
+// `rope_context` > 0: the positions the sequence is meant to reach (KvCache::context()); a
+// LongRoPE model's draft then carries the one factor set that context picks. 0: both sets, the
+// device picking by its slot count (DraftModelHost::rope_factors_for).
+Result<gpu::DraftModelHost> describe_device_draft(const Model& draft, const Variant* variant = nullptr,
+                                                  int64_t rope_context = 0);
 
 }  // namespace bitsplit

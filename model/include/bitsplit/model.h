@@ -65,9 +65,10 @@ struct ModelConfig {
   float rope_base_swa = 10000.0f;
   float rope_freq_scale_swa = 1.0f;  // gemma3's local layers take no RoPE scaling; others their own
   // LongRoPE (Phi-3's 128k models: tensors rope_factors_short/long.weight, per-frequency divisors
-  // of theta): a sequence whose KV cache holds more than rope_original_context positions turns by
-  // the long factors, any other by the short ones (Model::rope_freq_factors(context)); cos and
-  // sin are multiplied by rope_attn_factor in every layer either way.
+  // of theta): a sequence meant to reach more than rope_original_context positions
+  // (KvCache::context()) turns by the long factors, any other by the short ones
+  // (Model::rope_freq_factors(context)); cos and sin are multiplied by rope_attn_factor in every
+  // layer either way.
   int64_t rope_original_context = 0;  // > 0 with LongRoPE
   float rope_attn_factor = 1.0f;
 
