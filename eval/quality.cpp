@@ -188,6 +188,25 @@ std::vector<Window> make_windows(const std::vector<int32_t>& tokens, int32_t ctx
   return windows;
 }
 
+// EvalOptions::llama_windows: llama-perplexity's chunks (perplexity.cpp's layout, for KL
+// divergences comparable with its --kl-divergence).
+std::vector<Window> make_llama_windows(const std::vector<int32_t>& tokens, int32_t ctx, int32_t bos, int64_t max_tokens) {
+  std::vector<int32_t> text;
+  if (bos >= 0) text.push_back(bos);
+  text.insert(text.end(), tokens.begin(), tokens.end());
+  int64_t chunks = int64_t(text.size()) / ctx;
+  if (max_tokens > 0) chunks = std::min(chunks, std::max<int64_t>(1, max_tokens / (ctx / 2)));
+  std::vector<Window> windows;
+  for (int64_t i = 0; i < chunks; ++i) {
+    Window w;
+    w.tokens.assign(text.begin() + i * ctx, text.begin() + (i + 1) * ctx);
+    if (bos >= 0) w.tokens[0] = bos;
+    w.first_target = ctx / 2;
+    windows.push_back(std::move(w));
+  }
+  return windows;
+}
+
 Status check_window_options(const Model& model, int32_t ctx) {
   if (ctx < 2) return Status::error("the window (ctx) must be at least 2 tokens");
   if (ctx > model.config().n_ctx_train) {
@@ -218,10 +237,15 @@ const std::vector<std::string>& eval_scheme_names() {
 
 Result<ScoreReport> score_against(const Model& reference, const std::vector<ScoredModel>& candidates,
                                   const std::vector<int32_t>& tokens, int32_t ctx, int32_t bos, int64_t max_tokens,
-                                  const std::function<void(int64_t, int64_t)>& on_progress) {
+                                  const std::function<void(int64_t, int64_t)>& on_progress, bool llama_windows) {
   BITSPLIT_RETURN_IF_ERROR(check_window_options(reference, ctx));
-  const std::vector<Window> windows = make_windows(tokens, ctx, bos, max_tokens);
-  if (windows.empty()) return Status::error("the text is too short: it needs at least 2 tokens");
+  if (llama_windows && ctx < 4) return Status::error("llama-perplexity windows need a window (ctx) of at least 4 tokens");
+  const std::vector<Window> windows =
+      llama_windows ? make_llama_windows(tokens, ctx, bos, max_tokens) : make_windows(tokens, ctx, bos, max_tokens);
+  if (windows.empty()) {
+    return Status::error(llama_windows ? "the text is shorter than one window of " + std::to_string(ctx) + " tokens"
+                                       : std::string("the text is too short: it needs at least 2 tokens"));
+  }
   const ModelConfig& c = reference.config();
   for (const auto& cand : candidates) {
     if (cand.model->config().n_vocab != c.n_vocab) return Status::error(cand.name + ": the vocabularies differ");
@@ -339,7 +363,8 @@ Result<EvalReport> evaluate_quality(const Model& model, const std::vector<int32_
     if (schemes[i].split_residual_bits != 0) prepare = [&m, a] { m.set_target_activations(a); };
     scored_models.push_back({schemes[i].name, &m, schemes[i].pass, nullptr, std::move(prepare)});
   }
-  BITSPLIT_ASSIGN_OR_RETURN(ScoreReport scores, score_against(model, scored_models, tokens, o.ctx, o.bos, o.max_tokens, on_progress));
+  BITSPLIT_ASSIGN_OR_RETURN(ScoreReport scores, score_against(model, scored_models, tokens, o.ctx, o.bos, o.max_tokens, on_progress,
+                                                                      o.llama_windows));
   EvalReport report;
   if (draft) report.draft_bits = describe_draft_bits(draft->bits, draft->bits_per_weight);
   report.tokens = scores.tokens;

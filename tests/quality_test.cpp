@@ -63,6 +63,24 @@ TEST(Eval, ReportsEverySchemeWithSaneStatistics) {
   ASSERT_TRUE(l.is_ok()) << l.status().message();
   EXPECT_EQ(l->tokens, 20);
   EXPECT_EQ(l->windows, 2);
+  // llama-perplexity's windows: BOS + 60 tokens in 3 chunks of 16 (the rest dropped), positions
+  // 8..14 of each scored (7 predictions); --max-tokens 16 takes 16 / 8 = 2 chunks.
+  EvalOptions llama = o;
+  llama.llama_windows = true;
+  llama.schemes = {"Q8_0"};
+  auto lw = evaluate_quality(m, some_tokens(60), llama, nullptr);
+  ASSERT_TRUE(lw.is_ok()) << lw.status().message();
+  EXPECT_EQ(lw->windows, 3);
+  EXPECT_EQ(lw->tokens, 21);
+  llama.max_tokens = 16;
+  auto lw2 = evaluate_quality(m, some_tokens(60), llama, nullptr);
+  ASSERT_TRUE(lw2.is_ok()) << lw2.status().message();
+  EXPECT_EQ(lw2->windows, 2);
+  EXPECT_EQ(lw2->tokens, 14);
+  EXPECT_NE(lw2->rows[0].kl_mean, l->rows[0].kl_mean) << "other positions are scored";
+  llama.ctx = 64;  // longer than BOS + 60 tokens: not one whole chunk
+  EXPECT_NE(evaluate_quality(m, some_tokens(60), llama, nullptr).status().message().find("shorter than one window of 64"),
+            std::string::npos);
   // Every scheme but the target's other activation arithmetics (/a8, /a16: only when named).
   ASSERT_EQ(r->rows.size(), eval_scheme_names().size() - 4);
   for (const auto& row : r->rows) {

@@ -20,7 +20,7 @@ struct EvalArgs {
   int ctx = 128, group = 64, threads = 0;
   int64_t max_tokens = 0;
   double draft_bpw = 0.0;
-  bool json = false;
+  bool json = false, llama_windows = false;
   std::vector<std::string> schemes;
   TargetActivations target_activations = TargetActivations::kDraftRemainder;
 };
@@ -94,6 +94,21 @@ int eval_variant(const EvalArgs& a, LoadedModel& ft, const std::vector<int32_t>&
 // `eval MODEL --reference REF`: MODEL as it is (f32, or a converted file's target D + R with its
 // --target-activations), scored against another model of the same vocabulary, e.g. a merge
 // against each fine-tune it merged, or a converted file against its source.
+// The token that starts each window: llama-perplexity's windows start with BOS only when the
+// vocabulary adds one (Qwen's does not); eval's own windows always do.
+int32_t window_bos(const EvalArgs& a, const Tokenizer& tokenizer) {
+  return a.llama_windows && !tokenizer.vocab().add_bos ? -1 : tokenizer.vocab().bos;
+}
+
+// How the text was cut, for the report's first line.
+std::string windowing(const EvalArgs& a, int64_t windows) {
+  if (a.llama_windows) {
+    return std::to_string(windows) + " chunks of " + std::to_string(a.ctx) +
+           " tokens, their second halves scored (llama-perplexity's windows)";
+  }
+  return std::to_string(windows) + " windows of <= " + std::to_string(a.ctx) + " tokens";
+}
+
 int eval_against(const EvalArgs& a, LoadedModel& model, const std::vector<int32_t>& tokens) {
   auto ref = load_model(a.reference);
   if (!ref) return report_error(ref.status().message());
@@ -114,7 +129,8 @@ int eval_against(const EvalArgs& a, LoadedModel& model, const std::vector<int32_
   }
   ProgressBar bar("eval");
   auto r = score_against(ref->model, {{a.model, &model.model, Pass::kDefault, variant.get()}}, tokens, a.ctx,
-                         model.tokenizer->vocab().bos, a.max_tokens, [&](int64_t d, int64_t t) { bar.update(double(d), double(t)); });
+                         window_bos(a, *model.tokenizer), a.max_tokens, [&](int64_t d, int64_t t) { bar.update(double(d), double(t)); },
+                         a.llama_windows);
   if (!r) return report_error(r.status().message());
   const Score& row = r->rows.at(0);
   if (a.json) {
@@ -125,8 +141,8 @@ int eval_against(const EvalArgs& a, LoadedModel& model, const std::vector<int32_
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("model %s against %s, text %s: %lld predictions in windows of <= %d tokens\n", a.model.c_str(),
-              a.reference.c_str(), a.text.c_str(), (long long)r->tokens, a.ctx);
+  std::printf("model %s against %s, text %s: %lld predictions in %s\n", a.model.c_str(), a.reference.c_str(),
+              a.text.c_str(), (long long)r->tokens, windowing(a, r->windows).c_str());
   std::printf("perplexity %.4f (reference %.4f), KL(reference || model) mean %.6f, p99 %.6f, top-1 agreement %.2f%%\n",
               row.perplexity, r->reference_perplexity, row.kl_mean, row.kl_p99, 100 * row.top1_agreement);
   return 0;
@@ -146,6 +162,7 @@ int eval(const EvalArgs& a) {
   if (!text) return report_error(text.status().message());
   const auto tokens = loaded->tokenizer->encode(*text, {.add_special = false});
   if (!a.base.empty() && !a.reference.empty()) return report_error("--base and --reference do not go together");
+  if (!a.base.empty() && a.llama_windows) return report_error("--llama-windows applies to eval's schemes and --reference, not --base");
   if (!a.base.empty()) return eval_variant(a, *loaded, tokens);
   if (!a.reference.empty()) return eval_against(a, *loaded, tokens);
   if (!a.lora.empty()) return report_error("--lora applies to MODEL scored against --reference");
@@ -156,7 +173,8 @@ int eval(const EvalArgs& a) {
   o.ctx = a.ctx;
   o.group = a.group;
   o.max_tokens = a.max_tokens;
-  o.bos = loaded->tokenizer->vocab().bos;
+  o.bos = window_bos(a, *loaded->tokenizer);
+  o.llama_windows = a.llama_windows;
   o.schemes = a.schemes;
   o.draft_bpw = a.draft_bpw;
   if (!a.imatrix.empty()) {
@@ -197,8 +215,8 @@ int eval(const EvalArgs& a) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("model %s, text %s: %lld predictions in %lld windows of <= %d tokens, group %d%s\n", a.model.c_str(),
-              a.text.c_str(), (long long)report->tokens, (long long)report->windows, a.ctx, a.group,
+  std::printf("model %s, text %s: %lld predictions in %s, group %d%s\n", a.model.c_str(), a.text.c_str(),
+              (long long)report->tokens, windowing(a, report->windows).c_str(), a.group,
               a.imatrix.empty() ? "" : (", imatrix " + a.imatrix).c_str());
   if (quantised_source) {
     std::printf("note: source projections are %s; the reference is the dequantised source\n", source_types.c_str());
@@ -227,6 +245,10 @@ void add_eval_command(CLI::App& app, int* exit_code) {
       ->capture_default_str()->check(CLI::IsMember({32, 64, 128}));
   cmd->add_option("--max-tokens", a->max_tokens, "Stop after this many predictions (0 = whole text)")
       ->capture_default_str()->check(whole_at_least(0));
+  cmd->add_flag("--llama-windows", a->llama_windows,
+                "Cut the text as llama-perplexity does (chunks of --ctx, BOS first, only each chunk's second half "
+                "scored; --max-tokens N takes N / (ctx/2) chunks), so KL compares with its --kl-divergence at "
+                "-c CTX --chunks N/(CTX/2)");
   cmd->add_option("--imatrix", a->imatrix, "Importance matrix for the bit-split schemes")->check(CLI::ExistingFile);
   cmd->add_option("--draft-bpw", a->draft_bpw,
                   "Give the bit-split schemes' drafts per-tensor bits within this budget, as `convert --draft-bpw` does")

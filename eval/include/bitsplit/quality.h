@@ -22,6 +22,13 @@ struct EvalOptions {
   int64_t max_tokens = 0;     // 0 = the whole text
   int group = 64;             // group size of the bit-split and min/max schemes
   int32_t bos = -1;           // token that starts every window (-1: none)
+  // Windows as llama-perplexity makes them, so KL divergences compare with its
+  // --kl-divergence at the same -c / --chunks: the text (after a BOS) in chunks of ctx tokens,
+  // each chunk's first token replaced by BOS (bos < 0, as for a vocabulary that adds none: no
+  // BOS anywhere), only the second half of each chunk scored
+  // (positions ctx/2 .. ctx-2); max_tokens > 0 takes max_tokens / (ctx/2) chunks (at least one).
+  // false: windows of [BOS] + ctx - 1 text tokens, overlapping by one, every position scored.
+  bool llama_windows = false;
   const ImportanceMatrix* imatrix = nullptr;
   std::vector<std::string> schemes;  // empty = all of eval_scheme_names()
   // > 0: the bit-split schemes' draft planes get per-tensor bits within this VRAM budget, as
@@ -76,9 +83,11 @@ struct ScoreReport {
 };
 // KL(reference || candidate), perplexity and top-1 agreement over windows of `tokens` ([BOS] +
 // up to ctx - 1 tokens each).
+// llama_windows: EvalOptions::llama_windows.
 Result<ScoreReport> score_against(const Model& reference, const std::vector<ScoredModel>& candidates,
                                   const std::vector<int32_t>& tokens, int32_t ctx, int32_t bos, int64_t max_tokens,
-                                  const std::function<void(int64_t done, int64_t total)>& on_progress);
+                                  const std::function<void(int64_t done, int64_t total)>& on_progress,
+                                  bool llama_windows = false);
 
 // `bitsplit eval --base`: a fine-tuned model's BitDelta variant on its base, scored against
 // the f32 fine-tuned model, beside the fine-tuned model converted directly and the base alone.
