@@ -80,8 +80,8 @@ std::unique_ptr<DraftSource> make_host_draft(const Model& draft, KvCache& cache,
   return std::make_unique<HostDraft>(draft, cache, variant, batcher);
 }
 
-Result<std::unique_ptr<DraftSource>> make_device_draft(const Model& draft, int64_t n_slots, const Variant* variant,
-                                                       PassBatcher* batcher, int64_t rope_context) {
+Result<std::unique_ptr<DraftSource>> make_device_draft(const Model& draft, int64_t n_slots, int64_t context,
+                                                       const Variant* variant, PassBatcher* batcher) {
   if (!draft.has_planes()) return Status::error("the draft has no bit-split planes");
   // A variant's sign planes are made resident (or found resident) first, held for as long as
   // the device draft that fuses them. The base's device draft is kept by the backend for the
@@ -92,13 +92,11 @@ Result<std::unique_ptr<DraftSource>> make_device_draft(const Model& draft, int64
     if (variant) {
       BITSPLIT_ASSIGN_OR_RETURN(signs, make_resident(draft, *variant));
     }
-    // The base's draft is kept for reuse under a key per model and RoPE factor set (a LongRoPE
-    // model's short and long drafts differ; the chosen vector's address tells them apart).
-    const void* reuse_key = variant                ? nullptr
-                            : rope_context > 0 ? static_cast<const void*>(&draft.rope_freq_factors(rope_context))
-                                               : static_cast<const void*>(&draft);
+    // The base's draft is kept for reuse under a key per model and RoPE factor set: the address
+    // of the set the context picks (a LongRoPE model's short and long drafts differ).
+    const void* reuse_key = variant ? nullptr : static_cast<const void*>(&draft.rope_freq_factors(context));
     BITSPLIT_ASSIGN_OR_RETURN(device, draft.backend().make_device_draft(
-                                          [&] { return describe_device_draft(draft, variant, rope_context); }, n_slots,
+                                          [&] { return describe_device_draft(draft, variant, context); }, n_slots,
                                           reuse_key));
     return Status::ok();
   }));

@@ -238,7 +238,7 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
   std::unique_ptr<DraftSource> source;
   std::string host_why = "device draft switched off";
   if (options.device_draft) {
-    auto d = make_device_draft(draft, slots, draft_variant, options.batcher, cache.context());
+    auto d = make_device_draft(draft, slots, cache.context(), draft_variant, options.batcher);
     if (d) source = std::move(*d);
     else host_why = d.status().message();
   }

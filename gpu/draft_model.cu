@@ -64,8 +64,8 @@ class CudaDraftModel final : public DraftModel {
       model_.embd_lora_rank = m.embd_lora.rank;
       model_.embd_lora_scale = m.embd_lora.scale;
     }
-    if (const float* factors = m.rope_factors_for(n_slots)) {
-      BITSPLIT_ASSIGN_OR_RETURN(model_.rope_freq_factors, put(factors, m.n_rot / 2, "rope_freqs"));
+    if (m.rope_freq_factors) {
+      BITSPLIT_ASSIGN_OR_RETURN(model_.rope_freq_factors, put(m.rope_freq_factors, m.n_rot / 2, "rope_freqs"));
     }
     const int64_t kv = s.kv_dim(), cache = m.n_layers * n_slots * kv;
     BITSPLIT_RETURN_IF_ERROR(k_cache_.allocate(size_t(cache)));

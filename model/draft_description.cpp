@@ -7,7 +7,7 @@
 
 namespace bitsplit {
 
-Result<gpu::DraftModelHost> describe_device_draft(const Model& draft, const Variant* variant, int64_t rope_context) {
+Result<gpu::DraftModelHost> describe_device_draft(const Model& draft, const Variant* variant, int64_t context) {
   const ModelConfig& c = draft.config();
   gpu::DraftModelHost m;
   m.n_layers = c.n_layers;
@@ -61,10 +61,8 @@ Result<gpu::DraftModelHost> describe_device_draft(const Model& draft, const Vari
   if (variant) m.embd_lora = lora_view(variant->lora("token_embd.weight"));
   m.token_embd = draft.token_embd().data();
   m.output_norm = pick("output_norm.weight", draft.output_norm()).data();
-  auto opt_factors = [](const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
-  m.rope_freq_factors = opt_factors(draft.rope_freq_factors(rope_context));
-  m.rope_freq_factors_long = rope_context > 0 ? nullptr : opt_factors(draft.rope_freq_factors_long());
-  m.rope_original_context = c.rope_original_context;
+  const std::vector<float>& factors = draft.rope_freq_factors(context);
+  m.rope_freq_factors = factors.empty() ? nullptr : factors.data();
   m.rope_attn_factor = c.rope_attn_factor;
   int group = 0;
   auto plane = [&](const std::string& name, gpu::DraftModelHost::Plane& out) -> Status {

@@ -91,7 +91,7 @@ class EmulatedDeviceDraft final : public DeviceDraft {
     model_.embd_lora_scale = h.embd_lora.scale;
     model_.token_embd = h.token_embd;
     model_.output_norm = h.output_norm;
-    model_.rope_freq_factors = h.rope_factors_for(n_slots);
+    model_.rope_freq_factors = h.rope_freq_factors;
     model_.head = plane(h.head);
     k_cache_.assign(size_t(h.n_layers * n_slots * s.kv_dim()), NAN);
     v_cache_.assign(k_cache_.size(), NAN);
@@ -338,7 +338,7 @@ TEST(EmulatedDraftPass, GemmaDraftMatchesTheCpuAndDecodesLosslessly) {
     const Model& m = *f->model;
     ASSERT_GT(m.config().sliding_window, 0);
     ASSERT_GT(int64_t(f->prompt.size()), m.config().sliding_window) << "the prompt should cross the window";
-    auto d = describe_device_draft(m);
+    auto d = describe_device_draft(m, nullptr, 64);
     ASSERT_TRUE(d.is_ok()) << d.status().message();
     EXPECT_TRUE(d->gelu);
     EXPECT_NE(d->layers[0].post_attn_norm, nullptr);
@@ -358,7 +358,7 @@ TEST(EmulatedDraftPass, MixtureOfExpertsDraftMatchesTheCpuAndDecodesLosslessly) 
     f->tier->g64 = false;
     const Model& m = *f->model;
     ASSERT_TRUE(m.config().is_moe());
-    auto d = describe_device_draft(m);
+    auto d = describe_device_draft(m, nullptr, 64);
     ASSERT_TRUE(d.is_ok()) << d.status().message();
     EXPECT_EQ(d->n_expert, 8);
     EXPECT_EQ(d->layers[0].experts.size(), 24u);  // 8 experts x {gate, up, down}
@@ -368,9 +368,9 @@ TEST(EmulatedDraftPass, MixtureOfExpertsDraftMatchesTheCpuAndDecodesLosslessly) 
   }
 }
 
-// Phi-3 with LongRoPE (trained for 32 positions): the device draft picks the factors by its cache
-// as the CPU's forward does (32 slots: the short ones, 64: the long ones), scales cos and sin
-// alike, and the two cache sizes give different logits.
+// Phi-3 with LongRoPE (trained for 32 positions): the device draft turns by the set its
+// sequence's context picks, as the CPU's forward does (32 positions: the short ones, 64: the long
+// ones), scales cos and sin alike, and the two give different logits.
 TEST(EmulatedDraftPass, LongRopeDraftMatchesTheCpuForEitherFactors) {
   const char* name = "phi3-longrope-tiny.gguf";
   BITSPLIT_REQUIRE_FILE(fixture(name));
@@ -378,11 +378,13 @@ TEST(EmulatedDraftPass, LongRopeDraftMatchesTheCpuForEitherFactors) {
   f->tier->g64 = false;
   const Model& m = *f->model;
   ASSERT_EQ(m.config().rope_original_context, 32);
-  auto d = describe_device_draft(m);
-  ASSERT_TRUE(d.is_ok()) << d.status().message();
-  EXPECT_EQ(d->rope_freq_factors_long, m.rope_freq_factors_long().data());
-  EXPECT_EQ(d->rope_attn_factor, m.config().rope_attn_factor);
-  EXPECT_GT(d->rope_attn_factor, 1.0f);
+  for (int64_t context : {32, 64}) {  // the set each context picks, the long one past 32
+    auto d = describe_device_draft(m, nullptr, context);
+    ASSERT_TRUE(d.is_ok()) << d.status().message();
+    EXPECT_EQ(d->rope_freq_factors, (context > 32 ? m.rope_freq_factors_long() : m.rope_freq_factors(0)).data());
+    EXPECT_EQ(d->rope_attn_factor, m.config().rope_attn_factor);
+    EXPECT_GT(d->rope_attn_factor, 1.0f);
+  }
   std::vector<std::vector<float>> last_rows;
   for (int64_t slots : {32, 64}) {
     SCOPED_TRACE(slots);
@@ -437,7 +439,7 @@ TEST(EmulatedDraftPass, VariantDraftMatchesTheCpuAndDecodesLosslessly) {
   f->tier->g64 = false;
   const Model& m = *f->model;
   auto v = devil_variant(m);
-  auto d = describe_device_draft(m, v.get());
+  auto d = describe_device_draft(m, v.get(), 64);
   ASSERT_TRUE(d.is_ok()) << d.status().message();
   EXPECT_TRUE(d->embd_signs.signs != nullptr && d->layers[0].wq.signs.signs != nullptr && d->head.signs.signs != nullptr);
   EXPECT_NE(d->layers[0].attn_norm, m.layer(0).attn_norm.data()) << "the variant's norm";
@@ -503,7 +505,7 @@ TEST(EmulatedDraftPass, LoraDraftMatchesTheCpuAndDecodesLosslessly) {
 
   for (const Variant* v : {trained->get(), synthetic->get()}) {
     SCOPED_TRACE(v->name());
-    auto d = describe_device_draft(m, v);
+    auto d = describe_device_draft(m, v, 64);
     ASSERT_TRUE(d.is_ok()) << d.status().message();
     EXPECT_EQ(d->max_lora_rank, v == trained->get() ? 8 : 5);
     EXPECT_EQ(d->embd_lora.up != nullptr, v != trained->get()) << "only the synthetic one adapts the embedding";
@@ -543,7 +545,7 @@ TEST(EmulatedDraftPass, ModelsTheDeviceCannotRunAreNamed) {
   ASSERT_TRUE(base.is_ok());
   auto m = Model::load(**base);  // f32 weights: nothing for a 2-bit kernel
   ASSERT_TRUE(m.is_ok());
-  auto d = describe_device_draft(*m);
+  auto d = describe_device_draft(*m, nullptr, 64);
   ASSERT_FALSE(d.is_ok());
   EXPECT_NE(d.status().message().find("blk.0.attn_q.weight is not a bit-split projection"), std::string::npos)
       << d.status().message();

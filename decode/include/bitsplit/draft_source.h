@@ -46,9 +46,9 @@ std::unique_ptr<DraftSource> make_host_draft(const Model& draft, KvCache& cache,
 // error saying why not (the CPU backend; planes that did not fit in VRAM; a variant replacing
 // more than norms and biases): the caller then drafts on the host. With a batcher, its device
 // work (making it, each level, each K/V upload) takes turns with other generations' passes.
-// rope_context: the sequence's KvCache::context() (a LongRoPE model's draft turns by the factor
-// set it picks, as the target does; 0: by n_slots).
-Result<std::unique_ptr<DraftSource>> make_device_draft(const Model& draft, int64_t n_slots, const Variant* variant,
-                                                       PassBatcher* batcher = nullptr, int64_t rope_context = 0);
+// `context`: the sequence's KvCache::context() (a LongRoPE model's draft turns by the factor set
+// it picks, as the target does).
+Result<std::unique_ptr<DraftSource>> make_device_draft(const Model& draft, int64_t n_slots, int64_t context,
+                                                       const Variant* variant, PassBatcher* batcher = nullptr);
 
 }  // namespace bitsplit

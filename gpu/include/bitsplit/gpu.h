@@ -118,17 +118,10 @@ struct DraftModelHost {
   bool expert_weights_norm = false;
   const float* token_embd = nullptr;         // [n_vocab x n_embd]
   const float* output_norm = nullptr;        // n_embd
-  const float* rope_freq_factors = nullptr;  // n_rot / 2, or null
-  // LongRoPE (bitsplit::ModelConfig's fields of the same names): a draft whose cache has more
-  // than rope_original_context slots turns by rope_freq_factors_long instead; cos and sin are
-  // multiplied by rope_attn_factor.
-  const float* rope_freq_factors_long = nullptr;  // n_rot / 2, or null
-  int64_t rope_original_context = 0;
-  float rope_attn_factor = 1.0f;
-  // The factors a draft with a cache of n_slots positions turns by (bitsplit::Model's choice).
-  const float* rope_factors_for(int64_t n_slots) const {
-    return rope_freq_factors_long && n_slots > rope_original_context ? rope_freq_factors_long : rope_freq_factors;
-  }
+  // n_rot / 2 divisors of theta, or null; for LongRoPE the set the sequence's context picks
+  // (describe_device_draft chooses it, as Model::rope_freq_factors does for the CPU pass).
+  const float* rope_freq_factors = nullptr;
+  float rope_attn_factor = 1.0f;  // LongRoPE's factor on cos and sin (1 otherwise)
   struct Plane {
     const void* key = nullptr;  // the DraftMatmul key the plane is resident under
     DraftPlaneView plane{};

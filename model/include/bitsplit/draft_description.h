@@ -15,10 +15,8 @@ namespace bitsplit {
 
 class Variant;
 
-// `rope_context` > 0: the positions the sequence is meant to reach (KvCache::context()); a
-// LongRoPE model's draft then carries the one factor set that context picks. 0: both sets, the
-// device picking by its slot count (DraftModelHost::rope_factors_for).
-Result<gpu::DraftModelHost> describe_device_draft(const Model& draft, const Variant* variant = nullptr,
-                                                  int64_t rope_context = 0);
+// `context`: the positions the sequence is meant to reach (KvCache::context()); a LongRoPE
+// model's draft carries the factor set it picks (Model::rope_freq_factors).
+Result<gpu::DraftModelHost> describe_device_draft(const Model& draft, const Variant* variant, int64_t context);
 
 }  // namespace bitsplit
