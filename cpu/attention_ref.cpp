@@ -3,11 +3,11 @@
 
 #include "bitsplit/attention_exp.h"
 #include "bitsplit/cpu.h"
-#include "softmax.h"
+#include "bitsplit/softmax_with.h"
 
 namespace bitsplit::cpu {
 
-void softmax_attention_ref(float* x, int64_t n) { detail::softmax_with(x, n, attention_exp); }
+void softmax_attention_ref(float* x, int64_t n) { softmax_with(x, n, attention_exp); }
 
 void attention_row_ref(const float* q, const float* k, const float* v, int64_t stride, int64_t head_dim,
                        int64_t kv_len, const uint8_t* visible, float scale, float softcap, float* scores, float* out) {

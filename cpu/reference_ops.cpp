@@ -7,7 +7,7 @@
 
 #include "bitsplit/cpu.h"
 #include "bitsplit/status.h"
-#include "softmax.h"
+#include "bitsplit/softmax_with.h"
 
 namespace bitsplit::cpu {
 
@@ -74,7 +74,7 @@ void rms_norm_f32(const float* x, const float* weight, int64_t n, float eps, flo
 }
 
 void softmax_f32(float* x, int64_t n) {
-  detail::softmax_with(x, n, [](float v) { return std::exp(v); });
+  softmax_with(x, n, [](float v) { return std::exp(v); });
 }
 
 void rope_f32(float* head, int64_t n_rot, RopeOrder order, float pos, float base, float freq_scale,

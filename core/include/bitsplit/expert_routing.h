@@ -1,6 +1,6 @@
 // Mixture-of-experts routing, written once for the CPU forward pass and the device draft (whose
 // host side routes from the router logits it copies back): each row's softmax over the experts
-// (max subtracted, std::exp, the sum in double in order, every value times float(1 / sum)), its
+// (softmax_with and std::exp, as cpu::softmax_f32), its
 // `used` most probable experts (ties to the lower index), weighted by their probabilities —
 // renormalised over the chosen when `renormalise` (the sum in double, each weight
 // float(p / sum)). Header-only and C++17, as nvcc compiles gpu/.
@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdint>
 #include <vector>
+
+#include "bitsplit/softmax_with.h"
 
 namespace bitsplit {
 
@@ -26,15 +28,7 @@ inline void route_experts(float* logits, int64_t rows, int64_t n_expert, int64_t
   std::vector<int64_t> order(static_cast<size_t>(n_expert));
   for (int64_t r = 0; r < rows; ++r) {
     float* p = logits + r * n_expert;
-    float max = -INFINITY;
-    for (int64_t e = 0; e < n_expert; ++e) max = std::max(max, p[e]);
-    double total = 0.0;
-    for (int64_t e = 0; e < n_expert; ++e) {
-      p[e] = std::exp(p[e] - max);
-      total += p[e];
-    }
-    const float inv = float(1.0 / total);
-    for (int64_t e = 0; e < n_expert; ++e) p[e] *= inv;
+    softmax_with(p, n_expert, [](float v) { return std::exp(v); });
     for (int64_t e = 0; e < n_expert; ++e) order[size_t(e)] = e;
     std::partial_sort(order.begin(), order.begin() + used, order.end(),
                       [&](int64_t a, int64_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });

@@ -1,13 +1,14 @@
-// cpu/ internal: the softmax both softmax_f32 and softmax_attention_ref are — max subtracted,
-// `exp` of each value, the sum in double in order, every value times float(1 / sum) — written
-// once, the exponential the caller's.
+// The softmax cpu::softmax_f32, cpu::softmax_attention_ref and a mixture of experts' routing
+// (expert_routing.h) are — max subtracted, `exp` of each value, the sum in double in order,
+// every value times float(1 / sum) — written once, the exponential the caller's. Header-only
+// and C++17 (nvcc compiles the device draft's host side, which routes experts).
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
-namespace bitsplit::cpu::detail {
+namespace bitsplit {
 
 template <typename Exp>
 void softmax_with(float* x, int64_t n, Exp exp) {
@@ -22,4 +23,4 @@ void softmax_with(float* x, int64_t n, Exp exp) {
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
-}  // namespace bitsplit::cpu::detail
+}  // namespace bitsplit
