@@ -93,10 +93,9 @@ class CudaBackend final : public Backend {
       return Status::error(std::to_string(plan.host_planes) + " draft planes are drafted on the CPU under the VRAM budget");
     }
     BITSPLIT_ASSIGN_OR_RETURN(const gpu::DraftModelHost m, describe());
-    const int64_t ff = m.n_expert > 0 ? std::max(m.n_ff_exp, m.n_ff_shexp) : m.n_ff;
-    const DeviceDraftBytes extra = device_draft_bytes(m.n_layers, m.n_embd, m.n_heads, m.n_kv_heads, m.head_dim, ff,
+    const DeviceDraftBytes extra = device_draft_bytes(m.n_layers, m.n_embd, m.n_heads, m.n_kv_heads, m.head_dim, m.n_ff,
                                                       m.n_vocab, n_slots, kMaxDraftRows,
-                                                      {m.n_expert, m.n_expert_used, m.n_ff_shexp > 0});
+                                                      {m.n_expert, m.n_expert_used, m.n_ff_exp, m.n_ff_shexp});
     if (plan.device_bytes + extra.total() > budget_) {
       return Status::error("the whole draft needs " + extra.summary() + " beside its planes (" +
                            format_bytes(plan.device_bytes) + "); the VRAM budget is " + format_bytes(budget_));

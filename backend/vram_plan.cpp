@@ -68,6 +68,7 @@ std::string VramPlan::summary() const {
 DeviceDraftBytes device_draft_bytes(int64_t n_layers, int64_t n_embd, int64_t n_heads, int64_t n_kv_heads,
                                     int64_t head_dim, int64_t n_ff, int64_t n_vocab, int64_t n_slots, int64_t max_rows,
                                     const DeviceDraftExperts& experts) {
+  if (experts.n_expert > 0) n_ff = std::max(experts.n_ff_exp, experts.n_ff_shexp);
   const uint64_t q = uint64_t(n_heads * head_dim), kv = uint64_t(n_kv_heads * head_dim), r = uint64_t(max_rows);
   const uint64_t widest = std::max({uint64_t(n_embd), q, uint64_t(n_ff)});
   DeviceDraftBytes b;
@@ -79,7 +80,7 @@ DeviceDraftBytes device_draft_bytes(int64_t n_layers, int64_t n_embd, int64_t n_
                        uint64_t(n_heads) * uint64_t(n_slots)) +
               r * widest * 2 + 2 * r * (12 + uint64_t(n_slots)) + 2 * r * 32 * 8;
   if (experts.n_expert > 0) {  // routers (+ shared-expert gates); router logits, xe, ye, routed rows
-    b.embedding += 4 * uint64_t(n_layers) * uint64_t(n_embd) * (uint64_t(experts.n_expert) + (experts.shared_expert ? 1 : 0));
+    b.embedding += 4 * uint64_t(n_layers) * uint64_t(n_embd) * (uint64_t(experts.n_expert) + (experts.n_ff_shexp > 0 ? 1 : 0));
     b.scratch += 4 * r * (uint64_t(experts.n_expert) + 2 * uint64_t(n_embd) + 2 * uint64_t(experts.n_expert_used));
   }
   return b;

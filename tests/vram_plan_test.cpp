@@ -26,6 +26,17 @@ TEST(VramPlan, PlacesAPrefixInLayerOrder) {
   EXPECT_NE(p.summary().find("161 B"), std::string::npos) << "says what budget would hold everything: " << p.summary();
 }
 
+// A mixture of experts' device draft: FFN scratch as wide as its widest expert (the dense n_ff
+// unused), plus each layer's router and shared-expert gate and the routing scratch.
+TEST(VramPlan, DeviceDraftBytesCountAMixtureOfExperts) {
+  const int64_t layers = 4, embd = 64, rows = 16;
+  const DeviceDraftBytes dense = device_draft_bytes(layers, embd, 4, 2, 16, 96, 2048, 256, rows);
+  const DeviceDraftBytes moe = device_draft_bytes(layers, embd, 4, 2, 16, 10, 2048, 256, rows, {8, 2, 64, 96});
+  EXPECT_EQ(moe.kv_cache, dense.kv_cache);
+  EXPECT_EQ(moe.embedding, dense.embedding + 4 * layers * embd * (8 + 1));
+  EXPECT_EQ(moe.scratch, dense.scratch + 4 * rows * (8 + 2 * embd + 2 * 2));
+}
+
 TEST(VramPlan, ParsesByteSizes) {
   EXPECT_EQ(*parse_byte_size("1234"), 1234u);
   EXPECT_EQ(*parse_byte_size("2K"), 2048u);

@@ -216,10 +216,9 @@ int info(const InfoOptions& o) {
         std::printf("vram plan:     %s%s\n", plan.summary().c_str(), why.c_str());
         // The whole draft on the device at the full context (speculative decoding sizes its
         // cache to the run: prompt + tokens + budget).
-        const DeviceDraftBytes extra = device_draft_bytes(
-            c.n_layers, c.n_embd, c.n_heads, c.n_kv_heads, c.head_dim,
-            c.is_moe() ? std::max(c.n_ff_exp, c.n_ff_shexp) : c.n_ff, c.n_vocab, c.n_ctx_train, 64,
-            {c.n_expert, c.n_expert_used, c.n_ff_shexp > 0});
+        const DeviceDraftBytes extra =
+            device_draft_bytes(c.n_layers, c.n_embd, c.n_heads, c.n_kv_heads, c.head_dim, c.n_ff, c.n_vocab,
+                               c.n_ctx_train, 64, {c.n_expert, c.n_expert_used, c.n_ff_exp, c.n_ff_shexp});
         const bool fits = plan.host_planes == 0 && plan.device_bytes + extra.total() <= *budget;
         std::printf("device draft:  %s more at the full context of %lld tokens: %s\n", extra.summary().c_str(),
                     (long long)c.n_ctx_train,

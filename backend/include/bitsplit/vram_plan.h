@@ -45,11 +45,11 @@ struct DeviceDraftBytes {
   uint64_t total() const { return embedding + kv_cache + scratch; }
   std::string summary() const;  // "2.00 GiB (embedding ..., K/V cache ..., scratch ...)"
 };
-// A mixture of experts adds each layer's f32 router (and shared-expert gate) and the routing
-// scratch; n_ff is then the widest FFN (an expert's or the shared expert's).
+// A mixture of experts (ModelConfig's fields of the same names) adds each layer's f32 router
+// (and shared-expert gate) and the routing scratch, and its FFN scratch is as wide as an expert
+// or the shared expert (n_ff is then unused).
 struct DeviceDraftExperts {
-  int64_t n_expert = 0, n_expert_used = 0;
-  bool shared_expert = false;
+  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
 };
 DeviceDraftBytes device_draft_bytes(int64_t n_layers, int64_t n_embd, int64_t n_heads, int64_t n_kv_heads,
                                     int64_t head_dim, int64_t n_ff, int64_t n_vocab, int64_t n_slots, int64_t max_rows,
