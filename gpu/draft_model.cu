@@ -97,28 +97,37 @@ class CudaDraftModel final : public DraftModel {
       BITSPLIT_ASSIGN_OR_RETURN(d.wk, plane(planes, h.wk, b + "attn_k", kv, s.n_embd));
       BITSPLIT_ASSIGN_OR_RETURN(d.wv, plane(planes, h.wv, b + "attn_v", kv, s.n_embd));
       BITSPLIT_ASSIGN_OR_RETURN(d.wo, plane(planes, h.wo, b + "attn_output", s.n_embd, s.q_dim()));
+      // Gate, up and down of one FFN of width ff ("ffn_gate" + suffix, ...).
+      auto ffn = [&](const DraftModelHost::Plane* from[3], const std::string& suffix, int64_t ff,
+                     kernels::PlaneDev* to[3]) -> Status {
+        const char* kinds[3] = {"ffn_gate", "ffn_up", "ffn_down"};
+        for (int k = 0; k < 3; ++k) {
+          BITSPLIT_ASSIGN_OR_RETURN(*to[k], plane(planes, *from[k], b + kinds[k] + suffix, k < 2 ? ff : s.n_embd,
+                                                  k < 2 ? s.n_embd : ff));
+        }
+        return Status::ok();
+      };
       if (m.n_expert > 0) {  // every expert's planes (all resident), the router and a shared expert
         if (int64_t(h.experts.size()) != 3 * m.n_expert) return Status::error("device draft: " + b + " lacks experts");
         BITSPLIT_ASSIGN_OR_RETURN(d.router, put(h.router, m.n_expert * s.n_embd, b + "ffn_gate_inp"));
         std::vector<kernels::PlaneDev>& experts = experts_[size_t(l)];
         experts.resize(h.experts.size());
-        for (int64_t e = 0; e < m.n_expert; ++e) {
-          const std::string x = "." + std::to_string(e);
-          BITSPLIT_ASSIGN_OR_RETURN(experts[size_t(3 * e)], plane(planes, h.experts[size_t(3 * e)], b + "ffn_gate" + x, m.n_ff_exp, s.n_embd));
-          BITSPLIT_ASSIGN_OR_RETURN(experts[size_t(3 * e + 1)], plane(planes, h.experts[size_t(3 * e + 1)], b + "ffn_up" + x, m.n_ff_exp, s.n_embd));
-          BITSPLIT_ASSIGN_OR_RETURN(experts[size_t(3 * e + 2)], plane(planes, h.experts[size_t(3 * e + 2)], b + "ffn_down" + x, s.n_embd, m.n_ff_exp));
+        for (size_t e = 0; e < size_t(m.n_expert); ++e) {
+          const DraftModelHost::Plane* from[3] = {&h.experts[3 * e], &h.experts[3 * e + 1], &h.experts[3 * e + 2]};
+          kernels::PlaneDev* to[3] = {&experts[3 * e], &experts[3 * e + 1], &experts[3 * e + 2]};
+          BITSPLIT_RETURN_IF_ERROR(ffn(from, "." + std::to_string(e), m.n_ff_exp, to));
         }
         d.experts = experts.data();
         if (m.n_ff_shexp > 0) {
-          BITSPLIT_ASSIGN_OR_RETURN(d.shexp_gate, plane(planes, h.shexp_gate, b + "ffn_gate_shexp", m.n_ff_shexp, s.n_embd));
-          BITSPLIT_ASSIGN_OR_RETURN(d.shexp_up, plane(planes, h.shexp_up, b + "ffn_up_shexp", m.n_ff_shexp, s.n_embd));
-          BITSPLIT_ASSIGN_OR_RETURN(d.shexp_down, plane(planes, h.shexp_down, b + "ffn_down_shexp", s.n_embd, m.n_ff_shexp));
+          const DraftModelHost::Plane* from[3] = {&h.shexp_gate, &h.shexp_up, &h.shexp_down};
+          kernels::PlaneDev* to[3] = {&d.shexp_gate, &d.shexp_up, &d.shexp_down};
+          BITSPLIT_RETURN_IF_ERROR(ffn(from, "_shexp", m.n_ff_shexp, to));
           BITSPLIT_ASSIGN_OR_RETURN(d.shexp_gate_inp, put(h.shexp_gate_inp, s.n_embd, b + "ffn_gate_inp_shexp"));
         }
       } else {
-        BITSPLIT_ASSIGN_OR_RETURN(d.gate, plane(planes, h.gate, b + "ffn_gate", s.n_ff, s.n_embd));
-        BITSPLIT_ASSIGN_OR_RETURN(d.up, plane(planes, h.up, b + "ffn_up", s.n_ff, s.n_embd));
-        BITSPLIT_ASSIGN_OR_RETURN(d.down, plane(planes, h.down, b + "ffn_down", s.n_embd, s.n_ff));
+        const DraftModelHost::Plane* from[3] = {&h.gate, &h.up, &h.down};
+        kernels::PlaneDev* to[3] = {&d.gate, &d.up, &d.down};
+        BITSPLIT_RETURN_IF_ERROR(ffn(from, "", s.n_ff, to));
       }
       d.k_cache = k_cache_.get() + l * n_slots * kv;
       d.v_cache = v_cache_.get() + l * n_slots * kv;

@@ -107,27 +107,29 @@ Result<gpu::DraftModelHost> describe_device_draft(const Model& draft, const Vari
     BITSPLIT_RETURN_IF_ERROR(plane(b + "attn_k.weight", d.wk));
     BITSPLIT_RETURN_IF_ERROR(plane(b + "attn_v.weight", d.wv));
     BITSPLIT_RETURN_IF_ERROR(plane(b + "attn_output.weight", d.wo));
+    // Gate, up and down of one FFN ("ffn_gate" + suffix + ".weight", ...).
+    auto ffn = [&](const std::string& suffix, gpu::DraftModelHost::Plane* to[3]) -> Status {
+      const char* kinds[3] = {"ffn_gate", "ffn_up", "ffn_down"};
+      for (int k = 0; k < 3; ++k) BITSPLIT_RETURN_IF_ERROR(plane(b + kinds[k] + suffix + ".weight", *to[k]));
+      return Status::ok();
+    };
     if (c.is_moe()) {  // every expert (a pass runs the routed ones), the router, a shared expert
       d.router = opt(pick(b + "ffn_gate_inp.weight", w.ffn_gate_inp));
       if (!d.router) return Status::error(b + "ffn_gate_inp.weight (the router) is not held in f32");
       d.experts.resize(size_t(3 * c.n_expert));
-      for (int64_t e = 0; e < c.n_expert; ++e) {
-        const std::string x = "." + std::to_string(e) + ".weight";
-        BITSPLIT_RETURN_IF_ERROR(plane(b + "ffn_gate" + x, d.experts[size_t(3 * e)]));
-        BITSPLIT_RETURN_IF_ERROR(plane(b + "ffn_up" + x, d.experts[size_t(3 * e + 1)]));
-        BITSPLIT_RETURN_IF_ERROR(plane(b + "ffn_down" + x, d.experts[size_t(3 * e + 2)]));
+      for (size_t e = 0; e < size_t(c.n_expert); ++e) {
+        gpu::DraftModelHost::Plane* to[3] = {&d.experts[3 * e], &d.experts[3 * e + 1], &d.experts[3 * e + 2]};
+        BITSPLIT_RETURN_IF_ERROR(ffn("." + std::to_string(e), to));
       }
       if (c.n_ff_shexp > 0) {
-        BITSPLIT_RETURN_IF_ERROR(plane(b + "ffn_gate_shexp.weight", d.shexp_gate));
-        BITSPLIT_RETURN_IF_ERROR(plane(b + "ffn_up_shexp.weight", d.shexp_up));
-        BITSPLIT_RETURN_IF_ERROR(plane(b + "ffn_down_shexp.weight", d.shexp_down));
+        gpu::DraftModelHost::Plane* to[3] = {&d.shexp_gate, &d.shexp_up, &d.shexp_down};
+        BITSPLIT_RETURN_IF_ERROR(ffn("_shexp", to));
         d.shexp_gate_inp = opt(pick(b + "ffn_gate_inp_shexp.weight", w.ffn_gate_inp_shexp));
         if (!d.shexp_gate_inp) return Status::error(b + "ffn_gate_inp_shexp.weight is not held in f32");
       }
     } else {
-      BITSPLIT_RETURN_IF_ERROR(plane(b + "ffn_gate.weight", d.gate));
-      BITSPLIT_RETURN_IF_ERROR(plane(b + "ffn_up.weight", d.up));
-      BITSPLIT_RETURN_IF_ERROR(plane(b + "ffn_down.weight", d.down));
+      gpu::DraftModelHost::Plane* to[3] = {&d.gate, &d.up, &d.down};
+      BITSPLIT_RETURN_IF_ERROR(ffn("", to));
     }
   }
   BITSPLIT_RETURN_IF_ERROR(plane("output.weight", m.head));
