@@ -110,23 +110,24 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
   }
   BITSPLIT_RETURN_IF_ERROR(t.load("output_norm.weight", {c.n_embd}, &model.output_norm_));
   if (!c.tied_output) BITSPLIT_RETURN_IF_ERROR(t.load("output.weight", {c.n_embd, c.n_vocab}, &model.output_));
-  BITSPLIT_RETURN_IF_ERROR(t.load("rope_freqs.weight", {c.n_rot / 2}, &model.rope_freqs_, /*optional=*/true));
-  if (c.rope_original_context > 0) {  // LongRoPE (read_model_config checked that both are there)
-    BITSPLIT_RETURN_IF_ERROR(t.load("rope_factors_short.weight", {c.n_rot / 2}, &model.rope_freqs_));
-    BITSPLIT_RETURN_IF_ERROR(t.load("rope_factors_long.weight", {c.n_rot / 2}, &model.rope_freqs_long_));
-  }
-  // theta is divided by each factor: zero, tiny, negative or non-finite ones would turn by inf or NaN.
-  for (auto [name, factors] : {std::pair{c.rope_original_context > 0 ? "rope_factors_short.weight" : "rope_freqs.weight",
-                                         &model.rope_freqs_},
-                               {"rope_factors_long.weight", &model.rope_freqs_long_}}) {
-    for (size_t i = 0; i < factors->size(); ++i) {
-      const float f = (*factors)[i];
-      if (!(f >= 1e-6f) || !std::isfinite(f)) {
-        return Status::error(std::string("tensor '") + name + "': factor " + std::to_string(i) + " is " + std::to_string(f) +
-                             "; RoPE factors must be finite and >= 1e-6")
+  // RoPE's per-frequency divisors of theta: zero, tiny, negative or non-finite ones would turn by
+  // inf or NaN, so each is checked as it is loaded.
+  auto load_rope_factors = [&](const char* name, std::vector<float>* out, bool optional) -> Status {
+    BITSPLIT_RETURN_IF_ERROR(t.load(name, {c.n_rot / 2}, out, optional));
+    for (size_t i = 0; i < out->size(); ++i) {
+      if (!((*out)[i] >= 1e-6f) || !std::isfinite((*out)[i])) {
+        return Status::error(std::string("tensor '") + name + "': factor " + std::to_string(i) + " is " +
+                             std::to_string((*out)[i]) + "; RoPE factors must be finite and >= 1e-6")
             .with_context(source.path());
       }
     }
+    return Status::ok();
+  };
+  if (c.rope_original_context > 0) {  // LongRoPE (read_model_config checked that both are there)
+    BITSPLIT_RETURN_IF_ERROR(load_rope_factors("rope_factors_short.weight", &model.rope_freqs_, false));
+    BITSPLIT_RETURN_IF_ERROR(load_rope_factors("rope_factors_long.weight", &model.rope_freqs_long_, false));
+  } else {
+    BITSPLIT_RETURN_IF_ERROR(load_rope_factors("rope_freqs.weight", &model.rope_freqs_, /*optional=*/true));
   }
   model.layers_.resize(size_t(c.n_layers));
   const std::vector<ProjectionSlot> projections = layer_projections(c);
