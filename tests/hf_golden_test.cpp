@@ -140,7 +140,7 @@ TEST(HfGolden, TinyPhi3MatchesTransformers) {
 // Phi-3 with LongRoPE (the 128k models' per-frequency factors): trained for 32 positions, stretched
 // to 256, cos/sin x 1.265. The short case's sequence (17 positions) turns by the short factors and
 // the long one's (65) by the long factors, as transformers picks them by the sequence's length and
-// we by the KV cache's (a cache of just enough slots here).
+// we by the KV cache's context (a cache of just enough slots here).
 TEST(HfGolden, TinyPhi3LongRopeMatchesTransformers) {
   const std::string dir = testing::source_dir() + "/tests/models/";
   BITSPLIT_REQUIRE_FILE(dir + "phi3-longrope-tiny.gguf");
@@ -154,7 +154,8 @@ TEST(HfGolden, TinyPhi3LongRopeMatchesTransformers) {
   EXPECT_NEAR(c.rope_attn_factor, std::sqrt(1.0 + std::log(8.0) / std::log(32.0)), 1e-6);
   ASSERT_EQ(model->rope_freq_factors(32).size(), 8u);
   EXPECT_NE(model->rope_freq_factors(32), model->rope_freq_factors(33));
-  // The same short sequence in a 256-slot cache (a run with --ctx 256) turns by the long factors.
+  // The same short sequence in a 256-slot cache (a sequence meant to reach 256 positions) turns by
+  // the long factors.
   const nlohmann::json g = read_json(dir + "hf/phi3-longrope-tiny.json");
   const auto prompt = g["cases"][0]["prompt_tokens"].get<std::vector<int32_t>>();
   const auto generated = g["cases"][0]["generated"].get<std::vector<int32_t>>();
