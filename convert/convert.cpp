@@ -72,7 +72,10 @@ Result<SplitPlanes> split_tensor(const WeightSource& source, const OutTensor& t,
   BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> w, load_finite(source, *t.source));
   source.release(*t.source);
   BITSPLIT_ASSIGN_OR_RETURN(const float* importance, importance_for(options, t.base, t.in));
-  SplitProjection split = split_projection(w, t.out, t.in, p, importance);
+  auto fitted = fit_projection(w, t.out, t.in, p, importance,
+                               input_covariance(options.covariances, t.base + ".weight", t.in));
+  if (!fitted) return fitted.status().with_context(t.base);
+  SplitProjection split = std::move(*fitted);
   auto half_bytes = [](const std::vector<uint16_t>& h) {
     std::vector<uint8_t> b(h.size() * 2);
     std::memcpy(b.data(), h.data(), b.size());
@@ -108,6 +111,7 @@ std::string params_description(const ConvertOptions& o) {
          " search_steps=" + std::to_string(p.search_steps) + " refine_iters=" + std::to_string(p.refine_iters) +
          " draft_objective=" + (p.residual_bits == 6 ? "draft+residual" : "draft") +
          " imatrix=" + (o.imatrix ? o.imatrix_path : "none") +
+         (o.covariances && !o.covariances->empty() && uses_error_feedback(p) ? " draft_fit=gptq" : "") +
          (o.draft_bpw > 0 ? " draft_bpw=" + std::to_string(o.draft_bpw) : std::string());
 }
 

@@ -2,10 +2,13 @@
 // each quantisation scheme (dequantised to f32, so only weight error is measured).
 #include "bitsplit/quality.h"
 
+#include <cblas.h>
+
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <cstdlib>
@@ -350,7 +353,9 @@ Result<EvalReport> evaluate_quality(const Model& model, const std::vector<int32_
       p.group = o.group;
       p.residual_bits = s.split_residual_bits;
       it = split_models.emplace(s.split_residual_bits, models.size()).first;
-      models.push_back(model.with_split_planes(p, o.imatrix, embed_q8, cpu_context, draft ? &draft->bits : nullptr));
+      BITSPLIT_ASSIGN_OR_RETURN(Model split, model.with_split_planes(p, o.imatrix, embed_q8, cpu_context,
+                                                                      draft ? &draft->bits : nullptr, o.covariances));
+      models.push_back(std::move(split));
     }
     model_of[i] = it->second;
   }
@@ -394,23 +399,44 @@ Result<EvalReport> evaluate_quality(const Model& model, const std::vector<int32_
 
 Result<ImportanceMatrix> collect_imatrix(const Model& model, const std::vector<int32_t>& tokens, int32_t ctx,
                                          int32_t bos, const std::function<void(int64_t, int64_t)>& on_progress,
-                                         int64_t* n_tokens) {
+                                         int64_t* n_tokens, InputCovariances* covariances) {
   BITSPLIT_RETURN_IF_ERROR(check_window_options(model, ctx));
   const auto windows = make_windows(tokens, ctx, bos, 0);
   if (windows.empty()) return Status::error("the text is too short: it needs at least 2 tokens");
   std::map<std::string, std::vector<double>> sums;
   std::map<std::string, int64_t> counts;
+  // Second moments, upper triangle summed by BLAS ssyrk (f32; one window's rows at a time), by
+  // the first weight that reads each input; the projections observed right after it with equal
+  // activations (attn_q/k/v, ffn_gate/up: compared value by value) share its matrix.
+  std::map<std::string, std::shared_ptr<std::vector<float>>> second;
+  std::map<std::string, std::string> reads_same_as;
+  std::vector<float> last_x;
+  int64_t last_rows = 0, last_cols = 0;
+  std::string last_owner;
   const ActivationObserver observer = [&](const std::string& weight, const float* x, int64_t rows, int64_t cols) {
     auto& s = sums[weight];
     s.resize(size_t(cols), 0.0);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t i = 0; i < cols; ++i) s[size_t(i)] += double(x[r * cols + i]) * double(x[r * cols + i]);
     counts[weight] += rows;
+    if (!covariances) return;
+    if (rows == last_rows && cols == last_cols && !last_owner.empty() &&
+        std::memcmp(last_x.data(), x, sizeof(float) * size_t(rows * cols)) == 0) {
+      reads_same_as[weight] = last_owner;
+      return;
+    }
+    last_x.assign(x, x + rows * cols);
+    last_rows = rows, last_cols = cols, last_owner = weight;
+    auto& c = second[weight];
+    if (!c) c = std::make_shared<std::vector<float>>(size_t(cols * cols), 0.0f);
+    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, int(cols), int(rows), 1.0f, x, int(cols), 1.0f, c->data(),
+                int(cols));
   };
   int64_t seen = 0;
   for (size_t wi = 0; wi < windows.size(); ++wi) {
     const auto& win = windows[wi];
     KvCache cache(model.config(), int64_t(win.tokens.size()));
+    last_owner.clear();
     // All rows' logits, so the output head sees every position's activations.
     BITSPLIT_RETURN_IF_ERROR(
         forward_pass(model, cache, Batch::causal(win.tokens, 0, /*all_logits=*/true), &observer));
@@ -422,6 +448,26 @@ Result<ImportanceMatrix> collect_imatrix(const Model& model, const std::vector<i
     std::vector<float> mean(s.size());
     for (size_t i = 0; i < s.size(); ++i) mean[i] = float(s[i] / double(counts[name]));
     m.emplace(name, std::move(mean));
+  }
+  if (covariances) {
+    covariances->clear();
+    for (auto& [name, c] : second) {
+      const auto n = int64_t(m[name].size());
+      const float inv = 1.0f / float(counts[name]);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = i; j < n; ++j) {
+          const float v = (*c)[size_t(i * n + j)] * inv;
+          (*c)[size_t(i * n + j)] = v;
+          (*c)[size_t(j * n + i)] = v;
+        }
+      (*covariances)[name] = Covariance::holding(std::move(*c), n);
+      c.reset();
+    }
+    for (const auto& [name, owner] : reads_same_as) {
+      // Observed with its owner's activations in one window; a weight seen with others elsewhere
+      // (a layout this rule does not fit) gets no matrix rather than a wrong one.
+      if (!second.count(name)) (*covariances)[name] = (*covariances)[owner];
+    }
   }
   if (n_tokens) *n_tokens = seen;
   return m;

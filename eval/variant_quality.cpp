@@ -35,8 +35,10 @@ Result<VariantEvalReport> evaluate_variant_quality(const Model& base, const Mode
     quant::SplitParams p;
     p.group = o.group;
     p.residual_bits = bits;
-    base_split.emplace(bits, base.with_split_planes(p, nullptr, same, cpu_context));
-    ft_split.emplace(bits, finetuned.with_split_planes(p, nullptr, same, cpu_context));
+    BITSPLIT_ASSIGN_OR_RETURN(Model b, base.with_split_planes(p, nullptr, same, cpu_context));
+    BITSPLIT_ASSIGN_OR_RETURN(Model f, finetuned.with_split_planes(p, nullptr, same, cpu_context));
+    base_split.emplace(bits, std::move(b));
+    ft_split.emplace(bits, std::move(f));
   }
   report.base_split_bytes_r8 = plane_bytes(base_split.at(8));
   report.base_split_bytes_r6 = plane_bytes(base_split.at(6));

@@ -193,12 +193,14 @@ const SplitProjection* Model::split(const std::string& weight) const {
   return it == splits_.end() ? nullptr : &it->second;
 }
 
-Model Model::with_split_planes(const quant::SplitParams& params,
-                               const std::map<std::string, std::vector<float>>* importance,
-                               const WeightTransform& embedding, std::shared_ptr<cpu::CpuContext> cpu,
-                               const std::map<std::string, int>* draft_bits) const {
+Result<Model> Model::with_split_planes(const quant::SplitParams& params,
+                                       const std::map<std::string, std::vector<float>>* importance,
+                                       const WeightTransform& embedding, std::shared_ptr<cpu::CpuContext> cpu,
+                                       const std::map<std::string, int>* draft_bits,
+                                       const InputCovariances* covariances) const {
   BITSPLIT_CHECK(!has_planes(), "the model already has planes");
   std::map<std::string, SplitProjection> planes;
+  Status failure = Status::ok();
   // Splits each projection and leaves an empty f32 matrix in its place.
   const WeightTransform split_one = [&](const std::string& name, const std::vector<float>& w, int64_t rows,
                                         int64_t cols) {
@@ -208,11 +210,13 @@ Model Model::with_split_planes(const quant::SplitParams& params,
       auto it = draft_bits->find(split_base_name(name));
       if (it != draft_bits->end()) tensor_params.draft_bits = it->second;
     }
-    SplitProjection p = split_projection(w, rows, cols, tensor_params, imp);
-    planes.emplace(name, std::move(p));
+    auto p = fit_projection(w, rows, cols, tensor_params, imp, input_covariance(covariances, name, cols));
+    if (p) planes.emplace(name, std::move(*p));
+    else if (failure.is_ok()) failure = Status::error(name + ": " + p.status().message());
     return std::vector<float>();
   };
   Model m = transformed(split_one, embedding);
+  if (!failure.is_ok()) return failure;
   m.splits_ = std::move(planes);
   m.cpu_ = cpu ? std::move(cpu) : std::make_shared<cpu::CpuContext>();
   m.backend_ = make_cpu_backend(m.cpu_);

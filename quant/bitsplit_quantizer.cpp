@@ -17,9 +17,13 @@
 namespace bitsplit::quant {
 namespace fit_avx2 {
 void split_row(const float* w, const float* importance, int64_t in, const SplitParams& p, DraftRow d, ResidualRow r);
+void fit_residual_row(const float* w, const float* draft, const float* importance, int64_t in, const SplitParams& p,
+                      ResidualRow r);
 }
 namespace fit_avx512 {
 void split_row(const float* w, const float* importance, int64_t in, const SplitParams& p, DraftRow d, ResidualRow r);
+void fit_residual_row(const float* w, const float* draft, const float* importance, int64_t in, const SplitParams& p,
+                      ResidualRow r);
 }
 
 namespace {
@@ -88,6 +92,16 @@ void split_row(FitTier tier, const float* w, const float* importance, int64_t in
     case FitTier::kReference: return fit_ref::split_row(w, importance, in, p, d, r);
     case FitTier::kAvx2: return fit_avx2::split_row(w, importance, in, p, d, r);
     case FitTier::kAvx512: return fit_avx512::split_row(w, importance, in, p, d, r);
+  }
+}
+
+void fit_residual_row(FitTier tier, const float* w, const float* draft, const float* importance, int64_t in,
+                      const SplitParams& p, ResidualRow r) {
+  BITSPLIT_CHECK(fit_tier_supported(tier), std::string("the CPU lacks the ") + fit_tier_name(tier) + " fit tier");
+  switch (tier) {
+    case FitTier::kReference: return fit_ref::fit_residual_row(w, draft, importance, in, p, r);
+    case FitTier::kAvx2: return fit_avx2::fit_residual_row(w, draft, importance, in, p, r);
+    case FitTier::kAvx512: return fit_avx512::fit_residual_row(w, draft, importance, in, p, r);
   }
 }
 

@@ -164,6 +164,44 @@ TEST(Eval, BitSplitTargetsOnStories260K) {
 }
 
 
+// The draft fitted with error feedback against the inputs' covariances (collected on the first
+// half of the text) beats the ordinary fit with the same importance vectors on the second half, on
+// a real trained model (measured: KL 1.96 against 2.49; width 64 gives each row a single group, so
+// there is less to feed forward than in real models, where it halves the KL); D + R8 stays within
+// 25 % of the ordinary fit's KL (measured 0.000265 against 0.000287).
+TEST(Eval, ErrorFeedbackDraftBeatsTheOrdinaryFitOnStories260K) {
+  const std::string shared = testing::shared_dir();
+  const std::string path = shared.empty() ? "" : shared + "/models/stories260K.gguf";
+  BITSPLIT_REQUIRE_FILE(path);
+  auto source = open_weights(path);
+  ASSERT_TRUE(source.is_ok());
+  auto model = Model::load(**source);
+  auto tok = Tokenizer::from_metadata((*source)->metadata());
+  ASSERT_TRUE(model.is_ok() && tok.is_ok());
+  std::ifstream in(testing::source_dir() + "/tests/data/stories260K_sample.txt");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const auto tokens = (*tok)->encode(ss.str(), {.add_special = false});
+  const std::vector<int32_t> calibration(tokens.begin(), tokens.begin() + tokens.size() / 2);
+  const std::vector<int32_t> text(tokens.begin() + tokens.size() / 2, tokens.end());
+  InputCovariances cov;
+  auto im = collect_imatrix(*model, calibration, 128, 1, nullptr, nullptr, &cov);
+  ASSERT_TRUE(im.is_ok()) << im.status().message();
+  EvalOptions o;
+  o.ctx = 128;
+  o.bos = 1;
+  o.imatrix = &*im;
+  o.schemes = {"draft(R8)", "D+R8"};
+  auto ordinary = evaluate_quality(*model, text, o, nullptr);
+  o.covariances = &cov;
+  auto fed = evaluate_quality(*model, text, o, nullptr);
+  ASSERT_TRUE(ordinary.is_ok() && fed.is_ok()) << ordinary.status().message() << fed.status().message();
+  EXPECT_LT(fed->rows[0].kl_mean, 0.9 * ordinary->rows[0].kl_mean)
+      << "draft KL: feedback " << fed->rows[0].kl_mean << ", ordinary " << ordinary->rows[0].kl_mean;
+  EXPECT_LT(fed->rows[1].kl_mean, 1.25 * ordinary->rows[1].kl_mean)
+      << "D+R8 KL: feedback " << fed->rows[1].kl_mean << ", ordinary " << ordinary->rows[1].kl_mean;
+}
+
 // Real models (../shared/models/fetch-real-models.sh) from the folder in BITSPLIT_REAL_MODELS;
 // skipped without it.
 struct ModelOnText {
@@ -237,6 +275,40 @@ TEST(RealModels, TargetArithmeticBeatsLlamaCppQ8_0OnSmolLM2) {
   EXPECT_LE(kl["D+R8"], 0.5 * kLlamaCppQ8_0);
   EXPECT_LE(kl["D+R6"], kLlamaCppQ8_0);
   EXPECT_GT(kl["D+R8/a8"], kLlamaCppQ8_0) << "one int8 row per row: the gap the remainder closes";
+}
+
+// Issue 14, item 2, on a real model: with error feedback from the inputs' covariances (collected
+// on the 30 KB of kjv.valid.txt after the evaluated 60 KB, as docs/QUALITY.md's table), the
+// draft at 3.0 bits/weight has KL <= 1.0 (measured 0.82; importance vectors alone: 2.11).
+TEST(RealModels, ErrorFeedbackDraftAtThreeBitsOnSmolLM2) {
+  const char* dir = std::getenv("BITSPLIT_REAL_MODELS");
+  if (!dir || !*dir) GTEST_SKIP() << "set BITSPLIT_REAL_MODELS to the folder of fetch-real-models.sh";
+  const std::string path = std::string(dir) + "/smollm2-135m-instruct.q4_1.gguf";
+  BITSPLIT_REQUIRE_FILE(path);
+  auto real = model_on_kjv(path, 90000);
+  auto evaluated = model_on_kjv(path, 60000);
+  ASSERT_TRUE(real.is_ok() && evaluated.is_ok()) << real.status().message();
+  // The 60 KB prefix's tokens are a prefix of the 90 KB text's up to the last few (a word cut at
+  // byte 60000 may tokenise differently): calibrate on what follows them, a few tokens apart.
+  const auto& all = real->tokens;
+  const size_t start = evaluated->tokens.size() + 8;
+  ASSERT_LT(start, all.size());
+  const std::vector<int32_t> calibration(all.begin() + std::ptrdiff_t(start), all.end());
+  InputCovariances cov;
+  auto im = collect_imatrix(real->model, calibration, 512, real->bos, nullptr, nullptr, &cov);
+  ASSERT_TRUE(im.is_ok()) << im.status().message();
+  EvalOptions o;
+  o.ctx = 512;
+  o.max_tokens = 1024;
+  o.bos = real->bos;
+  o.imatrix = &*im;
+  o.covariances = &cov;
+  o.schemes = {"draft(R8)"};
+  o.draft_bpw = 3.0;
+  auto r = evaluate_quality(real->model, evaluated->tokens, o, nullptr);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_LE(r->rows[0].vram_bits_per_weight, 3.0);
+  EXPECT_LE(r->rows[0].kl_mean, 1.0);
 }
 
 }  // namespace

@@ -118,6 +118,39 @@ TEST(BitsplitQuantizer, EveryFitTierGivesTheReferenceBytes) {
 
 // Ties between candidates' errors are rare, so a tier whose sums round differently (a fused
 // multiply-add, another order) may show only over many groups: 16k groups of a real-model shape.
+// The residual of a draft fitted elsewhere (error feedback): handed split_row's own decoded draft,
+// fit_residual_row codes exactly split_row's residual, on every tier the CPU has.
+TEST(BitsplitQuantizer, ResidualOfAGivenDraftIsSplitRowsResidual) {
+  std::mt19937 rng(13);
+  int cases = 0;
+  for (FitTier tier : {FitTier::kReference, FitTier::kAvx2, FitTier::kAvx512}) {
+    if (!fit_tier_supported(tier)) continue;
+    for (int group : {32, 64, 128}) {
+      for (int rbits : {6, 8}) {
+        for (int64_t in : {24, 64, 300}) {
+          SplitParams p;
+          p.group = group;
+          p.residual_bits = rbits;
+          const auto w = random_row(rng, in);
+          std::vector<float> importance(static_cast<size_t>(in));
+          for (auto& v : importance) v = float(rng() % 100) / 25.0f;
+          const float* im = cases++ % 2 ? importance.data() : nullptr;
+          Planes ref(in, p), got(in, p);
+          split_row_ref(w.data(), im, in, p, ref.draft(), ref.resid());
+          std::vector<float> d(static_cast<size_t>(in));
+          dequantize_draft_row_ref(ref.dc.data(), ref.ds.data(), ref.doff.data(), in, group, p.draft_bits, d.data());
+          fit_residual_row(tier, w.data(), d.data(), im, in, p, got.resid());
+          const std::string what = std::string(fit_tier_name(tier)) + " group " + std::to_string(group) + " R" +
+                                   std::to_string(rbits) + " in " + std::to_string(in);
+          ASSERT_EQ(got.rc, ref.rc) << what;
+          ASSERT_EQ(got.rs, ref.rs) << what;
+        }
+      }
+    }
+  }
+  EXPECT_GE(cases, 18);
+}
+
 TEST(BitsplitQuantizer, EveryFitTierGivesTheReferenceBytesOverManyGroups) {
   std::mt19937 rng(12);
   constexpr int64_t kIn = 4096;

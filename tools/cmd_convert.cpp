@@ -44,12 +44,26 @@ int convert(const ConvertArgs& a) {
   options.split.fit = a.fit == "minmax" ? quant::DraftFit::kMinMax : quant::DraftFit::kOptimized;
   options.draft_bpw = a.draft_bpw;
   ImportanceMatrix imatrix;
+  InputCovariances covariances;
   if (!a.imatrix.empty()) {
     auto m = read_imatrix(a.imatrix);
     if (!m) return report_error(m.status().message());
     imatrix = std::move(*m);
     options.imatrix = &imatrix;
     options.imatrix_path = a.imatrix;
+    auto c = read_input_covariances(a.imatrix);
+    if (!c) return report_error(c.status().message());
+    covariances = std::move(*c);
+    if (!covariances.empty()) {
+      options.covariances = &covariances;
+      if (uses_error_feedback(options.split)) {
+        std::fprintf(stderr, "draft: fitted with error feedback (GPTQ) from the input covariances of %zu projections\n",
+                     covariances.size());
+      } else {
+        std::fprintf(stderr, "note: the importance file's covariances are not used with a %d-bit residual (its draft "
+                             "is fitted for draft + residual; docs/QUALITY.md)\n", options.split.residual_bits);
+      }
+    }
   }
   ProgressBar measure_bar("measure draft errors"), bar("convert");
   ConvertReport report;
@@ -91,6 +105,7 @@ struct ImatrixArgs {
   std::string model, text, out;
   int ctx = 128;
   int threads = 0;
+  bool covariance = false;
 };
 
 int imatrix(const ImatrixArgs& a) {
@@ -103,11 +118,16 @@ int imatrix(const ImatrixArgs& a) {
   const auto tokens = loaded->tokenizer->encode(*text, {.add_special = false});
   ProgressBar bar("imatrix");
   int64_t n_tokens = 0;
+  InputCovariances covariances;
   auto m = collect_imatrix(loaded->model, tokens, a.ctx, loaded->tokenizer->vocab().bos,
-                           [&](int64_t done, int64_t total) { bar.update(double(done), double(total)); }, &n_tokens);
+                           [&](int64_t done, int64_t total) { bar.update(double(done), double(total)); }, &n_tokens,
+                           a.covariance ? &covariances : nullptr);
   if (!m) return report_error(m.status().message());
-  if (Status st = write_imatrix(*m, n_tokens, a.text, a.out); !st) return report_error(st.message());
-  std::fprintf(stderr, "wrote %s: %zu weights, %lld tokens\n", a.out.c_str(), m->size(), (long long)n_tokens);
+  if (Status st = write_imatrix(*m, a.covariance ? &covariances : nullptr, n_tokens, a.text, a.out); !st) {
+    return report_error(st.message());
+  }
+  std::fprintf(stderr, "wrote %s: %zu weights%s, %lld tokens\n", a.out.c_str(), m->size(),
+               a.covariance ? " with their input covariances" : "", (long long)n_tokens);
   return 0;
 }
 
@@ -147,7 +167,7 @@ void add_convert_command(CLI::App& app, int* exit_code) {
       ->check(real_above(0.0))->excludes(bits)->type_name("BITS");
   cmd->add_option("--fit", a->fit, "Draft scale/offset fit")->capture_default_str()
       ->check(CLI::IsMember({"optimized", "minmax"}));
-  cmd->add_option("--imatrix", a->imatrix, "Importance matrix from `bitsplit imatrix`")->check(CLI::ExistingFile);
+  cmd->add_option("--imatrix", a->imatrix, "Importance matrix from `bitsplit imatrix` (with --covariance: the draft is fitted with error feedback)")->check(CLI::ExistingFile);
   cmd->add_option("--split-max-size", a->split_max_size,
                   "Write a split set OUTPUT-00001-of-0000N.gguf ... (llama.cpp's gguf-split naming) with at most this "
                   "much tensor data per part (e.g. 4G); a larger tensor gets a part of its own")
@@ -164,6 +184,9 @@ void add_convert_command(CLI::App& app, int* exit_code) {
   im->add_option("-o,--output", b->out, "Output file (.gguf)")->required();
   im->add_option("--ctx", b->ctx, "Tokens per window")->capture_default_str()->check(whole_in(2, 1 << 20));
   im->add_option("-t,--threads", b->threads, "Worker threads (default: all cores)")->check(whole_in(1, 4096));
+  im->add_flag("--covariance", b->covariance,
+               "Also store each projection input's covariance (in^2 floats per input; ~2.4 GB for a 0.5B model): "
+               "convert and eval then fit the draft with error feedback (GPTQ)");
   im->callback([b, exit_code] { *exit_code = imatrix(*b); });
 
   auto q = std::make_shared<QuantizeArgs>();

@@ -169,6 +169,7 @@ int eval(const EvalArgs& a) {
   if (!a.distill.empty()) return report_error("--distill-text needs --base (it distils the variant's scales)");
 
   ImportanceMatrix imatrix;
+  InputCovariances covariances;
   EvalOptions o;
   o.ctx = a.ctx;
   o.group = a.group;
@@ -182,6 +183,10 @@ int eval(const EvalArgs& a) {
     if (!m) return report_error(m.status().message());
     imatrix = std::move(*m);
     o.imatrix = &imatrix;
+    auto c = read_input_covariances(a.imatrix);
+    if (!c) return report_error(c.status().message());
+    covariances = std::move(*c);
+    if (!covariances.empty()) o.covariances = &covariances;
   }
   std::string source_types;
   for (const auto& t : source.tensors()) {
@@ -249,7 +254,8 @@ void add_eval_command(CLI::App& app, int* exit_code) {
                 "Cut the text as llama-perplexity does (chunks of --ctx, BOS first, only each chunk's second half "
                 "scored; --max-tokens N takes N / (ctx/2) chunks), so KL compares with its --kl-divergence at "
                 "-c CTX --chunks N/(CTX/2)");
-  cmd->add_option("--imatrix", a->imatrix, "Importance matrix for the bit-split schemes")->check(CLI::ExistingFile);
+  cmd->add_option("--imatrix", a->imatrix, "Importance matrix for the bit-split schemes (with covariances: drafts fitted with error feedback, as "
+                 "convert does; the /w rows keep the ordinary fit)")->check(CLI::ExistingFile);
   cmd->add_option("--draft-bpw", a->draft_bpw,
                   "Give the bit-split schemes' drafts per-tensor bits within this budget, as `convert --draft-bpw` does")
       ->check(real_above(0.0))->type_name("BITS");

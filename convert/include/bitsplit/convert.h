@@ -22,6 +22,9 @@ struct ConvertOptions {
   quant::SplitParams split;
   const ImportanceMatrix* imatrix = nullptr;
   std::string imatrix_path;  // recorded in the metadata
+  // The importance file's input covariances (`imatrix --covariance`): when a projection's input
+  // has one, its draft is fitted with error feedback (split_projection_gptq).
+  const InputCovariances* covariances = nullptr;
   // With a limit: the output is a split set OUT-00001-of-0000N.gguf ... (OUT: out_path without
   // its .gguf), cut by these limits (split_gguf.h); without: one file at out_path.
   SplitLimits output_split;

@@ -30,6 +30,9 @@ struct EvalOptions {
   // false: windows of [BOS] + ctx - 1 text tokens, overlapping by one, every position scored.
   bool llama_windows = false;
   const ImportanceMatrix* imatrix = nullptr;
+  // The importance file's input covariances: the bit-split schemes' drafts are fitted with error
+  // feedback where a projection's input has one (as convert does with such a file).
+  const InputCovariances* covariances = nullptr;
   std::vector<std::string> schemes;  // empty = all of eval_scheme_names()
   // > 0: the bit-split schemes' draft planes get per-tensor bits within this VRAM budget, as
   // `bitsplit convert --draft-bpw` chooses them (measured on this model's weights).
@@ -112,9 +115,11 @@ Result<VariantEvalReport> evaluate_variant_quality(const Model& base, const Mode
                                                    const std::vector<int32_t>& tokens, const VariantEvalOptions& options,
                                                    const std::function<void(int64_t done, int64_t total)>& on_progress);
 
-// Mean squared activation of every input column of every projection over `tokens`.
+// Mean squared activation of every input column of every projection over `tokens`; with
+// covariances, also each projection input's second-moment matrix E[x x^T] (cols^2 floats per
+// distinct input: 2.4 GB for Qwen2.5-0.5B, whose ffn_down reads 4864 columns).
 Result<ImportanceMatrix> collect_imatrix(const Model& model, const std::vector<int32_t>& tokens, int32_t ctx,
                                          int32_t bos, const std::function<void(int64_t done, int64_t total)>& on_progress,
-                                         int64_t* n_tokens);
+                                         int64_t* n_tokens, InputCovariances* covariances = nullptr);
 
 }  // namespace bitsplit

@@ -15,6 +15,7 @@
 
 #include "bitsplit/backend.h"
 #include "bitsplit/cpu.h"
+#include "bitsplit/imatrix.h"
 #include "bitsplit/planes.h"
 #include "bitsplit/quant.h"
 #include "bitsplit/status.h"
@@ -180,11 +181,14 @@ class Model {
   // A copy whose projections are split into planes by quant::split_row_ref (as `bitsplit
   // convert` does) and computed with the plane kernels; `importance` (per weight name, may
   // be null) weights the fit. The embedding passes through `embedding`. `draft_bits` (base name
-  // "blk.3.attn_v" -> bits, may be null) overrides params.draft_bits per projection.
-  Model with_split_planes(const quant::SplitParams& params,
-                          const std::map<std::string, std::vector<float>>* importance,
-                          const WeightTransform& embedding, std::shared_ptr<cpu::CpuContext> cpu,
-                          const std::map<std::string, int>* draft_bits = nullptr) const;
+  // "blk.3.attn_v" -> bits, may be null) overrides params.draft_bits per projection. A projection
+  // whose input has a matrix in `covariances` (may be null) gets its draft fitted with error
+  // feedback (split_projection_gptq; its errors are returned).
+  Result<Model> with_split_planes(const quant::SplitParams& params,
+                                  const std::map<std::string, std::vector<float>>* importance,
+                                  const WeightTransform& embedding, std::shared_ptr<cpu::CpuContext> cpu,
+                                  const std::map<std::string, int>* draft_bits = nullptr,
+                                  const InputCovariances* covariances = nullptr) const;
   // Planes of a projection ("blk.0.attn_q.weight"), or null when it is held in f32.
   const SplitProjection* split(const std::string& weight) const;
   bool has_planes() const { return !splits_.empty(); }

@@ -264,6 +264,11 @@ inline void split_row(const float* w, const float* importance, int64_t in, const
                       ResidualRow r) {
   split_row(default_fit_tier(), w, importance, in, p, d, r);
 }
+// The residual plane alone for a draft fitted elsewhere (error feedback, backend/gptq.cpp):
+// r = w - draft (draft = the row's decoded D values, `in` floats), coded per group exactly as
+// split_row codes its own residual (same scale search, same bits on every tier).
+void fit_residual_row(FitTier tier, const float* w, const float* draft, const float* importance, int64_t in,
+                      const SplitParams& p, ResidualRow r);
 // d_i for the row (padding dropped).
 void dequantize_draft_row_ref(const uint8_t* codes, const uint16_t* scales, const uint16_t* offsets, int64_t in,
                               int group, int bits, float* out);
