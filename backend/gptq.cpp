@@ -42,12 +42,15 @@ Result<std::vector<float>> inverse_cholesky_upper(const float* covariance, int64
       if (d == 0.0) d = 1.0;
       d += damp * mean_diag;
     }
+    // H is symmetric, so its row-major array is also H in column-major order, which LAPACK takes
+    // without transposing: column-major lower factors are the row-major upper triangle here.
     const auto ni = lapack_int(n);
-    if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', ni, h.data(), ni) != 0) continue;
-    if (LAPACKE_dpotri(LAPACK_ROW_MAJOR, 'L', ni, h.data(), ni) != 0) continue;
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = i + 1; j < n; ++j) h[size_t(i * n + j)] = h[size_t(j * n + i)];
-    if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'U', ni, h.data(), ni) != 0) continue;
+    if (LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'L', ni, h.data(), ni) != 0) continue;
+    if (LAPACKE_dpotri(LAPACK_COL_MAJOR, 'L', ni, h.data(), ni) != 0) continue;
+    for (int64_t i = 0; i < n; ++i)  // H^-1's upper triangle (row-major) mirrored into the lower
+      for (int64_t j = i + 1; j < n; ++j) h[size_t(j * n + i)] = h[size_t(i * n + j)];
+    // Column-major lower L with H^-1 = L L^T is row-major upper U = L^T with H^-1 = U^T U.
+    if (LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'L', ni, h.data(), ni) != 0) continue;
     std::vector<float> u(size_t(n * n), 0.0f);
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = i; j < n; ++j) u[size_t(i * n + j)] = float(h[size_t(i * n + j)]);

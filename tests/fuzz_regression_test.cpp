@@ -82,6 +82,20 @@ TEST(FuzzSeeds, LongRopeSeedLoads) {
   FAIL() << "no phi3-longrope seed";
 }
 
+// The importance-matrix seed carries a covariance and a weight sharing it, so the fuzzer mutates
+// that reader from a file it accepts.
+TEST(FuzzSeeds, ImatrixSeedHasSharedCovariances) {
+  const auto seeds = fuzz::make_seeds("imatrix", "");
+  ASSERT_FALSE(seeds.empty());
+  fuzz::MemFile mem(seeds[0].bytes.data(), seeds[0].bytes.size());
+  auto cov = read_input_covariances(mem.path());
+  ASSERT_TRUE(cov.is_ok()) << cov.status().message();
+  ASSERT_EQ(cov->size(), 2u);
+  EXPECT_EQ(cov->at("blk.0.attn_k.weight"), cov->at("blk.0.attn_v.weight"));
+  EXPECT_EQ(cov->at("blk.0.attn_k.weight")->n, 8);
+  EXPECT_EQ(cov->at("blk.0.attn_k.weight")->data[9], 2.0f);
+}
+
 // A failing property aborts with its message (harness_common.h), as under libFuzzer.
 TEST_P(FuzzCorpus, SeedsAndPastFindingsRunClean) {
   const std::string target = GetParam();

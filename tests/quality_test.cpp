@@ -131,24 +131,36 @@ TEST(Eval, RejectsBadOptions) {
   EXPECT_FALSE(evaluate_quality(m, {5}, o, nullptr).is_ok());
 }
 
+// A model and a text in its tokens.
+struct ModelOnText {
+  Model model;
+  std::vector<int32_t> tokens;
+  int32_t bos = 0;
+};
+
+// The real stories260K model (../shared) and tests/data/stories260K_sample.txt in its tokens.
+Result<ModelOnText> stories260k_on_sample(const std::string& path) {
+  BITSPLIT_ASSIGN_OR_RETURN(auto source, open_weights(path));
+  BITSPLIT_ASSIGN_OR_RETURN(Model model, Model::load(*source));
+  BITSPLIT_ASSIGN_OR_RETURN(auto tok, Tokenizer::from_metadata(source->metadata()));
+  std::ifstream in(testing::source_dir() + "/tests/data/stories260K_sample.txt");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ModelOnText{std::move(model), tok->encode(ss.str(), {.add_special = false}), 1};
+}
+
 // The quality targets on a real trained model: D+R8 halves Q8_0's KL, D+R6 beats
 // Q8_0, and the optimised draft beats plain 2-bit min/max.
 TEST(Eval, BitSplitTargetsOnStories260K) {
   const std::string shared = testing::shared_dir();
   const std::string path = shared.empty() ? "" : shared + "/models/stories260K.gguf";
   BITSPLIT_REQUIRE_FILE(path);
-  auto source = open_weights(path);
-  ASSERT_TRUE(source.is_ok());
-  auto model = Model::load(**source);
-  auto tok = Tokenizer::from_metadata((*source)->metadata());
-  ASSERT_TRUE(model.is_ok() && tok.is_ok());
-  std::ifstream in(testing::source_dir() + "/tests/data/stories260K_sample.txt");
-  std::stringstream ss;
-  ss << in.rdbuf();
+  auto real = stories260k_on_sample(path);
+  ASSERT_TRUE(real.is_ok()) << real.status().message();
   EvalOptions o;
   o.ctx = 128;
-  o.bos = 1;
-  auto r = evaluate_quality(*model, (*tok)->encode(ss.str(), {.add_special = false}), o, nullptr);
+  o.bos = real->bos;
+  auto r = evaluate_quality(real->model, real->tokens, o, nullptr);
   ASSERT_TRUE(r.is_ok()) << r.status().message();
   std::map<std::string, EvalRow> by;
   for (const auto& row : r->rows) by[row.scheme] = row;
@@ -173,28 +185,23 @@ TEST(Eval, ErrorFeedbackDraftBeatsTheOrdinaryFitOnStories260K) {
   const std::string shared = testing::shared_dir();
   const std::string path = shared.empty() ? "" : shared + "/models/stories260K.gguf";
   BITSPLIT_REQUIRE_FILE(path);
-  auto source = open_weights(path);
-  ASSERT_TRUE(source.is_ok());
-  auto model = Model::load(**source);
-  auto tok = Tokenizer::from_metadata((*source)->metadata());
-  ASSERT_TRUE(model.is_ok() && tok.is_ok());
-  std::ifstream in(testing::source_dir() + "/tests/data/stories260K_sample.txt");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const auto tokens = (*tok)->encode(ss.str(), {.add_special = false});
-  const std::vector<int32_t> calibration(tokens.begin(), tokens.begin() + tokens.size() / 2);
-  const std::vector<int32_t> text(tokens.begin() + tokens.size() / 2, tokens.end());
+  auto real = stories260k_on_sample(path);
+  ASSERT_TRUE(real.is_ok()) << real.status().message();
+  const Model& model = real->model;
+  const auto& tokens = real->tokens;
+  const std::vector<int32_t> calibration(tokens.begin(), tokens.begin() + std::ptrdiff_t(tokens.size() / 2));
+  const std::vector<int32_t> text(tokens.begin() + std::ptrdiff_t(tokens.size() / 2), tokens.end());
   InputCovariances cov;
-  auto im = collect_imatrix(*model, calibration, 128, 1, nullptr, nullptr, &cov);
+  auto im = collect_imatrix(model, calibration, 128, real->bos, nullptr, nullptr, &cov);
   ASSERT_TRUE(im.is_ok()) << im.status().message();
   EvalOptions o;
   o.ctx = 128;
-  o.bos = 1;
+  o.bos = real->bos;
   o.imatrix = &*im;
   o.schemes = {"draft(R8)", "D+R8"};
-  auto ordinary = evaluate_quality(*model, text, o, nullptr);
+  auto ordinary = evaluate_quality(model, text, o, nullptr);
   o.covariances = &cov;
-  auto fed = evaluate_quality(*model, text, o, nullptr);
+  auto fed = evaluate_quality(model, text, o, nullptr);
   ASSERT_TRUE(ordinary.is_ok() && fed.is_ok()) << ordinary.status().message() << fed.status().message();
   EXPECT_LT(fed->rows[0].kl_mean, 0.9 * ordinary->rows[0].kl_mean)
       << "draft KL: feedback " << fed->rows[0].kl_mean << ", ordinary " << ordinary->rows[0].kl_mean;
@@ -204,11 +211,6 @@ TEST(Eval, ErrorFeedbackDraftBeatsTheOrdinaryFitOnStories260K) {
 
 // Real models (../shared/models/fetch-real-models.sh) from the folder in BITSPLIT_REAL_MODELS;
 // skipped without it.
-struct ModelOnText {
-  Model model;
-  std::vector<int32_t> tokens;
-  int32_t bos = 0;
-};
 // The model at `path` and the first `bytes` of tests/models/text/kjv.valid.txt in its tokens.
 Result<ModelOnText> model_on_kjv(const std::string& path, size_t bytes) {
   BITSPLIT_ASSIGN_OR_RETURN(auto source, open_weights(path));

@@ -168,6 +168,11 @@ std::vector<uint8_t> tiny_imatrix() {
     for (size_t i = 0; i < v.size(); ++i) v[i] = float(i) * 0.5f;
     BITSPLIT_CHECK(w.add_tensor(name, TensorType::F32, {32}, f32_bytes(v)).is_ok());
   }
+  // imatrix --covariance: one 8 x 8 matrix and a weight that shares it.
+  std::vector<float> c(64, 0.125f);
+  for (int i = 0; i < 8; ++i) c[size_t(i * 9)] = 1.0f + float(i);
+  BITSPLIT_CHECK(w.add_tensor("blk.0.attn_k.weight.cov", TensorType::F32, {8, 8}, f32_bytes(c)).is_ok());
+  w.metadata().set("imatrix.same_input.blk.0.attn_v.weight", Value::string("blk.0.attn_k.weight"));
   return w.to_bytes();
 }
 
