@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The draft's quality against its VRAM budget on one model (docs/QUALITY.md, "Real models"):
 # `bitsplit eval --scheme 'draft(R8)' --draft-bpw B` for each budget, without and with an
-# importance matrix computed on a calibration text, plus llama.cpp's KL for its low-bit types on
+# importance matrix computed on a calibration text, and with its input covariances (the draft
+# fitted with error feedback; COVARIANCE=0 skips it: the file is in^2 floats per input, ~10 GB
+# for a 1.5B model), plus llama.cpp's KL for its low-bit types on
 # the same text and context when LLAMA_CPP points at a CPU build of llama.cpp (its bin/ folder,
 # holding llama-quantize and llama-perplexity; build it outside this tree).
 #
@@ -37,13 +39,19 @@ mkdir -p "$out"
 } > "$out/README.txt"
 
 "$bin" imatrix "$model" --text "$calib" --ctx "$ctx" -t "$threads" -o "$out/imatrix.gguf"
+kinds="no yes"
+if [[ ${COVARIANCE:-1} != 0 ]]; then
+  "$bin" imatrix "$model" --text "$calib" --ctx "$ctx" -t "$threads" --covariance -o "$out/imatrix-cov.gguf"
+  kinds="no yes cov"
+fi
 echo "| budget | imatrix | draft bits | VRAM bits/w | KL mean | top-1 |" > "$out/table.md"
 echo "|---|---|---|---|---|---|" >> "$out/table.md"
 for b in $budgets; do
-  for im in no yes; do
+  for im in $kinds; do
     args=(eval "$model" --text "$text" --ctx "$ctx" --max-tokens "$tokens" -t "$threads" --scheme 'draft(R8)' --json)
     [[ $b != 2.5 ]] && args+=(--draft-bpw "$b")
     [[ $im == yes ]] && args+=(--imatrix "$out/imatrix.gguf")
+    [[ $im == cov ]] && args+=(--imatrix "$out/imatrix-cov.gguf")
     "$bin" "${args[@]}" > "$out/eval-$b-$im.json"
     /usr/bin/env python3 - "$out/eval-$b-$im.json" "$b" "$im" >> "$out/table.md" <<'PY'
 import json, sys
