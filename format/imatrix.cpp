@@ -19,15 +19,19 @@ bool is_covariance_tensor(const std::string& name) {
          name.compare(name.size() - std::strlen(kCovSuffix), std::string::npos, kCovSuffix) == 0;
 }
 
-Result<gguf::File> open_imatrix(const std::string& path) {
+// The file, shared: covariances read from it point into its mapping and keep it alive.
+Result<std::shared_ptr<const gguf::File>> open_imatrix(const std::string& path) {
   BITSPLIT_ASSIGN_OR_RETURN(gguf::File file, gguf::File::open(path));
   auto kind = file.metadata().get_string_or("general.type", "");
   if (!kind || *kind != "bitsplit.imatrix") {
     return Status::error(path + ": not a bitsplit importance matrix (general.type is not 'bitsplit.imatrix'); "
                          "make one with `bitsplit imatrix`");
   }
-  return file;
+  return std::make_shared<const gguf::File>(std::move(file));
 }
+
+Result<ImportanceMatrix> columns_of(const gguf::File& file, const std::string& path);
+Result<InputCovariances> covariances_of(const std::shared_ptr<const gguf::File>& file, const std::string& path);
 
 }  // namespace
 
@@ -53,7 +57,26 @@ const float* input_covariance(const InputCovariances* m, const std::string& weig
 }
 
 Result<ImportanceMatrix> read_imatrix(const std::string& path) {
-  BITSPLIT_ASSIGN_OR_RETURN(gguf::File file, open_imatrix(path));
+  BITSPLIT_ASSIGN_OR_RETURN(auto file, open_imatrix(path));
+  return columns_of(*file, path);
+}
+
+Result<InputCovariances> read_input_covariances(const std::string& path) {
+  BITSPLIT_ASSIGN_OR_RETURN(auto file, open_imatrix(path));
+  return covariances_of(file, path);
+}
+
+Result<ImatrixFile> read_imatrix_file(const std::string& path) {
+  BITSPLIT_ASSIGN_OR_RETURN(auto file, open_imatrix(path));
+  ImatrixFile f;
+  BITSPLIT_ASSIGN_OR_RETURN(f.columns, columns_of(*file, path));
+  BITSPLIT_ASSIGN_OR_RETURN(f.covariances, covariances_of(file, path));
+  return f;
+}
+
+namespace {
+
+Result<ImportanceMatrix> columns_of(const gguf::File& file, const std::string& path) {
   ImportanceMatrix m;
   for (const auto& t : file.tensors()) {
     if (is_covariance_tensor(t.name)) continue;
@@ -65,9 +88,7 @@ Result<ImportanceMatrix> read_imatrix(const std::string& path) {
   return m;
 }
 
-Result<InputCovariances> read_input_covariances(const std::string& path) {
-  BITSPLIT_ASSIGN_OR_RETURN(gguf::File opened, open_imatrix(path));
-  auto file = std::make_shared<const gguf::File>(std::move(opened));
+Result<InputCovariances> covariances_of(const std::shared_ptr<const gguf::File>& file, const std::string& path) {
   InputCovariances m;
   for (const auto& t : file->tensors()) {
     if (!is_covariance_tensor(t.name)) continue;
@@ -103,6 +124,8 @@ Result<InputCovariances> read_input_covariances(const std::string& path) {
   }
   return m;
 }
+
+}  // namespace
 
 Status write_imatrix(const ImportanceMatrix& imatrix, const InputCovariances* covariances, int64_t n_tokens,
                      const std::string& source_text, const std::string& path) {

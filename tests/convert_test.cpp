@@ -399,6 +399,11 @@ TEST_F(ConvertTest, InputCovariancesRoundTripSharedAndFeedTheDraftFit) {
   auto columns = read_imatrix(path("cov.gguf"));
   ASSERT_TRUE(columns.is_ok()) << columns.status().message();
   EXPECT_EQ(*columns, *im);
+  auto both = read_imatrix_file(path("cov.gguf"));  // what convert and eval read: one opening
+  ASSERT_TRUE(both.is_ok()) << both.status().message();
+  EXPECT_EQ(both->columns, *im);
+  EXPECT_EQ(both->covariances.size(), cov.size());
+  EXPECT_EQ(both->covariances.at("blk.1.attn_q.weight"), both->covariances.at("blk.1.attn_v.weight"));
 
   // Convert with and without the covariances: the drafts differ, both files load and run.
   ConvertOptions plain;

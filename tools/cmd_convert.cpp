@@ -43,22 +43,18 @@ int convert(const ConvertArgs& a) {
   options.split.draft_bits = a.draft_bits;
   options.split.fit = a.fit == "minmax" ? quant::DraftFit::kMinMax : quant::DraftFit::kOptimized;
   options.draft_bpw = a.draft_bpw;
-  ImportanceMatrix imatrix;
-  InputCovariances covariances;
+  ImatrixFile imatrix;
   if (!a.imatrix.empty()) {
-    auto m = read_imatrix(a.imatrix);
+    auto m = read_imatrix_file(a.imatrix);
     if (!m) return report_error(m.status().message());
     imatrix = std::move(*m);
-    options.imatrix = &imatrix;
+    options.imatrix = &imatrix.columns;
     options.imatrix_path = a.imatrix;
-    auto c = read_input_covariances(a.imatrix);
-    if (!c) return report_error(c.status().message());
-    covariances = std::move(*c);
-    if (!covariances.empty()) {
-      options.covariances = &covariances;
+    if (!imatrix.covariances.empty()) {
+      options.covariances = &imatrix.covariances;
       if (uses_error_feedback(options.split)) {
         std::fprintf(stderr, "draft: fitted with error feedback (GPTQ) from the input covariances of %zu projections\n",
-                     covariances.size());
+                     imatrix.covariances.size());
       } else {
         std::fprintf(stderr, "note: the importance file's covariances are not used with a %d-bit residual (its draft "
                              "is fitted for draft + residual; docs/QUALITY.md)\n", options.split.residual_bits);

@@ -168,8 +168,7 @@ int eval(const EvalArgs& a) {
   if (!a.lora.empty()) return report_error("--lora applies to MODEL scored against --reference");
   if (!a.distill.empty()) return report_error("--distill-text needs --base (it distils the variant's scales)");
 
-  ImportanceMatrix imatrix;
-  InputCovariances covariances;
+  ImatrixFile imatrix;
   EvalOptions o;
   o.ctx = a.ctx;
   o.group = a.group;
@@ -179,14 +178,11 @@ int eval(const EvalArgs& a) {
   o.schemes = a.schemes;
   o.draft_bpw = a.draft_bpw;
   if (!a.imatrix.empty()) {
-    auto m = read_imatrix(a.imatrix);
+    auto m = read_imatrix_file(a.imatrix);
     if (!m) return report_error(m.status().message());
     imatrix = std::move(*m);
-    o.imatrix = &imatrix;
-    auto c = read_input_covariances(a.imatrix);
-    if (!c) return report_error(c.status().message());
-    covariances = std::move(*c);
-    if (!covariances.empty()) o.covariances = &covariances;
+    o.imatrix = &imatrix.columns;
+    if (!imatrix.covariances.empty()) o.covariances = &imatrix.covariances;
   }
   std::string source_types;
   for (const auto& t : source.tensors()) {

@@ -32,6 +32,12 @@ Result<ImportanceMatrix> read_imatrix(const std::string& path);
 // The file's covariance matrices (empty when it has none). Errors: a matrix that is not square
 // F32, a non-finite or negative diagonal, a shared-input entry naming no matrix.
 Result<InputCovariances> read_input_covariances(const std::string& path);
+// Both parts of the file from one opening (what convert and eval read).
+struct ImatrixFile {
+  ImportanceMatrix columns;
+  InputCovariances covariances;  // empty unless made with --covariance
+};
+Result<ImatrixFile> read_imatrix_file(const std::string& path);
 // The columns of `weight` ("blk.0.attn_q.weight") when m has an entry of exactly `cols` values;
 // null otherwise (no matrix, no entry, another width): the fit then weighs columns equally.
 const float* importance_columns(const ImportanceMatrix* m, const std::string& weight, int64_t cols);
