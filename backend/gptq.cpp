@@ -121,8 +121,14 @@ Result<SplitProjection> split_projection_gptq(const std::vector<float>& w, int64
   const int64_t groups = quant::groups_per_row(cols, group), padded = quant::padded_width(cols, group);
   const quant::FitTier tier = quant::default_fit_tier();
   std::vector<uint8_t> codes(size_t(rows * padded), 0);
-  // Each row's current grid: draft (scale, offset) or residual scale, decoded from fp16.
-  std::vector<float> grid_scale(static_cast<size_t>(rows)), grid_offset(static_cast<size_t>(rows));
+  // Each row's current grid: draft (scale, offset) or residual scale, decoded from fp16, and the
+  // scale's inverse (0 for a zero scale), computed once per group rather than per weight.
+  std::vector<float> grid_scale(static_cast<size_t>(rows)), grid_offset(static_cast<size_t>(rows)),
+      grid_inverse(static_cast<size_t>(rows));
+  const auto set_scale = [&](int64_t r, float s) {
+    grid_scale[size_t(r)] = s;
+    grid_inverse[size_t(r)] = s > 0.0f ? 1.0f / s : 0.0f;
+  };
 
   // The draft: D's codes against W.
   std::vector<float> work = w;
@@ -135,12 +141,12 @@ Result<SplitProjection> split_projection_gptq(const std::vector<float>& w, int64
         uint8_t scratch[quant::kMaxGroup];
         quant::DraftRow one{scratch, p.draft_scales.data() + r * groups + gi, p.draft_offsets.data() + r * groups + gi};
         quant::split_row(tier, wg, importance + gi * group, n, draft_only, one, {});
-        grid_scale[size_t(r)] = quant::fp16_to_fp32(one.scales[0]);
+        set_scale(r, quant::fp16_to_fp32(one.scales[0]));
         grid_offset[size_t(r)] = quant::fp16_to_fp32(one.offsets[0]);
       },
       [&](int64_t r, int64_t j, float v) {
         const float s = grid_scale[size_t(r)], m = grid_offset[size_t(r)];
-        const float q = std::clamp(std::nearbyint((v - m) * (s > 0.0f ? 1.0f / s : 0.0f)), 0.0f, top);
+        const float q = std::clamp(std::nearbyint((v - m) * grid_inverse[size_t(r)]), 0.0f, top);
         codes[size_t(r * padded + j)] = uint8_t(q);
         return m + s * q;
       });
@@ -165,11 +171,11 @@ Result<SplitProjection> split_projection_gptq(const std::vector<float>& w, int64
         uint8_t scratch[quant::kMaxGroup];
         quant::ResidualRow one{scratch, p.resid_scales.data() + r * groups + gi};
         quant::fit_residual_row(tier, rg, no_draft.data(), importance + gi * group, n, params, one);
-        grid_scale[size_t(r)] = quant::fp16_to_fp32(one.scales[0]);
+        set_scale(r, quant::fp16_to_fp32(one.scales[0]));
       },
       [&](int64_t r, int64_t j, float v) {
         const float t = grid_scale[size_t(r)];
-        const float c = std::clamp(std::nearbyint(v * (t > 0.0f ? 1.0f / t : 0.0f)), -half, half - 1.0f);
+        const float c = std::clamp(std::nearbyint(v * grid_inverse[size_t(r)]), -half, half - 1.0f);
         codes[size_t(r * padded + j)] = uint8_t(int(c + half));
         return t * c;
       });
