@@ -52,6 +52,26 @@ Result<const float*> importance_for(const ConvertOptions& options, const std::st
   return static_cast<const float*>(it->second.data());
 }
 
+// The input covariance for projection `base` when the importance file has covariances and
+// error feedback applies (null otherwise); like importance_for, a missing or mismatched entry is
+// an error rather than a silent fall back to the ordinary fit.
+Result<const float*> covariance_for(const ConvertOptions& options, const quant::SplitParams& p, const std::string& base,
+                                    int64_t in) {
+  if (!options.covariances || options.covariances->empty() || !uses_error_feedback(p)) {
+    return static_cast<const float*>(nullptr);
+  }
+  auto it = options.covariances->find(base + ".weight");
+  if (it == options.covariances->end()) {
+    return Status::error("importance matrix has no input covariance for '" + base +
+                         ".weight' (was it made for another model?)");
+  }
+  if (it->second->n != in) {
+    return Status::error("importance matrix covariance of '" + base + ".weight' is " + std::to_string(it->second->n) +
+                         " x " + std::to_string(it->second->n) + ", the weight has " + std::to_string(in) + " columns");
+  }
+  return it->second->data;
+}
+
 // A source tensor's weights in f32, refused when one is NaN or infinite (a corrupt or overflowed
 // source would otherwise become a file of garbage codes without a word).
 Result<std::vector<float>> load_finite(const WeightSource& source, const gguf::TensorInfo& t) {
@@ -72,8 +92,8 @@ Result<SplitPlanes> split_tensor(const WeightSource& source, const OutTensor& t,
   BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> w, load_finite(source, *t.source));
   source.release(*t.source);
   BITSPLIT_ASSIGN_OR_RETURN(const float* importance, importance_for(options, t.base, t.in));
-  auto fitted = fit_projection(w, t.out, t.in, p, importance,
-                               input_covariance(options.covariances, t.base + ".weight", t.in));
+  BITSPLIT_ASSIGN_OR_RETURN(const float* covariance, covariance_for(options, p, t.base, t.in));
+  auto fitted = fit_projection(w, t.out, t.in, p, importance, covariance);
   if (!fitted) return fitted.status().with_context(t.base);
   SplitProjection split = std::move(*fitted);
   auto half_bytes = [](const std::vector<uint16_t>& h) {

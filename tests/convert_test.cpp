@@ -424,6 +424,19 @@ TEST_F(ConvertTest, InputCovariancesRoundTripSharedAndFeedTheDraftFit) {
   auto logits = logits_of(**b);
   ASSERT_TRUE(logits.is_ok()) << logits.status().message();
   for (float v : *logits) ASSERT_TRUE(std::isfinite(v));
+  // A covariance of the wrong width (or none) for a projection is an error, as a missing
+  // importance entry is, not a silent fall back to the ordinary fit.
+  InputCovariances wrong = *back;
+  wrong["blk.0.ffn_down.weight"] = Covariance::holding(std::vector<float>(16, 0.0f), 4);
+  ConvertOptions bad = plain;
+  bad.covariances = &wrong;
+  Status mismatch = convert_model(**source, path("bad.gguf"), bad, nullptr, nullptr);
+  EXPECT_NE(mismatch.message().find("covariance of 'blk.0.ffn_down.weight' is 4 x 4"), std::string::npos)
+      << mismatch.message();
+  wrong.erase("blk.0.ffn_down.weight");
+  mismatch = convert_model(**source, path("bad.gguf"), bad, nullptr, nullptr);
+  EXPECT_NE(mismatch.message().find("no input covariance for 'blk.0.ffn_down.weight'"), std::string::npos)
+      << mismatch.message();
 
   // Malformed covariance files.
   auto bad_file = [&](const std::string& name, std::vector<int64_t> dims, float diag, const std::string& same_as) {
