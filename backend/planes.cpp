@@ -107,6 +107,19 @@ std::vector<float> SplitProjection::dequantize(bool with_residual) const {
   const int64_t groups = quant::groups_per_row(in, group);
   const int64_t d_bytes = quant::code_row_bytes(in, group, draft_bits);
   const int64_t r_bytes = quant::code_row_bytes(in, group, residual_bits);
+  // A residual held only packed (borrowed from a file) is read back through the file layout.
+  std::vector<uint8_t> unpacked_codes;
+  std::vector<uint16_t> unpacked_scales;
+  const uint8_t* resid_code_rows = resid_codes.data();
+  const uint16_t* resid_scale_rows = resid_scales.data();
+  if (with_residual && resid_codes.empty() && packed_residual) {
+    unpacked_codes.resize(size_t(out * r_bytes));
+    unpacked_scales.resize(size_t(out * groups));
+    quant::unpack_tiles(packed_residual->shape(), packed_residual->data(), unpacked_codes.data(),
+                        unpacked_scales.data(), nullptr);
+    resid_code_rows = unpacked_codes.data();
+    resid_scale_rows = unpacked_scales.data();
+  }
   std::vector<float> w(static_cast<size_t>(in * out));
   tbb::parallel_for(int64_t{0}, out, [&](int64_t o) {
     float* row = w.data() + o * in;
@@ -114,7 +127,7 @@ std::vector<float> SplitProjection::dequantize(bool with_residual) const {
                                     draft_offsets.data() + o * groups, in, group, draft_bits, row);
     if (!with_residual) return;
     std::vector<float> r(static_cast<size_t>(in));
-    quant::dequantize_residual_row_ref(resid_codes.data() + o * r_bytes, resid_scales.data() + o * groups, in, group,
+    quant::dequantize_residual_row_ref(resid_code_rows + o * r_bytes, resid_scale_rows + o * groups, in, group,
                                        residual_bits, r.data());
     for (int64_t i = 0; i < in; ++i) row[i] += r[size_t(i)];
   });
@@ -142,21 +155,45 @@ Result<SplitProjection> load_split_planes(const WeightSource& source, const std:
                                           int64_t out, const SplitFormat& f) {
   // The planes' shapes are checked before anything is sized for (in, out), which come from the
   // metadata: a header cannot make the loader allocate more than the file holds.
-  const auto tensors = split_plane_tensors(base, in, f);
-  for (const SplitPlaneTensor& st : tensors) BITSPLIT_RETURN_IF_ERROR(check_plane(source, st.name, st.type, st.row, out));
+  const auto tensors = split_plane_tensors(base, in, out, f);
+  for (const SplitPlaneTensor& st : tensors) BITSPLIT_RETURN_IF_ERROR(check_plane(source, st.name, st.type, st.row, st.rows));
   SplitProjection p = SplitProjection::sized(out, in, f.group, f.draft_bits_for(base), f.residual_bits);
-  // Each plane's bytes are copied as stored (I8 codes, little-endian F16 scales) into the
-  // buffers sized for the shape; check_plane has matched the sizes.
-  const std::pair<void*, size_t> dest[kSplitPlanes] = {
-      {p.draft_codes.data(), p.draft_codes.size()},         {p.draft_scales.data(), p.draft_scales.size() * 2},
-      {p.draft_offsets.data(), p.draft_offsets.size() * 2}, {p.resid_codes.data(), p.resid_codes.size()},
-      {p.resid_scales.data(), p.resid_scales.size() * 2}};
-  for (int i = 0; i < kSplitPlanes; ++i) {
-    const SplitPlaneTensor& st = tensors[size_t(i)];
+  if (f.packed_residual()) {  // sized only if it has to be unpacked
+    std::vector<uint8_t>().swap(p.resid_codes);
+    std::vector<uint16_t>().swap(p.resid_scales);
+  }
+  // Each file-layout plane's bytes are copied as stored (I8 codes, little-endian F16 scales) into
+  // the buffers sized for the shape; check_plane has matched the sizes. A packed residual is
+  // borrowed from the memory map where the source can keep it (and it is aligned), else unpacked
+  // into the file layout (Model::load repacks it).
+  for (const SplitPlaneTensor& st : tensors) {
     const gguf::TensorInfo& t = *source.find_tensor(st.name);
     BITSPLIT_ASSIGN_OR_RETURN(std::span<const uint8_t> raw, source.raw_bytes(t));
-    BITSPLIT_CHECK(raw.size() == dest[i].second, "plane size checked above");
-    std::memcpy(dest[i].first, raw.data(), dest[i].second);
+    if (st.plane == SplitPlane::kResidPacked) {
+      const quant::PackedShape shape = quant::packed_shape(out, in, f.group, f.residual_bits, false);
+      BITSPLIT_CHECK(raw.size() == shape.bytes(), "packed plane size checked above");
+      auto owner = source.keep_alive();
+      if (owner && cpu::PackedPlane::aligned_for_borrowing(raw.data())) {
+        p.packed_residual = std::make_shared<const cpu::PackedPlane>(cpu::PackedPlane::borrow(shape, raw.data(), owner));
+      } else {
+        p.resid_codes.resize(size_t(out * quant::code_row_bytes(in, f.group, f.residual_bits)));
+        p.resid_scales.resize(size_t(out * shape.groups));
+        quant::unpack_tiles(shape, raw.data(), p.resid_codes.data(), p.resid_scales.data(), nullptr);
+        source.release(t);
+      }
+      continue;
+    }
+    std::pair<void*, size_t> dest;
+    switch (st.plane) {
+      case SplitPlane::kDraftCodes: dest = {p.draft_codes.data(), p.draft_codes.size()}; break;
+      case SplitPlane::kDraftScales: dest = {p.draft_scales.data(), p.draft_scales.size() * 2}; break;
+      case SplitPlane::kDraftOffsets: dest = {p.draft_offsets.data(), p.draft_offsets.size() * 2}; break;
+      case SplitPlane::kResidCodes: dest = {p.resid_codes.data(), p.resid_codes.size()}; break;
+      case SplitPlane::kResidScales: dest = {p.resid_scales.data(), p.resid_scales.size() * 2}; break;
+      case SplitPlane::kResidPacked: break;
+    }
+    BITSPLIT_CHECK(raw.size() == dest.second, "plane size checked above");
+    std::memcpy(dest.first, raw.data(), dest.second);
     source.release(t);
   }
   return p;

@@ -17,7 +17,7 @@ namespace {
 
 using gguf::TensorType;
 
-enum class OutKind { kF32, kQ8_0, kDraftCodes, kDraftScales, kDraftOffsets, kResidCodes, kResidScales };
+enum class OutKind { kF32, kQ8_0, kDraftCodes, kDraftScales, kDraftOffsets, kResidCodes, kResidScales, kResidPacked };
 
 struct OutTensor {
   OutKind kind;
@@ -29,8 +29,20 @@ struct OutTensor {
 
 struct SplitPlanes {
   std::string base;
-  std::vector<uint8_t> draft_codes, draft_scales, draft_offsets, resid_codes, resid_scales;
+  std::vector<uint8_t> draft_codes, draft_scales, draft_offsets, resid_codes, resid_scales, resid_packed;
 };
+
+OutKind out_kind(SplitPlane plane) {
+  switch (plane) {
+    case SplitPlane::kDraftCodes: return OutKind::kDraftCodes;
+    case SplitPlane::kDraftScales: return OutKind::kDraftScales;
+    case SplitPlane::kDraftOffsets: return OutKind::kDraftOffsets;
+    case SplitPlane::kResidCodes: return OutKind::kResidCodes;
+    case SplitPlane::kResidScales: return OutKind::kResidScales;
+    case SplitPlane::kResidPacked: return OutKind::kResidPacked;
+  }
+  return OutKind::kF32;
+}
 
 std::vector<uint8_t> f32_bytes(const std::vector<float>& v) {
   std::vector<uint8_t> b(v.size() * 4);
@@ -86,7 +98,8 @@ Result<std::vector<float>> load_finite(const WeightSource& source, const gguf::T
   return w;
 }
 
-Result<SplitPlanes> split_tensor(const WeightSource& source, const OutTensor& t, const ConvertOptions& options) {
+Result<SplitPlanes> split_tensor(const WeightSource& source, const OutTensor& t, const ConvertOptions& options,
+                                 const SplitFormat& format) {
   quant::SplitParams p = options.split;
   p.draft_bits = t.draft_bits;
   BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> w, load_finite(source, *t.source));
@@ -104,10 +117,19 @@ Result<SplitPlanes> split_tensor(const WeightSource& source, const OutTensor& t,
   SplitPlanes planes;
   planes.base = t.base;
   planes.draft_codes = std::move(split.draft_codes);
-  planes.resid_codes = std::move(split.resid_codes);
   planes.draft_scales = half_bytes(split.draft_scales);
   planes.draft_offsets = half_bytes(split.draft_offsets);
-  planes.resid_scales = half_bytes(split.resid_scales);
+  if (format.packed_residual()) {  // the CPU kernels' layout, used from the map at load
+    const quant::PackedShape shape = quant::packed_shape(t.out, t.in, p.group, p.residual_bits, false);
+    planes.resid_packed.resize(size_t(shape.bytes()));
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, shape.tiles, 16), [&](const tbb::blocked_range<int64_t>& r) {
+      quant::pack_tiles(shape, split.resid_codes.data(), split.resid_scales.data(), nullptr, planes.resid_packed.data(),
+                        r.begin(), r.end());
+    });
+  } else {
+    planes.resid_codes = std::move(split.resid_codes);
+    planes.resid_scales = half_bytes(split.resid_scales);
+  }
   return planes;
 }
 
@@ -199,7 +221,11 @@ Status convert_model(const WeightSource& source, const std::string& out_path, co
   ConvertReport local;
   ConvertReport& rep = report ? *report : local;
   rep = {};
-  SplitFormat format{p.group, p.draft_bits, p.residual_bits, {}};
+  if (options.format_version != 2 && options.format_version != kSplitFormatVersion) {
+    return Status::error("cannot write bit-split format version " + std::to_string(options.format_version) +
+                         " (this build writes 2 or " + std::to_string(kSplitFormatVersion) + ")");
+  }
+  SplitFormat format{p.group, p.draft_bits, p.residual_bits, {}, options.format_version};
   if (options.draft_bpw > 0.0) {
     // Every projection's bits are chosen; 2 is the default the per-tensor keys override.
     format.draft_bits = quant::kMinDraftBits;
@@ -212,16 +238,14 @@ Status convert_model(const WeightSource& source, const std::string& out_path, co
   // Plan every output tensor before writing anything, so a bad tensor fails early.
   std::vector<OutTensor> plan;
   gguf::Writer writer;
+  if (format.packed_residual()) writer.set_alignment(kPackedAlignment);
   const gguf::TensorInfo* embd = nullptr;
   auto add_split = [&](const gguf::TensorInfo& t, const std::string& base) -> Status {
     if (t.dims.size() != 2) return Status::error("tensor '" + t.name + "' should be 2-D to be split");
     const int64_t in = t.dims[0], out = t.dims[1];
-    constexpr OutKind kinds[kSplitPlanes] = {OutKind::kDraftCodes, OutKind::kDraftScales, OutKind::kDraftOffsets,
-                                             OutKind::kResidCodes, OutKind::kResidScales};
-    const auto tensors = split_plane_tensors(base, in, format);
-    for (int i = 0; i < kSplitPlanes; ++i) {
-      BITSPLIT_RETURN_IF_ERROR(writer.add_tensor_info(tensors[size_t(i)].name, tensors[size_t(i)].type, {tensors[size_t(i)].row, out}));
-      plan.push_back({kinds[i], &t, base, in, out, format.draft_bits_for(base)});
+    for (const SplitPlaneTensor& st : split_plane_tensors(base, in, out, format)) {
+      BITSPLIT_RETURN_IF_ERROR(writer.add_tensor_info(st.name, st.type, {st.row, st.rows}));
+      plan.push_back({out_kind(st.plane), &t, base, in, out, format.draft_bits_for(base)});
     }
     rep.split_weights += in * out;
     rep.source_types[gguf::tensor_type_name(t.type)] += in * out;
@@ -291,13 +315,14 @@ Status convert_model(const WeightSource& source, const std::string& out_path, co
       case OutKind::kQ8_0:
         return q8_0_tensor(source, *t.source);
       case OutKind::kDraftCodes: {
-        BITSPLIT_ASSIGN_OR_RETURN(cache, split_tensor(source, t, options));
+        BITSPLIT_ASSIGN_OR_RETURN(cache, split_tensor(source, t, options, format));
         return std::move(cache.draft_codes);
       }
       case OutKind::kDraftScales: return std::move(cache.draft_scales);
       case OutKind::kDraftOffsets: return std::move(cache.draft_offsets);
       case OutKind::kResidCodes: return std::move(cache.resid_codes);
       case OutKind::kResidScales: return std::move(cache.resid_scales);
+      case OutKind::kResidPacked: return std::move(cache.resid_packed);
     }
     return Status::error("internal: unknown output kind");
   };

@@ -1,5 +1,6 @@
-// PackedPlane: the one-time repack of a file-layout plane into the SIMD kernels' tile layout
-// (include/bitsplit/cpu.h), its scalar accessors, and the dispatching packed entry points.
+// PackedPlane: a plane in the SIMD kernels' tile layout (include/bitsplit/cpu.h) — repacked once
+// from the file layout, or borrowed from a file that stores it —, its scalar accessors, and the
+// dispatching packed entry points.
 // The repack moves bits, never changes a value, so every kernel on it is bit-identical to the
 // file-layout kernels.
 #include <bit>
@@ -15,148 +16,63 @@ namespace {
 
 constexpr int kRows = PackedPlane::kTileRows;
 
-// Where code i (0 <= i < g) of tile row l sits in a group's code block: byte offset and bit
-// shift of its low part, and (6 bits) of its top 2 bits. See the layout comment in cpu.h.
-struct CodeSlot {
-  int64_t byte, hi_byte;
-  int shift, hi_shift;
-};
-CodeSlot code_slot(int group, int bits, int l, int i) {
-  const int c = i / 4, b = i % 4, lane_byte = 4 * l + b;
-  CodeSlot s{};
-  if (bits == 8) {
-    s.byte = 64 * c + lane_byte;
-  } else if (bits == 2) {
-    s.byte = 64 * (c % (group / 16)) + lane_byte;
-    s.shift = 2 * (c / (group / 16));
-  } else if (bits == 4) {  // nibble vectors
-    s.byte = 64 * (c % (group / 8)) + lane_byte;
-    s.shift = 4 * (c / (group / 8));
-  } else {  // 6: nibble vectors, then the 2-bit vectors of the top bits
-    s.byte = 64 * (c % (group / 8)) + lane_byte;
-    s.shift = 4 * (c / (group / 8));
-    s.hi_byte = 64 * (group / 8) + 64 * (c % (group / 16)) + lane_byte;
-    s.hi_shift = 2 * (c / (group / 16));
-  }
-  return s;
-}
-
-PackedPlane make_layout(CpuContext& ctx, int64_t out, int64_t in, int group, int bits, bool draft) {
-  BITSPLIT_CHECK(PackedPlane::supported(group, bits, draft), "plane shape not supported by the packed layout");
-  PackedPlane p;
-  p.out = out;
-  p.in = in;
-  p.group = group;
-  p.bits = bits;
-  p.draft = draft;
-  p.groups = quant::groups_per_row(in, group);
-  p.tiles = (out + kRows - 1) / kRows;
-  const int64_t bytes = p.groups * (p.code_block_bytes() + (draft ? 64 : 32));
-  p.tile_bytes = (bytes + 63) / 64 * 64;
-  p.buffer = PlaneBuffer(ctx, size_t(p.tiles * p.tile_bytes), /*whole_huge_pages=*/false);
-  return p;
-}
-
-// The group's codes (file layout at `src`, docs/FORMAT.md "Bit-split planes") as chunk dwords:
-// d[c] holds codes 4c .. 4c + 3. In a k-bit plane byte j holds codes j + t * (g k / 8) at bit t k,
-// and g k / 8 is a multiple of 4, so a chunk's 4 codes are one unaligned dword load, shift, mask
-// (what quant::unpack_group_codes does code by code, 30% of a model's load time).
-void group_dwords(const uint8_t* src, int group, int bits, uint32_t* d) {
-  auto load = [](const uint8_t* q) {
-    uint32_t v;
-    std::memcpy(&v, q, 4);
-    return v;
-  };
-  // Chunk c of a k-bit plane of `plane_bytes` bytes per group.
-  auto part = [&](const uint8_t* plane, int plane_bytes, int k, int c) {
-    const int at = 4 * c, t = at / plane_bytes;
-    const uint32_t mask = k == 4 ? 0x0F0F0F0Fu : k == 2 ? 0x03030303u : 0x01010101u;
-    return (load(plane + at % plane_bytes) >> (k * t)) & mask;
-  };
-  for (int c = 0; c < group / 4; ++c) {
-    if (bits == 8) d[c] = load(src + 4 * c);
-    else if (bits == 2) d[c] = part(src, group / 4, 2, c);
-    else if (bits == 4) d[c] = part(src, group / 2, 4, c);
-    else if (bits == 3) d[c] = part(src, group / 4, 2, c) | part(src + group / 4, group / 8, 1, c) << 2;
-    else d[c] = part(src, group / 2, 4, c) | part(src + group / 2, group / 4, 2, c) << 4;
-  }
-}
-
-// Fills every tile from a file-layout plane (zeros where a tile row is past `out`). Works on the
-// 4-code dwords of a group (chunk c = codes 4c .. 4c + 3 as one little-endian uint32): a code block
-// is 16-lane vectors of such dwords, and the 2- and 6-bit packings combine whole dwords with
-// shifts that never carry across bytes (code_slot describes the same placement code by code).
-void fill(CpuContext& ctx, PackedPlane& p, const uint8_t* codes, const uint16_t* scales, const uint16_t* offsets) {
-  static_assert(std::endian::native == std::endian::little, "the dword packing assumes little-endian");
-  const int64_t row_bytes = quant::code_row_bytes(p.in, p.group, p.bits), gbytes = p.group * p.bits / 8;
-  const int64_t cb = p.code_block_bytes();
-  const int chunks = p.group / 4, kN = p.group / 8, kV = p.group / 16;
-  ctx.run_slices(p.tiles, 1, [&](int64_t t0, int64_t t1) {
-    uint32_t d[quant::kMaxGroup / 4];
-    auto hi = [](uint32_t x) { return (x >> 4) & 0x03030303u; };  // a 6-bit code's top 2 bits
-    for (int64_t t = t0; t < t1; ++t) {
-      uint8_t* tile = p.buffer.data() + t * p.tile_bytes;
-      std::memset(tile, 0, size_t(p.tile_bytes));
-      auto* sc = reinterpret_cast<uint16_t*>(tile + p.groups * cb);
-      auto* of = sc + p.groups * kRows;
-      // Group-major, so each group's code block is finished while it is in L1.
-      for (int64_t k = 0; k < p.groups; ++k) {
-        for (int l = 0; l < kRows && t * kRows + l < p.out; ++l) {
-          const int64_t o = t * kRows + l;
-          group_dwords(codes + o * row_bytes + k * gbytes, p.group, p.bits, d);
-          uint32_t v[quant::kMaxGroup / 4];  // the group's vectors' dwords for lane l, in order
-          int nv = 0;
-          if (p.bits == 8) {
-            for (int c = 0; c < chunks; ++c) v[nv++] = d[c];
-          } else if (p.bits == 2) {
-            for (int j = 0; j < kV; ++j) v[nv++] = d[j] | d[j + kV] << 2 | d[j + 2 * kV] << 4 | d[j + 3 * kV] << 6;
-          } else if (p.bits == 4 || p.bits == 3) {
-            for (int j = 0; j < kN; ++j) v[nv++] = d[j] | d[j + kN] << 4;
-          } else {
-            for (int j = 0; j < kN; ++j) v[nv++] = (d[j] & 0x0F0F0F0Fu) | (d[j + kN] & 0x0F0F0F0Fu) << 4;
-            for (int j = 0; j < kV; ++j)
-              v[nv++] = hi(d[j]) | hi(d[j + kV]) << 2 | hi(d[j + 2 * kV]) << 4 | hi(d[j + 3 * kV]) << 6;
-          }
-          uint8_t* block = tile + k * cb + 4 * l;
-          for (int i = 0; i < nv; ++i) std::memcpy(block + 64 * i, &v[i], 4);
-          sc[k * kRows + l] = scales[o * p.groups + k];
-          if (offsets) of[k * kRows + l] = offsets[o * p.groups + k];
-        }
-      }
-    }
-  });
+// Copies out to the tile bytes in parallel (each tile is written by one worker).
+void fill(CpuContext& ctx, PackedPlane& p, uint8_t* dst, const uint8_t* codes, const uint16_t* scales,
+          const uint16_t* offsets) {
+  const quant::PackedShape shape = p.shape();
+  ctx.run_slices(p.tiles, 1, [&](int64_t t0, int64_t t1) { quant::pack_tiles(shape, codes, scales, offsets, dst, t0, t1); });
 }
 
 }  // namespace
 
-bool PackedPlane::supported(int group, int bits, bool draft) {
-  return (group == 32 || group == 64 || group == 128) &&
-         (draft ? (bits == 2 || bits == 3 || bits == 4) : (bits == 8 || bits == 6));
+PackedPlane PackedPlane::with_shape(const quant::PackedShape& shape) {
+  PackedPlane p;
+  p.out = shape.out;
+  p.in = shape.in;
+  p.groups = shape.groups;
+  p.tiles = shape.tiles;
+  p.tile_bytes = shape.tile_bytes;
+  p.group = shape.group;
+  p.bits = shape.bits;
+  p.draft = shape.draft;
+  return p;
+}
+
+PackedPlane PackedPlane::borrow(const quant::PackedShape& shape, const uint8_t* bytes, std::shared_ptr<const void> owner) {
+  BITSPLIT_CHECK(aligned_for_borrowing(bytes), "borrowed packed plane bytes must be 64-byte aligned");
+  BITSPLIT_CHECK(owner != nullptr, "borrowed packed plane bytes need an owner");
+  PackedPlane p = with_shape(shape);
+  p.owner_ = std::move(owner);
+  p.data_ = bytes;
+  return p;
+}
+
+PackedPlane PackedPlane::copy(CpuContext& ctx, const quant::PackedShape& shape, const uint8_t* bytes) {
+  PackedPlane p = with_shape(shape);
+  p.buffer_ = PlaneBuffer(ctx, size_t(shape.bytes()), /*whole_huge_pages=*/false);
+  std::memcpy(p.buffer_.data(), bytes, size_t(shape.bytes()));
+  p.data_ = p.buffer_.data();
+  return p;
 }
 
 PackedPlane PackedPlane::pack(CpuContext& ctx, const ResidualPlaneView& r) {
-  PackedPlane p = make_layout(ctx, r.out, r.in, r.group, r.bits, false);
-  fill(ctx, p, r.codes, r.scales, nullptr);
+  PackedPlane p = with_shape(quant::packed_shape(r.out, r.in, r.group, r.bits, false));
+  p.buffer_ = PlaneBuffer(ctx, size_t(p.size_bytes()), /*whole_huge_pages=*/false);
+  p.data_ = p.buffer_.data();
+  fill(ctx, p, p.buffer_.data(), r.codes, r.scales, nullptr);
   return p;
 }
 
 PackedPlane PackedPlane::pack(CpuContext& ctx, const DraftPlaneView& d) {
-  PackedPlane p = make_layout(ctx, d.out, d.in, d.group, d.bits, true);
-  fill(ctx, p, d.codes, d.scales, d.offsets);
+  PackedPlane p = with_shape(quant::packed_shape(d.out, d.in, d.group, d.bits, true));
+  p.buffer_ = PlaneBuffer(ctx, size_t(p.size_bytes()), /*whole_huge_pages=*/false);
+  p.data_ = p.buffer_.data();
+  fill(ctx, p, p.buffer_.data(), d.codes, d.scales, d.offsets);
   return p;
 }
 
 void PackedPlane::unpack_group(int64_t o, int64_t k, uint8_t* codes) const {
-  const uint8_t* block = tile(o / kRows) + k * code_block_bytes();
-  const int l = int(o % kRows);
-  for (int i = 0; i < group; ++i) {
-    const CodeSlot s = code_slot(group, stored_bits(), l, i);
-    if (bits == 6) {
-      codes[i] = uint8_t((block[s.byte] >> s.shift & 15) | (block[s.hi_byte] >> s.hi_shift & 3) << 4);
-    } else {
-      codes[i] = uint8_t(block[s.byte] >> s.shift & ((1 << stored_bits()) - 1));
-    }
-  }
+  quant::unpack_tile_group(shape(), tile(o / kRows), int(o % kRows), k, codes);
 }
 
 uint16_t PackedPlane::scale(int64_t o, int64_t k) const {

@@ -42,6 +42,7 @@ class UnfusedWeights final : public WeightSource {
     BITSPLIT_ASSIGN_OR_RETURN(std::span<const uint8_t> all, inner_->raw_bytes(*s->fused));
     return all.subspan(size_t(uint64_t(s->first_row) * s->row_bytes), size_t(uint64_t(t.dims[1]) * s->row_bytes));
   }
+  std::shared_ptr<const void> keep_alive() const override { return inner_->keep_alive(); }
   void release(const gguf::TensorInfo& t) const override {
     // The fused tensor's pages serve its other views too: released with the last one only.
     const Slice* s = slice_of(t);

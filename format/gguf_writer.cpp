@@ -107,7 +107,11 @@ std::vector<uint8_t> Writer::header_bytes() const {
   std::vector<uint8_t> out;
   ByteSink sink(out);
   Metadata meta = metadata_;
-  if (alignment_ != kDefaultAlignment) meta.set("general.alignment", Value::u32(uint32_t(alignment_)));
+  // The key always tells the alignment the data really have (metadata copied from another file
+  // may carry that file's).
+  if (alignment_ != kDefaultAlignment || meta.find("general.alignment")) {
+    meta.set("general.alignment", Value::u32(uint32_t(alignment_)));
+  }
   sink.put<uint32_t>(0x46554747);
   sink.put<uint32_t>(3);
   sink.put<uint64_t>(tensors_.size());

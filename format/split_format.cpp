@@ -11,12 +11,13 @@ namespace bitsplit {
 Result<std::optional<SplitFormat>> read_split_format(const gguf::Metadata& m) {
   if (!m.contains("bitsplit.format_version")) return std::optional<SplitFormat>();
   BITSPLIT_ASSIGN_OR_RETURN(int64_t version, m.get_int("bitsplit.format_version"));
-  if (version != 1 && version != kSplitFormatVersion) {
+  if (version < 1 || version > kSplitFormatVersion) {
     return Status::error("bitsplit.format_version " + std::to_string(version) +
                          " is not supported (this build reads versions 1 to " + std::to_string(kSplitFormatVersion) +
                          "); convert the model again with this build");
   }
   SplitFormat f;
+  f.version = uint32_t(version);
   BITSPLIT_ASSIGN_OR_RETURN(int64_t group, m.get_int("bitsplit.group_size"));
   BITSPLIT_ASSIGN_OR_RETURN(int64_t draft, m.get_int("bitsplit.draft_bits"));
   BITSPLIT_ASSIGN_OR_RETURN(int64_t residual, m.get_int("bitsplit.residual_bits"));
@@ -48,7 +49,7 @@ Result<std::optional<SplitFormat>> read_split_format(const gguf::Metadata& m) {
 
 void write_split_format(const SplitFormat& f, gguf::Metadata& m) {
   using gguf::Value;
-  m.set("bitsplit.format_version", Value::u32(kSplitFormatVersion));
+  m.set("bitsplit.format_version", Value::u32(f.version));
   m.set("bitsplit.group_size", Value::u32(uint32_t(f.group)));
   m.set("bitsplit.draft_bits", Value::u32(uint32_t(f.draft_bits)));
   m.set("bitsplit.residual_bits", Value::u32(uint32_t(f.residual_bits)));
@@ -90,20 +91,33 @@ std::string describe_draft_bits(const std::map<std::string, int>& bits, double b
 }
 
 SplitTensorNames split_tensor_names(const std::string& base) {
-  return {base + ".draft_codes", base + ".draft_scales", base + ".draft_offsets", base + ".resid_codes",
-          base + ".resid_scales"};
+  return {base + ".draft_codes", base + ".draft_scales", base + ".draft_offsets",
+          base + ".resid_codes", base + ".resid_scales", base + ".resid_packed"};
 }
 
-std::array<SplitPlaneTensor, kSplitPlanes> split_plane_tensors(const std::string& base, int64_t in,
-                                                                const SplitFormat& f) {
+bool is_residual_plane_tensor(const std::string& name) {
+  return name.ends_with(".resid_codes") || name.ends_with(".resid_scales") || name.ends_with(".resid_packed");
+}
+
+std::vector<SplitPlaneTensor> split_plane_tensors(const std::string& base, int64_t in, int64_t out,
+                                                  const SplitFormat& f) {
   const SplitTensorNames n = split_tensor_names(base);
   const int64_t groups = quant::groups_per_row(in, f.group);
   using gguf::TensorType;
-  return {{{n.draft_codes, TensorType::I8, quant::code_row_bytes(in, f.group, f.draft_bits_for(base))},
-           {n.draft_scales, TensorType::F16, groups},
-           {n.draft_offsets, TensorType::F16, groups},
-           {n.resid_codes, TensorType::I8, quant::code_row_bytes(in, f.group, f.residual_bits)},
-           {n.resid_scales, TensorType::F16, groups}}};
+  std::vector<SplitPlaneTensor> t = {
+      {n.draft_codes, TensorType::I8, quant::code_row_bytes(in, f.group, f.draft_bits_for(base)), out,
+       SplitPlane::kDraftCodes},
+      {n.draft_scales, TensorType::F16, groups, out, SplitPlane::kDraftScales},
+      {n.draft_offsets, TensorType::F16, groups, out, SplitPlane::kDraftOffsets}};
+  if (f.packed_residual()) {
+    const quant::PackedShape s = quant::packed_shape(out, in, f.group, f.residual_bits, false);
+    t.push_back({n.resid_packed, TensorType::I8, s.tile_bytes, s.tiles, SplitPlane::kResidPacked});
+  } else {
+    t.push_back({n.resid_codes, TensorType::I8, quant::code_row_bytes(in, f.group, f.residual_bits), out,
+                 SplitPlane::kResidCodes});
+    t.push_back({n.resid_scales, TensorType::F16, groups, out, SplitPlane::kResidScales});
+  }
+  return t;
 }
 
 bool is_split_projection(const std::string& name) {

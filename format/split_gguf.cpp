@@ -36,6 +36,11 @@ class SplitWeights final : public WeightSource {
     BITSPLIT_ASSIGN_OR_RETURN(const gguf::File* part, part_for(t));
     return part->tensor_bytes(t);
   }
+  std::shared_ptr<const void> keep_alive() const override {
+    auto storages = std::make_shared<std::vector<std::shared_ptr<const gguf::Storage>>>();
+    for (const auto& p : parts_) storages->push_back(p.storage());
+    return storages;
+  }
   void release(const gguf::TensorInfo& t) const override {
     if (auto part = part_for(t)) (*part)->release(t);
   }

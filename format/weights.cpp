@@ -18,6 +18,7 @@ class GgufWeights final : public WeightSource {
   const gguf::TensorInfo* find_tensor(std::string_view name) const override { return file_.find_tensor(name); }
   Result<std::vector<float>> load_f32(const gguf::TensorInfo& t) const override { return file_.read_f32(t); }
   Result<std::span<const uint8_t>> raw_bytes(const gguf::TensorInfo& t) const override { return file_.tensor_bytes(t); }
+  std::shared_ptr<const void> keep_alive() const override { return file_.storage(); }
   void release(const gguf::TensorInfo& t) const override { file_.release(t); }
   Result<std::string> content_sha256() const override { return file_.content_sha256(); }
   std::string describe() const override {

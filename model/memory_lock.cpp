@@ -25,7 +25,8 @@ std::string memlock_limit() {
 }  // namespace
 
 Result<uint64_t> Model::lock_planes() const {
-  // Every plane buffer the kernels read: the packed copies, and the file-layout bytes still held
+  // Every plane buffer the kernels read: the packed planes (copies, or the file map's pages they
+  // borrow), and the file-layout bytes still held
   // (a GPU backend's CPU fallback reads those).
   std::vector<std::pair<const void*, size_t>> ranges;
   auto add = [&](const void* p, size_t n) {
@@ -33,7 +34,7 @@ Result<uint64_t> Model::lock_planes() const {
   };
   for (const auto& [name, s] : splits_) {
     for (const auto* packed : {s.packed_residual.get(), s.packed_draft.get()}) {
-      if (packed) add(packed->buffer.data(), packed->buffer.size());
+      if (packed) add(packed->data(), packed->size_bytes());
     }
     add(s.resid_codes.data(), s.resid_codes.size());
     add(s.resid_scales.data(), s.resid_scales.size() * sizeof(uint16_t));

@@ -75,7 +75,7 @@ Result<MemoryPlan> plan_memory(const WeightSource& source, const ModelConfig& co
   BITSPLIT_ASSIGN_OR_RETURN(auto split, read_split_format(source.metadata()));
   MemoryPlan plan;
   for (const auto& t : source.tensors()) {
-    if (split && ends_with_any(t.name, {".resid_codes", ".resid_scales"})) {
+    if (split && is_residual_plane_tensor(t.name)) {
       plan.residual += t.nbytes;
     } else if (split && ends_with_any(t.name, {".draft_codes", ".draft_scales", ".draft_offsets"})) {
       plan.draft += t.nbytes;

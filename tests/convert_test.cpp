@@ -255,7 +255,7 @@ TEST_F(ConvertTest, DraftBudgetGivesPerTensorBitsWithinTheBudget) {
   ASSERT_TRUE(converted.is_ok()) << converted.status().message();
   auto format = read_split_format((*converted)->metadata());
   ASSERT_TRUE(format.is_ok() && format->has_value()) << format.status().message();
-  EXPECT_EQ(*(*converted)->metadata().get_int("bitsplit.format_version"), 2);
+  EXPECT_EQ(*(*converted)->metadata().get_int("bitsplit.format_version"), 3);
   std::set<int> widths;
   double vram_bits = 0, weights = 0;
   for (const auto& [base, bits] : report.draft->bits) {
@@ -311,10 +311,11 @@ TEST_F(ConvertTest, FormatVersionOneStillLoads) {
   auto f = read_split_format(m);
   ASSERT_TRUE(f.is_ok() && f->has_value());
   EXPECT_EQ((*f)->draft_bits_for("blk.0.attn_q"), 2);
-  m.set("bitsplit.format_version", gguf::Value::u32(3));
+  EXPECT_FALSE((*f)->packed_residual());
+  m.set("bitsplit.format_version", gguf::Value::u32(4));
   f = read_split_format(m);
   ASSERT_FALSE(f.is_ok());
-  EXPECT_NE(f.status().message().find("versions 1 to 2"), std::string::npos) << f.status().message();
+  EXPECT_NE(f.status().message().find("versions 1 to 3"), std::string::npos) << f.status().message();
   // Per-tensor keys that disagree are named.
   m.set("bitsplit.format_version", gguf::Value::u32(2));
   m.set("bitsplit.draft_bits.tensors", gguf::Value::string_array({"blk.0.attn_v", "output"}));
@@ -328,6 +329,88 @@ TEST_F(ConvertTest, FormatVersionOneStillLoads) {
   EXPECT_EQ((*f)->draft_bits_for("output"), 3);
   EXPECT_EQ((*f)->draft_bits_for("blk.0.attn_v"), 4);
   EXPECT_EQ((*f)->draft_bits_for("blk.0.attn_q"), 2);
+}
+
+// A source that cannot promise its bytes outlive a call (keep_alive null), like a container that
+// converts as it reads: the loader must copy.
+class NoSharing final : public WeightSource {
+ public:
+  explicit NoSharing(const WeightSource& inner) : inner_(inner) {}
+  const std::string& path() const override { return inner_.path(); }
+  const gguf::Metadata& metadata() const override { return inner_.metadata(); }
+  const std::vector<gguf::TensorInfo>& tensors() const override { return inner_.tensors(); }
+  const gguf::TensorInfo* find_tensor(std::string_view name) const override { return inner_.find_tensor(name); }
+  Result<std::vector<float>> load_f32(const gguf::TensorInfo& t) const override { return inner_.load_f32(t); }
+  std::string describe() const override { return inner_.describe(); }
+  Result<std::span<const uint8_t>> raw_bytes(const gguf::TensorInfo& t) const override { return inner_.raw_bytes(t); }
+
+ private:
+  const WeightSource& inner_;
+};
+
+// Format version 3 stores each residual in the kernels' packed layout: the loader uses the file's
+// memory map in place (no copy, and the map lives as long as the model), and the model computes
+// exactly what the version-2 file of the same conversion computes, whose residual is repacked at
+// load into the same bytes. A source that cannot share its bytes gets them unpacked and repacked.
+TEST_F(ConvertTest, PackedResidualIsUsedFromTheFileMapAndMatchesVersionTwo) {
+  testing::TinyModelSpec spec;
+  spec.ff = 72;  // a padded last group in ffn_down, and ffn_gate/up rows that end mid-tile
+  auto source = open_weights(write_tiny(spec));
+  ASSERT_TRUE(source.is_ok());
+  ConvertOptions v2;
+  v2.format_version = 2;
+  ASSERT_TRUE(convert_model(**source, path("v3.gguf"), {}, nullptr, nullptr).is_ok());
+  ASSERT_TRUE(convert_model(**source, path("v2.gguf"), v2, nullptr, nullptr).is_ok());
+  ConvertOptions v4;
+  v4.format_version = 4;
+  EXPECT_NE(convert_model(**source, path("v4.gguf"), v4, nullptr, nullptr).message().find("format version 4"),
+            std::string::npos);
+  auto f3 = open_weights(path("v3.gguf"));
+  auto f2 = open_weights(path("v2.gguf"));
+  ASSERT_TRUE(f3.is_ok() && f2.is_ok());
+  EXPECT_EQ(*(*f3)->metadata().get_int("bitsplit.format_version"), 3);
+  EXPECT_EQ(*(*f2)->metadata().get_int("bitsplit.format_version"), 2);
+  EXPECT_EQ((*f3)->find_tensor("blk.0.attn_q.resid_codes"), nullptr);
+  EXPECT_EQ((*f2)->find_tensor("blk.0.attn_q.resid_packed"), nullptr);
+
+  auto m3 = Model::load(**f3, {});
+  auto m2 = Model::load(**f2, {});
+  NoSharing copying(**f3);
+  auto mc = Model::load(copying, {});
+  ASSERT_TRUE(m3.is_ok() && m2.is_ok() && mc.is_ok());
+  int projections = 0;
+  for (const auto& t : (*f3)->tensors()) {
+    if (!t.name.ends_with(".resid_packed")) continue;
+    ++projections;
+    const std::string weight = t.name.substr(0, t.name.size() - std::strlen(".resid_packed")) + ".weight";
+    const SplitProjection* s3 = m3->split(weight);
+    const SplitProjection* s2 = m2->split(weight);
+    const SplitProjection* sc = mc->split(weight);
+    ASSERT_TRUE(s3 && s2 && sc && s3->packed_residual && s2->packed_residual && sc->packed_residual) << weight;
+    EXPECT_TRUE(s3->packed_residual->borrowed()) << weight;
+    EXPECT_EQ(s3->packed_residual->data(), (*f3)->raw_bytes(t)->data()) << weight << ": used in place";
+    EXPECT_TRUE(s3->resid_codes.empty() && s3->resid_scales.empty()) << weight;
+    EXPECT_FALSE(s2->packed_residual->borrowed()) << weight;
+    EXPECT_FALSE(sc->packed_residual->borrowed()) << weight;
+    const size_t n = s3->packed_residual->size_bytes();
+    ASSERT_EQ(n, t.nbytes);
+    EXPECT_EQ(std::memcmp(s2->packed_residual->data(), s3->packed_residual->data(), n), 0) << weight;
+    EXPECT_EQ(std::memcmp(sc->packed_residual->data(), s3->packed_residual->data(), n), 0) << weight;
+  }
+  EXPECT_EQ(projections, 7 * spec.layers + 1);  // every layer projection and the head
+
+  // Bit for bit the same model: the plane kernels, and D + R dequantised to f32.
+  auto kernels3 = logits_of(**f3, {}), kernels2 = logits_of(**f2, {});
+  auto f32_3 = logits_of(**f3), f32_2 = logits_of(**f2);
+  ASSERT_TRUE(kernels3.is_ok() && kernels2.is_ok() && f32_3.is_ok() && f32_2.is_ok());
+  EXPECT_EQ(*kernels3, *kernels2);
+  EXPECT_EQ(*f32_3, *f32_2);
+  // The model keeps the map alive after its source is gone.
+  f3->reset();
+  KvCache cache(m3->config(), 5);
+  auto after = forward_pass(*m3, cache, Batch::causal(std::vector<int32_t>{1, 7, 3, 9, 4}, 0, true));
+  ASSERT_TRUE(after.is_ok());
+  EXPECT_EQ(*after, *kernels3);
 }
 
 TEST(SplitNames, WhichTensorsAreSplit) {

@@ -23,6 +23,7 @@ struct ConvertArgs {
   std::string fit = "optimized";
   std::string split_max_size;
   uint64_t split_max_tensors = 0;
+  uint32_t format_version = kSplitFormatVersion;
 };
 
 int convert(const ConvertArgs& a) {
@@ -43,6 +44,7 @@ int convert(const ConvertArgs& a) {
   options.split.draft_bits = a.draft_bits;
   options.split.fit = a.fit == "minmax" ? quant::DraftFit::kMinMax : quant::DraftFit::kOptimized;
   options.draft_bpw = a.draft_bpw;
+  options.format_version = a.format_version;
   ImatrixFile imatrix;
   if (!a.imatrix.empty()) {
     auto m = read_imatrix_file(a.imatrix);
@@ -170,6 +172,10 @@ void add_convert_command(CLI::App& app, int* exit_code) {
       ->type_name("SIZE");
   cmd->add_option("--split-max-tensors", a->split_max_tensors, "Write a split set with at most this many tensors per part")
       ->check(whole_in(1, 1 << 30));
+  cmd->add_option("--format-version", a->format_version,
+                  "Bit-split file format to write: 3 stores the residual in the CPU kernels' layout, used from the file "
+                  "without a copy; 2 for builds that predate it")
+      ->capture_default_str()->check(CLI::IsMember({2, 3}));
   cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(whole_in(1, 4096));
   cmd->callback([a, exit_code] { *exit_code = convert(*a); });
 

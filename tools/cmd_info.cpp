@@ -177,7 +177,7 @@ int info(const InfoOptions& o) {
       for (const auto& t : w.tensors()) {
         if (t.name.ends_with(".draft_codes") || t.name.ends_with(".draft_scales") || t.name.ends_with(".draft_offsets"))
           vram += t.nbytes;
-        if (t.name.ends_with(".resid_codes") || t.name.ends_with(".resid_scales")) ram += t.nbytes;
+        if (is_residual_plane_tensor(t.name)) ram += t.nbytes;
       }
       const SplitFormat& f = **split;
       if (f.draft_bits_by_tensor.empty()) {
@@ -196,6 +196,13 @@ int info(const InfoOptions& o) {
         std::printf("bit-split:     group %d, mixed draft plane %s (VRAM tier), %d-bit residual plane %s (RAM tier)\n",
                     f.group, format_bytes(vram).c_str(), f.residual_bits, format_bytes(ram).c_str());
         std::printf("draft bits:    %s\n", describe_draft_bits(bits, weights > 0 ? 8.0 * double(vram) / weights : 0.0).c_str());
+      }
+      if (f.packed_residual()) {
+        std::printf("format:        version %u; the residual is stored in the kernels' layout and used from the file's memory map\n",
+                    f.version);
+      } else {
+        std::printf("format:        version %u; the residual is repacked into a copy in RAM at load (convert again for version %u, "
+                    "which uses it from the file)\n", f.version, kSplitFormatVersion);
       }
       if (auto sha = w.metadata().get_string("bitsplit.source_sha256")) std::printf("source sha256: %s\n", sha->c_str());
       // Where the draft planes would go: the budget asked for, else the device's default.

@@ -158,7 +158,7 @@ std::vector<uint8_t> ones_f32(int64_t n) {
 }
 
 // What one output tensor holds.
-enum class Kind { kOnes, kNoiseF16, kNoiseF32, kQ8_0, kDraftCodes, kDraftScales, kDraftOffsets, kResidCodes, kResidScales };
+enum class Kind { kOnes, kNoiseF16, kNoiseF32, kQ8_0, kDraftCodes, kDraftScales, kDraftOffsets, kResidPacked };
 
 struct OutTensor {
   Kind kind;
@@ -245,6 +245,8 @@ int synth(const SynthArgs& a) {
   using gguf::Value;
   gguf::Writer w;
   set_model_metadata(w.metadata(), s, a.shape);
+  const SplitFormat split_format{a.group, a.draft_bits, a.residual};
+  if (bitsplit) w.set_alignment(kPackedAlignment);
 
   // The output tensors, in `bitsplit convert`'s order and types when bit-split.
   std::vector<OutTensor> out;
@@ -266,13 +268,12 @@ int synth(const SynthArgs& a) {
       st = add(p.name, TensorType::F16, p.dims, {Kind::kNoiseF16, i});
     } else if (is_split_projection(p.name)) {
       const int64_t in = p.dims[0], rows = p.dims[1];
-      constexpr Kind kinds[kSplitPlanes] = {Kind::kDraftCodes, Kind::kDraftScales, Kind::kDraftOffsets, Kind::kResidCodes,
-                                            Kind::kResidScales};
-      const auto tensors = split_plane_tensors(split_base_name(p.name), in,
-                                               {a.group, a.draft_bits, a.residual});
-      for (int k = 0; k < kSplitPlanes && st; ++k) {
-        const SplitPlaneTensor& t = tensors[size_t(k)];
-        st = add(t.name, t.type, {t.row, rows}, {kinds[k], i, in, rows});
+      for (const SplitPlaneTensor& t : split_plane_tensors(split_base_name(p.name), in, rows, split_format)) {
+        const Kind kind = t.plane == SplitPlane::kDraftCodes    ? Kind::kDraftCodes
+                          : t.plane == SplitPlane::kDraftScales ? Kind::kDraftScales
+                          : t.plane == SplitPlane::kDraftOffsets ? Kind::kDraftOffsets
+                                                                 : Kind::kResidPacked;
+        if (st) st = add(t.name, t.type, {t.row, t.rows}, {kind, i, in, rows});
       }
     } else if (p.name == "token_embd.weight" && p.dims[0] % quant::BlockQ8_0::kWeights == 0) {
       st = add(p.name, TensorType::Q8_0, p.dims, {Kind::kQ8_0, i, p.dims[0], p.dims[1]});
@@ -284,10 +285,7 @@ int synth(const SynthArgs& a) {
   if (bitsplit) {
     // The keys `bitsplit convert` adds, in its order; there is no source file to hash.
     auto& m = w.metadata();
-    m.set("bitsplit.format_version", Value::u32(kSplitFormatVersion));
-    m.set("bitsplit.group_size", Value::u32(uint32_t(a.group)));
-    m.set("bitsplit.draft_bits", Value::u32(uint32_t(a.draft_bits)));
-    m.set("bitsplit.residual_bits", Value::u32(uint32_t(a.residual)));
+    write_split_format(split_format, m);
     m.set("bitsplit.quantizer", Value::string("none: random codes and scales (bitsplit synth --seed " +
                                               std::to_string(a.seed) + "), RANDOM WEIGHTS for timing only"));
     m.set("bitsplit.source_sha256", Value::string("none (bitsplit synth: no source file)"));
@@ -320,13 +318,21 @@ int synth(const SynthArgs& a) {
       case Kind::kNoiseF32: bytes = random_f32(info.n_elements(), 1.0f / std::sqrt(float(t.in)), key); break;
       case Kind::kQ8_0: bytes = random_q8_0(t.in, t.out, key); break;
       case Kind::kDraftCodes:  // every byte is a valid set of packed codes at any width
-      case Kind::kResidCodes:
         bytes.resize(info.nbytes);
-        fill_random(bytes.data(), bytes.size(), mix64(key ^ (t.kind == Kind::kDraftCodes ? 0xd0 : 0x0e)));
+        fill_random(bytes.data(), bytes.size(), mix64(key ^ 0xd0));
         break;
+      case Kind::kResidPacked: {  // random codes and the scales below, in the kernels' layout
+        std::vector<uint8_t> codes(size_t(t.out * quant::code_row_bytes(t.in, a.group, a.residual)));
+        fill_random(codes.data(), codes.size(), mix64(key ^ 0x0e));
+        const std::vector<uint8_t> scales = group_halves(pp, t.out, [&](uint64_t h) { return pp.resid_scale(h); });
+        const quant::PackedShape shape = quant::packed_shape(t.out, t.in, a.group, a.residual, false);
+        bytes.resize(size_t(shape.bytes()));
+        quant::pack_tiles(shape, codes.data(), reinterpret_cast<const uint16_t*>(scales.data()), nullptr, bytes.data(), 0,
+                          shape.tiles);
+        break;
+      }
       case Kind::kDraftScales: bytes = group_halves(pp, t.out, [&](uint64_t h) { return pp.draft_scale(h); }); break;
       case Kind::kDraftOffsets: bytes = group_halves(pp, t.out, [&](uint64_t h) { return pp.draft_offset(h); }); break;
-      case Kind::kResidScales: bytes = group_halves(pp, t.out, [&](uint64_t h) { return pp.resid_scale(h); }); break;
     }
     return bytes;
   };

@@ -67,11 +67,9 @@ std::vector<uint8_t> tiny_split_model(int group, int draft_bits, int residual_bi
   BITSPLIT_CHECK(parsed.is_ok(), parsed.status().message());
   gguf::Writer w;
   for (const auto& [k, v] : parsed->metadata().entries()) w.metadata().set(k, v);
-  w.metadata().set("bitsplit.format_version", Value::u32(kSplitFormatVersion));
-  w.metadata().set("bitsplit.group_size", Value::u32(uint32_t(group)));
-  w.metadata().set("bitsplit.draft_bits", Value::u32(uint32_t(draft_bits)));
-  w.metadata().set("bitsplit.residual_bits", Value::u32(uint32_t(residual_bits)));
   const SplitFormat format{group, draft_bits, residual_bits};
+  write_split_format(format, w.metadata());
+  w.set_alignment(kPackedAlignment);
   std::mt19937 rng(7);
   for (const auto& t : parsed->tensors()) {
     if (!is_split_projection(t.name)) {
@@ -81,16 +79,22 @@ std::vector<uint8_t> tiny_split_model(int group, int draft_bits, int residual_bi
     }
     const std::string base = split_base_name(t.name);
     const int64_t in = t.dims[0], out = t.dims[1];
-    for (const auto& plane : split_plane_tensors(base, in, format)) {
+    const uint16_t scale = quant::fp32_to_fp16(0.01f);
+    for (const auto& plane : split_plane_tensors(base, in, out, format)) {
       std::vector<uint8_t> bytes;
-      if (plane.type == TensorType::I8) {
-        bytes = random_bytes(size_t(plane.row * out), rng);
+      if (plane.plane == SplitPlane::kResidPacked) {  // random codes, the scales below, packed
+        const quant::PackedShape shape = quant::packed_shape(out, in, group, residual_bits, false);
+        const std::vector<uint8_t> codes = random_bytes(size_t(out * quant::code_row_bytes(in, group, residual_bits)), rng);
+        const std::vector<uint16_t> scales(size_t(out * shape.groups), scale);
+        bytes.resize(size_t(shape.bytes()));
+        quant::pack_tiles(shape, codes.data(), scales.data(), nullptr, bytes.data(), 0, shape.tiles);
+      } else if (plane.type == TensorType::I8) {
+        bytes = random_bytes(size_t(plane.row * plane.rows), rng);
       } else {
-        const uint16_t scale = quant::fp32_to_fp16(0.01f);
-        bytes.resize(size_t(plane.row * out) * 2);
+        bytes.resize(size_t(plane.row * plane.rows) * 2);
         for (size_t i = 0; i < bytes.size(); i += 2) std::memcpy(bytes.data() + i, &scale, 2);
       }
-      BITSPLIT_CHECK(w.add_tensor(plane.name, plane.type, {plane.row, out}, std::move(bytes)).is_ok());
+      BITSPLIT_CHECK(w.add_tensor(plane.name, plane.type, {plane.row, plane.rows}, std::move(bytes)).is_ok());
     }
   }
   return w.to_bytes();

@@ -31,6 +31,9 @@ struct ConvertOptions {
   // > 0: each projection gets its own draft bits (2, 3 or 4; split.draft_bits is ignored) so the
   // draft's VRAM bits per weight stay within this budget (quant.h, "draft precision under a budget").
   double draft_bpw = 0.0;
+  // The file format version to write: 3 (the default; the residual in the kernels' packed layout,
+  // used from the memory map) or 2 (the residual as codes and scales, for older builds).
+  uint32_t format_version = kSplitFormatVersion;
 };
 
 struct ConvertProgress {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bitsplit/plane_view.h"
+#include "bitsplit/quant.h"
 
 namespace bitsplit::cpu {
 
@@ -224,18 +225,32 @@ void sign_delta_accumulate(CpuContext& ctx, const SignPlaneView& s, const Quanti
 //   then the 16 fp16 scales of every group (k-major), then (draft) the 16 fp16 offsets of every
 //   group; the tile is padded to a multiple of 64 bytes.
 // An AVX2 tier reads each 64-byte vector as two halves of 8 rows.
+// The geometry and the repack are quant::PackedShape / quant::pack_tiles (converted files of
+// format version 3 store the residual in this layout, and a loaded plane then borrows the bytes
+// of the memory map instead of holding a copy).
 struct PackedPlane {
-  static constexpr int kTileRows = 16;
+  static constexpr int kTileRows = quant::PackedShape::kTileRows;
   int64_t out = 0, in = 0, groups = 0, tiles = 0, tile_bytes = 0;
   int group = 0, bits = 0;
   bool draft = false;
-  PlaneBuffer buffer;
 
   // Shapes the layout covers: g = 32, 64, 128; residual 8 or 6 bits; draft 2, 3 or 4 bits.
-  static bool supported(int group, int bits, bool draft);
+  static bool supported(int group, int bits, bool draft) { return quant::packed_layout_supported(group, bits, draft); }
+  // Repacked from the file layout into a PlaneBuffer.
   static PackedPlane pack(CpuContext& ctx, const ResidualPlaneView& r);
   static PackedPlane pack(CpuContext& ctx, const DraftPlaneView& d);
-  const uint8_t* tile(int64_t t) const { return buffer.data() + t * tile_bytes; }
+  // Bytes already in the layout (shape.bytes() of them), used where they are: `owner` keeps
+  // them alive (a file's memory map). They must be 64-byte aligned (aligned_for_borrowing).
+  static PackedPlane borrow(const quant::PackedShape& shape, const uint8_t* bytes, std::shared_ptr<const void> owner);
+  static bool aligned_for_borrowing(const uint8_t* bytes) { return reinterpret_cast<uintptr_t>(bytes) % 64 == 0; }
+  // Bytes already in the layout, copied into a PlaneBuffer (for bytes that cannot be borrowed).
+  static PackedPlane copy(CpuContext& ctx, const quant::PackedShape& shape, const uint8_t* bytes);
+
+  quant::PackedShape shape() const { return {out, in, groups, tiles, tile_bytes, group, bits, draft}; }
+  const uint8_t* data() const { return data_; }
+  size_t size_bytes() const { return size_t(tiles * tile_bytes); }
+  bool borrowed() const { return owner_ != nullptr; }
+  const uint8_t* tile(int64_t t) const { return data_ + t * tile_bytes; }
   // Bits per code in the layout: a 3-bit draft takes 4 (nibbles unpack with one shift and mask).
   int stored_bits() const { return bits == 3 ? 4 : bits; }
   int64_t code_block_bytes() const { return 2 * int64_t(group) * stored_bits(); }  // 16 rows x g x bits / 8
@@ -244,6 +259,12 @@ struct PackedPlane {
   void unpack_group(int64_t o, int64_t k, uint8_t* codes) const;
   uint16_t scale(int64_t o, int64_t k) const;
   uint16_t offset(int64_t o, int64_t k) const;
+
+ private:
+  static PackedPlane with_shape(const quant::PackedShape& shape);
+  PlaneBuffer buffer_;                  // owned bytes (pack, copy)
+  std::shared_ptr<const void> owner_;   // borrowed bytes' keeper (borrow)
+  const uint8_t* data_ = nullptr;
 };
 // The same products as the view overloads above, from packed planes (bit for bit).
 void residual_matmul(CpuContext& ctx, const PackedPlane& r, const QuantizedActivations& qa, float* y);

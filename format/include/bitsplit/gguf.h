@@ -140,6 +140,8 @@ class File {
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find_tensor(std::string_view name) const;
   std::span<const uint8_t> tensor_bytes(const TensorInfo& t) const;
+  // The bytes' owner: tensor_bytes spans stay valid while a copy of this handle lives.
+  std::shared_ptr<const Storage> storage() const { return storage_; }
   // Converts F32, F16, BF16, I8 and the ggml block types quant/ decodes (Q4_0 ... Q6_K) to
   // f32; any other type is an error naming it and the tensor.
   Result<std::vector<float>> read_f32(const TensorInfo& t) const;
@@ -175,7 +177,7 @@ class Writer {
   Metadata& metadata() { return metadata_; }
   const Metadata& metadata() const { return metadata_; }
   uint64_t alignment() const { return alignment_; }
-  void set_alignment(uint64_t alignment) { alignment_ = alignment; }  // for tests (default 32)
+  void set_alignment(uint64_t alignment) { alignment_ = alignment; }  // a power of two (default 32)
   // dims in ggml order; bytes.size() must match the type and dims.
   Status add_tensor(std::string name, TensorType type, std::vector<int64_t> dims,
                     std::vector<uint8_t> bytes);

@@ -30,6 +30,10 @@ class WeightSource {
   virtual Result<std::span<const uint8_t>> raw_bytes(const gguf::TensorInfo& tensor) const {
     return Status::error("tensor '" + tensor.name + "': raw bytes are not available from this container");
   }
+  // A handle that keeps every span raw_bytes hands out valid for as long as it lives (the file's
+  // memory map): a loader can keep using tensor bytes in place instead of copying them. Null
+  // when the container cannot promise that (the caller copies).
+  virtual std::shared_ptr<const void> keep_alive() const { return nullptr; }
   // Lets the OS drop a tensor's pages once it has been consumed (streaming conversion).
   virtual void release(const gguf::TensorInfo& tensor) const { (void)tensor; }
   // Hex SHA-256 of the model file's bytes (identifies a base model).

@@ -217,6 +217,38 @@ bool valid_code_bits(int bits);
 void pack_group_codes(const uint8_t* codes, int group, int bits, uint8_t* out);
 void unpack_group_codes(const uint8_t* packed, int group, int bits, uint8_t* codes);
 
+// ---- the packed (tile) layout ----
+//
+// The CPU kernels' layout of a plane (cpu.h, PackedPlane, has the byte-level description): tiles
+// of 16 output rows, each one contiguous stream of the groups' code blocks, then the 16 fp16
+// scales of every group, then (draft) the 16 fp16 offsets; a tile is padded to 64 bytes, the
+// last tile's missing rows are zero. Converted files of format version 3 store the residual this
+// way, so the kernels read it straight from the memory map (docs/FORMAT.md).
+struct PackedShape {
+  static constexpr int kTileRows = 16;
+  int64_t out = 0, in = 0, groups = 0, tiles = 0, tile_bytes = 0;
+  int group = 0, bits = 0;
+  bool draft = false;
+  // Bits per code in the layout: a 3-bit draft takes 4 (nibbles unpack with one shift and mask).
+  int stored_bits() const { return bits == 3 ? 4 : bits; }
+  int64_t code_block_bytes() const { return 2 * int64_t(group) * stored_bits(); }  // 16 rows x g x bits / 8
+  uint64_t bytes() const { return uint64_t(tiles) * uint64_t(tile_bytes); }
+};
+// Shapes the layout covers: g = 32, 64, 128; residual 8 or 6 bits; draft 2, 3 or 4 bits.
+bool packed_layout_supported(int group, int bits, bool draft);
+// The layout's geometry for a plane (CHECKs that it is supported).
+PackedShape packed_shape(int64_t out, int64_t in, int group, int bits, bool draft);
+// Writes tiles [t0, t1) of the layout of a file-layout plane (codes: `out` rows of code_row_bytes;
+// scales and offsets: out x groups fp16, offsets null for a residual) into dst, the layout's
+// first byte (dst + t * tile_bytes is tile t; every byte of those tiles is written).
+void pack_tiles(const PackedShape& shape, const uint8_t* codes, const uint16_t* scales, const uint16_t* offsets,
+                uint8_t* dst, int64_t t0, int64_t t1);
+// The inverse, code by code (scalar): the codes of row l (0 .. 15) of `tile`, group k, in natural
+// order (g codes, padding included) ...
+void unpack_tile_group(const PackedShape& shape, const uint8_t* tile, int l, int64_t k, uint8_t* codes);
+// ... and a whole plane back in the file layout (offsets null for a residual).
+void unpack_tiles(const PackedShape& shape, const uint8_t* src, uint8_t* codes, uint16_t* scales, uint16_t* offsets);
+
 // How the draft plane's scale and offset are chosen per group.
 enum class DraftFit {
   kMinMax,     // plain: offset = min, scale = (max - min) / (2^b - 1)
