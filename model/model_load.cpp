@@ -180,6 +180,21 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
   // GPU backend drafts planes that did not fit in VRAM on the CPU from it, a test backend reads it).
   const bool release_draft = model.backend_ && !model.backend_->reads_file_layout();
   for (auto& [name, planes] : model.splits_) planes.pack(*model.cpu_, release_draft, true);
+  // On a machine with several NUMA nodes a residual used from the file map would sit wherever
+  // the page cache put it (usually one node), and every other node's cores would stream it
+  // remotely: it is copied into plane buffers interleaved over the nodes instead, and the map's
+  // pages let go.
+  if (!model.splits_.empty() && model.cpu_->topology().numa_nodes > 1) {
+    for (auto& [name, planes] : model.splits_) {
+      if (!planes.packed_residual || !planes.packed_residual->borrowed()) continue;
+      const cpu::PackedPlane& borrowed = *planes.packed_residual;
+      planes.packed_residual =
+          std::make_shared<const cpu::PackedPlane>(cpu::PackedPlane::copy(*model.cpu_, borrowed.shape(), borrowed.data()));
+      if (const gguf::TensorInfo* t = source.find_tensor(split_tensor_names(split_base_name(name)).resid_packed)) {
+        source.release(*t);
+      }
+    }
+  }
   return model;
 }
 

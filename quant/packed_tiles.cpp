@@ -85,17 +85,15 @@ PackedShape packed_shape(int64_t out, int64_t in, int group, int bits, bool draf
   return p;
 }
 
-// Works on the 4-code dwords of a group (chunk c = codes 4c .. 4c + 3 as one little-endian
-// uint32): a code block is 16-lane vectors of such dwords, and the 2- and 6-bit packings combine
-// whole dwords with shifts that never carry across bytes.
+// A code block is 16-lane vectors of 4-code dwords (chunk c = codes 4c .. 4c + 3 as one
+// little-endian uint32).
 void pack_tiles(const PackedShape& p, const uint8_t* codes, const uint16_t* scales, const uint16_t* offsets,
                 uint8_t* dst, int64_t t0, int64_t t1) {
   static_assert(std::endian::native == std::endian::little, "the dword packing assumes little-endian");
   const int64_t row_bytes = code_row_bytes(p.in, p.group, p.bits), gbytes = p.group * p.bits / 8;
   const int64_t cb = p.code_block_bytes();
-  const int chunks = p.group / 4, kN = p.group / 8, kV = p.group / 16;
+  const int kN = p.group / 8;
   uint32_t d[kMaxGroup / 4];
-  auto hi = [](uint32_t x) { return (x >> 4) & 0x03030303u; };  // a 6-bit code's top 2 bits
   for (int64_t t = t0; t < t1; ++t) {
     uint8_t* tile = dst + t * p.tile_bytes;
     std::memset(tile, 0, size_t(p.tile_bytes));
@@ -105,24 +103,24 @@ void pack_tiles(const PackedShape& p, const uint8_t* codes, const uint16_t* scal
     for (int64_t k = 0; k < p.groups; ++k) {
       for (int l = 0; l < kRows && t * kRows + l < p.out; ++l) {
         const int64_t o = t * kRows + l;
-        group_dwords(codes + o * row_bytes + k * gbytes, p.group, p.bits, d);
-        uint32_t v[kMaxGroup / 4];  // the group's vectors' dwords for lane l, in order
-        int nv = 0;
-        if (p.bits == 8) {
-          for (int c = 0; c < chunks; ++c) v[nv++] = d[c];
-        } else if (p.bits == 2) {
-          for (int j = 0; j < kV; ++j) v[nv++] = d[j] | d[j + kV] << 2 | d[j + 2 * kV] << 4 | d[j + 3 * kV] << 6;
-        } else if (p.bits == 4 || p.bits == 3) {
-          for (int j = 0; j < kN; ++j) v[nv++] = d[j] | d[j + kN] << 4;
-        } else {
-          for (int j = 0; j < kN; ++j) v[nv++] = (d[j] & 0x0F0F0F0Fu) | (d[j + kN] & 0x0F0F0F0Fu) << 4;
-          for (int j = 0; j < kV; ++j)
-            v[nv++] = hi(d[j]) | hi(d[j + kV]) << 2 | hi(d[j + 2 * kV]) << 4 | hi(d[j + 3 * kV]) << 6;
-        }
-        uint8_t* block = tile + k * cb + 4 * l;
-        for (int i = 0; i < nv; ++i) std::memcpy(block + 64 * i, &v[i], 4);
         std::memcpy(sc + k * kRows + l, scales + o * p.groups + k, 2);
         if (offsets) std::memcpy(of + k * kRows + l, offsets + o * p.groups + k, 2);
+        const uint8_t* src = codes + o * row_bytes + k * gbytes;
+        uint8_t* block = tile + k * cb + 4 * l;
+        if (p.bits != 3) {
+          // At 2, 4, 6 and 8 bits the layouts hold the same bytes: file byte 4v + b of the group
+          // is byte b of vector v's dword (chunks j + t kV at bits 2t are codes 4j + b + t g/4,
+          // the file's byte 4j + b; nibbles and the 6-bit top bits likewise), so a tile is the
+          // 16 rows' group bytes transposed by dwords.
+          for (int v = 0; v < gbytes / 4; ++v) std::memcpy(block + 64 * v, src + 4 * v, 4);
+          continue;
+        }
+        // 3 bits are stored as nibbles: vector j holds chunk j (low) and chunk j + g/8 (high).
+        group_dwords(src, p.group, p.bits, d);
+        for (int j = 0; j < kN; ++j) {
+          const uint32_t v = d[j] | d[j + kN] << 4;
+          std::memcpy(block + 64 * j, &v, 4);
+        }
       }
     }
   }

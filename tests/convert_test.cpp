@@ -413,6 +413,35 @@ TEST_F(ConvertTest, PackedResidualIsUsedFromTheFileMapAndMatchesVersionTwo) {
   EXPECT_EQ(*after, *kernels3);
 }
 
+// On a machine with several NUMA nodes (a synthetic hwloc topology: two nodes of one core) the
+// residual is not used from the map, whose pages the page cache puts on one node, but copied into
+// plane buffers interleaved over the nodes; the model computes the same.
+TEST_F(ConvertTest, OnSeveralNumaNodesTheResidualIsCopiedInterleaved) {
+  auto source = open_weights(write_tiny({}));
+  ASSERT_TRUE(source.is_ok());
+  ASSERT_TRUE(convert_model(**source, path("v3.gguf"), {}, nullptr, nullptr).is_ok());
+  auto converted = open_weights(path("v3.gguf"));
+  ASSERT_TRUE(converted.is_ok());
+  ::setenv("HWLOC_SYNTHETIC", "Package:1 NUMANode:2 Core:1 PU:1", 1);
+  auto two_nodes = std::make_shared<cpu::CpuContext>();
+  ::unsetenv("HWLOC_SYNTHETIC");
+  ASSERT_EQ(two_nodes->topology().numa_nodes, 2) << two_nodes->describe();
+  auto numa = Model::load(**converted, {.cpu = two_nodes});
+  auto one = Model::load(**converted, {});
+  ASSERT_TRUE(numa.is_ok() && one.is_ok());
+  const SplitProjection* a = numa->split("blk.0.ffn_down.weight");
+  const SplitProjection* b = one->split("blk.0.ffn_down.weight");
+  ASSERT_TRUE(a && b && a->packed_residual && b->packed_residual);
+  EXPECT_FALSE(a->packed_residual->borrowed());
+  EXPECT_EQ(b->packed_residual->borrowed(), one->cpu().topology().numa_nodes == 1);
+  EXPECT_EQ(std::memcmp(a->packed_residual->data(), b->packed_residual->data(), a->packed_residual->size_bytes()), 0);
+  KvCache ca(numa->config(), 5), cb(one->config(), 5);
+  auto la = forward_pass(*numa, ca, Batch::causal(std::vector<int32_t>{1, 7, 3, 9, 4}, 0, true));
+  auto lb = forward_pass(*one, cb, Batch::causal(std::vector<int32_t>{1, 7, 3, 9, 4}, 0, true));
+  ASSERT_TRUE(la.is_ok() && lb.is_ok());
+  EXPECT_EQ(*la, *lb);
+}
+
 TEST(SplitNames, WhichTensorsAreSplit) {
   EXPECT_TRUE(is_split_projection("output.weight"));
   EXPECT_TRUE(is_split_projection("blk.0.attn_q.weight"));

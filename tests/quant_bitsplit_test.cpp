@@ -2,6 +2,7 @@
 // fit never loses to min/max.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -72,6 +73,54 @@ std::vector<float> random_row(std::mt19937& rng, int64_t n) {
 // The fit is written once and compiled per tier: every tier the CPU has gives the reference's
 // bytes, over groups, widths (padded last groups), draft and residual bits, importance (with zero
 // and negative columns), tiny and constant groups, and the min/max fit.
+// The packed (tile) layout holds exactly the file layout's codes, scales and offsets for every
+// shape it covers — rows that end mid-tile, a padded last group —, with the padding rows and bytes
+// zero; code by code each code sits where unpack_tile_group (which follows the layout's
+// description, not pack_tiles' byte copies) looks for it.
+TEST(PackedTiles, EveryShapeRoundTripsThroughTheFileLayout) {
+  std::mt19937 rng(11);
+  for (const bool draft : {false, true}) {
+    for (const int bits : draft ? std::vector<int>{2, 3, 4} : std::vector<int>{6, 8}) {
+      for (const int group : {32, 64, 128}) {
+        const int64_t out = 37, in = group * 3 + group / 2;  // 3 tiles, the last with 5 rows
+        const PackedShape shape = packed_shape(out, in, group, bits, draft);
+        ASSERT_EQ(shape.tiles, 3);
+        ASSERT_EQ(shape.tile_bytes % 64, 0);
+        const int64_t row_bytes = code_row_bytes(in, group, bits);
+        std::vector<uint8_t> codes(size_t(out * row_bytes));
+        std::vector<uint8_t> group_codes(static_cast<size_t>(group));
+        for (int64_t o = 0; o < out; ++o)
+          for (int64_t k = 0; k < shape.groups; ++k) {
+            for (auto& c : group_codes) c = uint8_t(rng() % (1u << bits));
+            pack_group_codes(group_codes.data(), group, bits, codes.data() + o * row_bytes + k * group * bits / 8);
+          }
+        std::vector<uint16_t> scales(size_t(out * shape.groups)), offsets(scales.size());
+        for (auto& v : scales) v = uint16_t(rng());
+        for (auto& v : offsets) v = uint16_t(rng());
+        std::vector<uint8_t> tiles(size_t(shape.bytes()), 0xAB);  // garbage pack_tiles must overwrite
+        pack_tiles(shape, codes.data(), scales.data(), draft ? offsets.data() : nullptr, tiles.data(), 0, shape.tiles);
+        std::vector<uint8_t> codes2(codes.size());
+        std::vector<uint16_t> scales2(scales.size()), offsets2(offsets.size());
+        unpack_tiles(shape, tiles.data(), codes2.data(), scales2.data(), draft ? offsets2.data() : nullptr);
+        const std::string what = std::string(draft ? "draft " : "residual ") + std::to_string(bits) + " bits, g " +
+                                 std::to_string(group);
+        EXPECT_EQ(codes2, codes) << what;
+        EXPECT_EQ(scales2, scales) << what;
+        if (draft) {
+          EXPECT_EQ(offsets2, offsets) << what;
+        }
+        // Row 5 of the last tile (output 37) does not exist: its codes unpack as zeros.
+        unpack_tile_group(shape, tiles.data() + 2 * shape.tile_bytes, 5, 0, group_codes.data());
+        EXPECT_EQ(group_codes, std::vector<uint8_t>(size_t(group), 0)) << what;
+        // The tile's tail past its scales (and offsets) is zero padding, whatever was there.
+        const int64_t used = shape.groups * (shape.code_block_bytes() + (draft ? 64 : 32));
+        for (int64_t t = 0; t < shape.tiles; ++t)
+          for (int64_t b = used; b < shape.tile_bytes; ++b) ASSERT_EQ(tiles[size_t(t * shape.tile_bytes + b)], 0) << what;
+      }
+    }
+  }
+}
+
 TEST(BitsplitQuantizer, EveryFitTierGivesTheReferenceBytes) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> imp(-0.5f, 4.0f);
