@@ -152,21 +152,45 @@ Status check_plane(const WeightSource& source, const std::string& name, gguf::Te
 }  // namespace
 
 Result<SplitProjection> load_split_planes(const WeightSource& source, const std::string& base, int64_t in,
-                                          int64_t out, const SplitFormat& f) {
+                                          int64_t out, const SplitFormat& f, cpu::CpuContext* pack_draft) {
   // The planes' shapes are checked before anything is sized for (in, out), which come from the
   // metadata: a header cannot make the loader allocate more than the file holds.
   const auto tensors = split_plane_tensors(base, in, out, f);
   for (const SplitPlaneTensor& st : tensors) BITSPLIT_RETURN_IF_ERROR(check_plane(source, st.name, st.type, st.row, st.rows));
-  SplitProjection p = SplitProjection::sized(out, in, f.group, f.draft_bits_for(base), f.residual_bits);
-  if (f.packed_residual()) {  // sized only if it has to be unpacked
-    std::vector<uint8_t>().swap(p.resid_codes);
-    std::vector<uint16_t>().swap(p.resid_scales);
+  // The shape only: each file-layout vector is sized when it is filled (a plane used or packed
+  // from the map never allocates one).
+  SplitProjection p;
+  p.out = out;
+  p.in = in;
+  p.group = f.group;
+  p.draft_bits = f.draft_bits_for(base);
+  p.residual_bits = f.residual_bits;
+  const int64_t groups = quant::groups_per_row(in, f.group);
+  if (pack_draft && cpu::PackedPlane::supported(p.group, p.draft_bits, true)) {
+    // The draft packed from the map's bytes (F16 tensors start on the file's alignment, so the
+    // scales and offsets are 2-byte aligned there); its file layout is never allocated.
+    const SplitTensorNames n = split_tensor_names(base);
+    const gguf::TensorInfo* codes = source.find_tensor(n.draft_codes);
+    const gguf::TensorInfo* scales = source.find_tensor(n.draft_scales);
+    const gguf::TensorInfo* offsets = source.find_tensor(n.draft_offsets);
+    BITSPLIT_ASSIGN_OR_RETURN(std::span<const uint8_t> c, source.raw_bytes(*codes));
+    BITSPLIT_ASSIGN_OR_RETURN(std::span<const uint8_t> s, source.raw_bytes(*scales));
+    BITSPLIT_ASSIGN_OR_RETURN(std::span<const uint8_t> o, source.raw_bytes(*offsets));
+    if (reinterpret_cast<uintptr_t>(s.data()) % 2 == 0 && reinterpret_cast<uintptr_t>(o.data()) % 2 == 0) {
+      const cpu::DraftPlaneView view{c.data(), reinterpret_cast<const uint16_t*>(s.data()),
+                                     reinterpret_cast<const uint16_t*>(o.data()), out, in, p.group, p.draft_bits};
+      p.packed_draft = std::make_shared<const cpu::PackedPlane>(cpu::PackedPlane::pack(*pack_draft, view));
+      for (const gguf::TensorInfo* t : {codes, scales, offsets}) source.release(*t);
+    }
   }
   // Each file-layout plane's bytes are copied as stored (I8 codes, little-endian F16 scales) into
   // the buffers sized for the shape; check_plane has matched the sizes. A packed residual is
   // borrowed from the memory map where the source can keep it (and it is aligned), else unpacked
   // into the file layout (Model::load repacks it).
   for (const SplitPlaneTensor& st : tensors) {
+    const bool draft_plane = st.plane == SplitPlane::kDraftCodes || st.plane == SplitPlane::kDraftScales ||
+                             st.plane == SplitPlane::kDraftOffsets;
+    if (draft_plane && p.packed_draft) continue;  // packed above
     const gguf::TensorInfo& t = *source.find_tensor(st.name);
     BITSPLIT_ASSIGN_OR_RETURN(std::span<const uint8_t> raw, source.raw_bytes(t));
     if (st.plane == SplitPlane::kResidPacked) {
@@ -177,23 +201,26 @@ Result<SplitProjection> load_split_planes(const WeightSource& source, const std:
         p.packed_residual = std::make_shared<const cpu::PackedPlane>(cpu::PackedPlane::borrow(shape, raw.data(), owner));
       } else {
         p.resid_codes.resize(size_t(out * quant::code_row_bytes(in, f.group, f.residual_bits)));
-        p.resid_scales.resize(size_t(out * shape.groups));
+        p.resid_scales.resize(size_t(out * groups));
         quant::unpack_tiles(shape, raw.data(), p.resid_codes.data(), p.resid_scales.data(), nullptr);
         source.release(t);
       }
       continue;
     }
-    std::pair<void*, size_t> dest;
+    // Codes: `row` bytes per output; scales and offsets: `row` halves.
+    const size_t n = size_t(st.row * st.rows);
+    void* dest = nullptr;
     switch (st.plane) {
-      case SplitPlane::kDraftCodes: dest = {p.draft_codes.data(), p.draft_codes.size()}; break;
-      case SplitPlane::kDraftScales: dest = {p.draft_scales.data(), p.draft_scales.size() * 2}; break;
-      case SplitPlane::kDraftOffsets: dest = {p.draft_offsets.data(), p.draft_offsets.size() * 2}; break;
-      case SplitPlane::kResidCodes: dest = {p.resid_codes.data(), p.resid_codes.size()}; break;
-      case SplitPlane::kResidScales: dest = {p.resid_scales.data(), p.resid_scales.size() * 2}; break;
+      case SplitPlane::kDraftCodes: p.draft_codes.resize(n); dest = p.draft_codes.data(); break;
+      case SplitPlane::kDraftScales: p.draft_scales.resize(n); dest = p.draft_scales.data(); break;
+      case SplitPlane::kDraftOffsets: p.draft_offsets.resize(n); dest = p.draft_offsets.data(); break;
+      case SplitPlane::kResidCodes: p.resid_codes.resize(n); dest = p.resid_codes.data(); break;
+      case SplitPlane::kResidScales: p.resid_scales.resize(n); dest = p.resid_scales.data(); break;
       case SplitPlane::kResidPacked: break;
     }
-    BITSPLIT_CHECK(raw.size() == dest.second, "plane size checked above");
-    std::memcpy(dest.first, raw.data(), dest.second);
+    const size_t bytes = st.type == gguf::TensorType::F16 ? 2 * n : n;
+    BITSPLIT_CHECK(raw.size() == bytes, "plane size checked above");
+    std::memcpy(dest, raw.data(), bytes);
     source.release(t);
   }
   return p;

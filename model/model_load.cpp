@@ -26,6 +26,9 @@ class TensorLoader {
   TensorLoader(const WeightSource& source, std::optional<SplitFormat> split, bool draft_only,
                std::map<std::string, SplitProjection>* planes, std::map<std::string, std::vector<uint8_t>>* q8_0)
       : source_(source), split_(split), draft_only_(draft_only), planes_(planes), q8_0_(q8_0) {}
+  // Kept planes get their draft packed for the CPU straight from the file (no file-layout copy):
+  // for a backend that reads only the packed planes.
+  void pack_drafts_with(cpu::CpuContext* ctx) { pack_draft_ = ctx; }
 
   Status load(const std::string& name, std::vector<int64_t> dims, std::vector<float>* out, bool optional = false) {
     const gguf::TensorInfo* t = source_.find_tensor(name);
@@ -35,7 +38,8 @@ class TensorLoader {
       const std::string base = name.substr(0, name.size() - suffix.size());
       if (source_.find_tensor(split_tensor_names(base).draft_codes)) {
         if (planes_) {  // keep the planes; the f32 weights stay empty
-          BITSPLIT_ASSIGN_OR_RETURN((*planes_)[name], load_split_planes(source_, base, dims[0], dims[1], *split_));
+          BITSPLIT_ASSIGN_OR_RETURN((*planes_)[name],
+                                    load_split_planes(source_, base, dims[0], dims[1], *split_, pack_draft_));
           out->clear();
           return Status::ok();
         }
@@ -71,6 +75,7 @@ class TensorLoader {
   bool draft_only_;
   std::map<std::string, SplitProjection>* planes_;
   std::map<std::string, std::vector<uint8_t>>* q8_0_;
+  cpu::CpuContext* pack_draft_ = nullptr;
 };
 
 }  // namespace
@@ -93,6 +98,7 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
     model.backend_ = options.backend ? options.backend : make_cpu_backend(model.cpu_);
     model.default_pass_ = options.draft_only ? Pass::kDraft : Pass::kTarget;
     model.target_activations_ = options.target_activations;
+    if (keep_planes && !model.backend_->reads_file_layout()) t.pack_drafts_with(model.cpu_.get());
   }
 
   auto from_embd = source.metadata().get_bool_or("bitsplit.output_from_embedding", false);

@@ -31,9 +31,10 @@ struct SplitProjection {
   // The weights the planes stand for, [out x in] f32: D + R, or D alone (needs the file layout).
   std::vector<float> dequantize(bool with_residual) const;
 
-  // The planes repacked once for the CPU kernels (Model::load makes them; same results bit for
-  // bit, no per-call transposes). Where one is set, the file-layout vectors of that plane may be
-  // empty: Model::load releases the residual's always and the draft's when the CPU drafts it.
+  // The planes in the CPU kernels' layout (Model::load makes them, or a format-3 file's residual
+  // is borrowed from its map; same results bit for bit, no per-call transposes). Where one is
+  // set, the file-layout vectors of that plane may be empty: Model::load never keeps the
+  // residual's, nor the draft's when the CPU drafts it.
   std::shared_ptr<const cpu::PackedPlane> packed_draft, packed_residual;
   // Makes the packed planes the layout covers; with release_*, frees the file-layout bytes.
   void pack(cpu::CpuContext& ctx, bool release_draft, bool release_residual);
@@ -77,9 +78,12 @@ quant::DraftTensorErrors measure_draft_errors(const std::string& base, const std
                                               int64_t cols, int64_t n_layers, const quant::SplitParams& params,
                                               const float* importance, int64_t max_rows = 256);
 
-// Reads one split projection's planes (checking every tensor's type and shape).
+// Reads one split projection's planes (checking every tensor's type and shape). A format-3
+// residual is borrowed from the source's memory map where it can keep it (packed_residual, no
+// file-layout copy). With `pack_draft`, the draft is packed for the CPU straight from the file
+// (packed_draft; no file-layout copy either) where the packed layout covers it.
 Result<SplitProjection> load_split_planes(const WeightSource& source, const std::string& base, int64_t in, int64_t out,
-                                          const SplitFormat& format);
+                                          const SplitFormat& format, cpu::CpuContext* pack_draft = nullptr);
 
 // Reconstructs one split projection as f32 [out x in]: D + R, or D alone.
 Result<std::vector<float>> load_split_f32(const WeightSource& source, const std::string& base, int64_t in,
