@@ -295,15 +295,20 @@ Result<std::vector<std::vector<float>>> run_pass(const Model& model, std::vector
   auto lora_of = [&](const Variant* variant, const std::string& weight) { return variant ? variant->lora(weight) : nullptr; };
   for (const Sequence& s : seqs) {
     const Batch& batch = *s.batch;
-    const std::vector<float>& embd = pick(s.variant, "token_embd.weight", model.token_embd());
+    // A variant's own full embedding, else the model's rows (held f32 or Q8_0).
+    const std::vector<float>* embd = s.variant ? s.variant->full("token_embd.weight") : nullptr;
     const VariantSigns* embd_signs = signs_of(s.variant, "token_embd.weight");
     const VariantLora* embd_lora = lora_of(s.variant, "token_embd.weight");
     std::vector<float> delta_row(embd_signs ? static_cast<size_t>(c.n_embd) : 0);
     for (int64_t i = 0; i < batch.size(); ++i) {
       const int64_t token = batch.tokens[size_t(i)];
       float* xr = x.row(s.row0 + i);
-      const float* e = embd.data() + token * c.n_embd;
-      std::copy(e, e + c.n_embd, xr);
+      if (embd) {
+        const float* e = embd->data() + token * c.n_embd;
+        std::copy(e, e + c.n_embd, xr);
+      } else {
+        model.embed_row(token, xr);
+      }
       if (embd_signs) {
         quant::bitdelta_decode_row_ref(embd_signs->signs.data() + token * embd_signs->row_bytes,
                                        embd_signs->alpha_of(token), c.n_embd, delta_row.data());
@@ -495,9 +500,15 @@ Result<std::vector<std::vector<float>>> run_pass(const Model& model, std::vector
     // A tied head reads the embedding, so it takes the embedding's delta (full or signs).
     // Variant::make gives a head read from the embedding the embedding's LoRA under this name.
     const bool tied = c.tied_output;
+    // A head held as planes or Q8_0 blocks reads no f32 matrix (and a Q8_0-held embedding is
+    // not expanded to f32 for it).
+    const bool head_f32 = !model.split("output.weight") && !model.q8_0("output.weight");
+    static const std::vector<float> kNoMatrix;
     std::vector<GroupProjection> parts;
     for (const RowGroup& g : out_groups) {
-      const std::vector<float>& head = tied ? pick(g.variant, "token_embd.weight", model.token_embd()) : model.output();
+      const std::vector<float>& head = !head_f32 ? kNoMatrix
+                                       : tied    ? pick(g.variant, "token_embd.weight", model.token_embd())
+                                                 : model.output();
       parts.push_back({&head, &no_bias, tied ? signs_of(g.variant, "token_embd.weight") : signs_of(g.variant, "output.weight"),
                        lora_of(g.variant, "output.weight")});
     }

@@ -81,6 +81,9 @@ Result<MemoryPlan> plan_memory(const WeightSource& source, const ModelConfig& co
       plan.draft += t.nbytes;
     } else if (!split && options.q8_0_kernels && t.type == gguf::TensorType::Q8_0 && is_split_projection(t.name)) {
       plan.weights += t.nbytes;  // kept as blocks for the Q8_0 kernel
+    } else if (split && t.name == "token_embd.weight" && t.type == gguf::TensorType::Q8_0 &&
+               config.n_embd % quant::BlockQ8_0::kWeights == 0) {
+      plan.weights += t.nbytes;  // a bit-split model keeps its Q8_0 embedding as blocks (Model::embed_row)
     } else {
       plan.weights += uint64_t(t.n_elements()) * sizeof(float);  // the loader converts to f32
       // A tied head over a Q8_0 embedding also keeps the embedding's blocks for the Q8_0 kernel.

@@ -2,7 +2,9 @@
 // planes handed to the backend and packed for the CPU), every tensor checked against the config.
 #include <tbb/parallel_for.h>
 
+#include <algorithm>
 #include <cmath>
+#include <span>
 
 #include "bitsplit/imatrix.h"
 #include "bitsplit/model.h"
@@ -104,7 +106,18 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
   auto from_embd = source.metadata().get_bool_or("bitsplit.output_from_embedding", false);
   if (!from_embd) return from_embd.status().with_context(source.path());
   model.output_from_embedding_ = *from_embd;
-  BITSPLIT_RETURN_IF_ERROR(t.load("token_embd.weight", {c.n_embd, c.n_vocab}, &model.token_embd_));
+  // A bit-split model keeps a Q8_0 embedding (what convert writes) as its blocks: a quarter of
+  // the f32 copy's memory; lookups dequantise one row (Model::embed_row).
+  const gguf::TensorInfo* embd = source.find_tensor("token_embd.weight");
+  if (keep_planes && embd && embd->type == gguf::TensorType::Q8_0 && c.n_embd % quant::BlockQ8_0::kWeights == 0 &&
+      embd->dims == std::vector<int64_t>{c.n_embd, c.n_vocab}) {
+    BITSPLIT_ASSIGN_OR_RETURN(auto bytes, source.raw_bytes(*embd));
+    model.token_embd_q8_0_.assign(bytes.begin(), bytes.end());
+    model.token_embd_lazy_ = std::make_shared<LazyEmbedding>();
+    source.release(*embd);
+  } else {
+    BITSPLIT_RETURN_IF_ERROR(t.load("token_embd.weight", {c.n_embd, c.n_vocab}, &model.token_embd_));
+  }
   // A tied head over a Q8_0 embedding runs on the Q8_0 kernel too (as llama.cpp's does): the
   // rows stay f32 for the lookup, the blocks serve the head.
   if (q8_0_kernels && c.tied_output) {
@@ -204,6 +217,29 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
   return model;
 }
 
+const std::vector<float>& Model::token_embd() const {
+  if (token_embd_q8_0_.empty()) return token_embd_;
+  std::call_once(token_embd_lazy_->once, [&] {
+    std::vector<float>& v = token_embd_lazy_->values;
+    v.resize(size_t(config_.n_vocab * config_.n_embd));
+    tbb::parallel_for(int64_t{0}, config_.n_vocab, [&](int64_t token) { embed_row(token, v.data() + token * config_.n_embd); });
+  });
+  return token_embd_lazy_->values;
+}
+
+void Model::embed_row(int64_t token, float* out) const {
+  const int64_t n = config_.n_embd;
+  if (token_embd_q8_0_.empty()) {
+    std::copy_n(token_embd_.data() + token * n, n, out);
+    return;
+  }
+  const size_t row_bytes = size_t(n / quant::BlockQ8_0::kWeights) * sizeof(quant::BlockQ8_0);
+  const Status st = quant::dequantize_ggml_row(uint32_t(gguf::TensorType::Q8_0),
+                                               std::span<const uint8_t>(token_embd_q8_0_.data() + size_t(token) * row_bytes, row_bytes),
+                                               std::span<float>(out, size_t(n)));
+  BITSPLIT_CHECK(st.is_ok(), st.message());
+}
+
 const std::vector<uint8_t>* Model::q8_0(const std::string& weight) const {
   auto it = q8_0_.find(weight);
   return it == q8_0_.end() ? nullptr : &it->second;
@@ -249,7 +285,7 @@ Model Model::transformed(const WeightTransform& projection, const WeightTransfor
   Model m;
   m.config_ = config_;
   const ModelConfig& c = config_;
-  m.token_embd_ = embedding("token_embd.weight", token_embd_, c.n_vocab, c.n_embd);
+  m.token_embd_ = embedding("token_embd.weight", token_embd(), c.n_vocab, c.n_embd);
   m.output_ = projection("output.weight", output(), c.n_vocab, c.n_embd);
   m.config_.tied_output = false;
   m.output_from_embedding_ = output_from_embedding_ || config_.tied_output;

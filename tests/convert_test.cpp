@@ -413,6 +413,41 @@ TEST_F(ConvertTest, PackedResidualIsUsedFromTheFileMapAndMatchesVersionTwo) {
   EXPECT_EQ(*after, *kernels3);
 }
 
+// A converted model keeps its Q8_0 embedding as blocks (a quarter of an f32 copy): lookups
+// dequantise a row, a tied head runs on its planes, and nothing expands it until an f32 copy is
+// asked for, whose rows are exactly what the lookups read.
+TEST_F(ConvertTest, ConvertedModelKeepsItsQ8_0EmbeddingAsBlocks) {
+  testing::TinyModelSpec spec;
+  spec.tied_output = true;
+  auto source = open_weights(write_tiny(spec));
+  ASSERT_TRUE(source.is_ok());
+  ASSERT_TRUE(convert_model(**source, path("m.gguf"), {}, nullptr, nullptr).is_ok());
+  auto converted = open_weights(path("m.gguf"));
+  ASSERT_TRUE(converted.is_ok());
+  ASSERT_EQ((*converted)->find_tensor("token_embd.weight")->type, gguf::TensorType::Q8_0);
+  auto m = Model::load(**converted, {});
+  ASSERT_TRUE(m.is_ok());
+  EXPECT_TRUE(m->embedding_in_q8_0());
+  KvCache cache(m->config(), 5);
+  auto before = forward_pass(*m, cache, Batch::causal(std::vector<int32_t>{1, 7, 3, 9, 4}, 0, true));
+  ASSERT_TRUE(before.is_ok());
+  // The f32 reference load of the same file expands the embedding at load: same first rows.
+  auto f32 = Model::load(**converted, {.keep_planes = false});
+  ASSERT_TRUE(f32.is_ok());
+  EXPECT_FALSE(f32->embedding_in_q8_0());
+  const std::vector<float>& all = m->token_embd();
+  EXPECT_EQ(all, f32->token_embd());
+  std::vector<float> row(size_t(spec.embd));
+  for (int64_t token : {int64_t(0), int64_t(7), spec.vocab - 1}) {
+    m->embed_row(token, row.data());
+    EXPECT_TRUE(std::equal(row.begin(), row.end(), all.begin() + token * spec.embd)) << token;
+  }
+  KvCache cache2(m->config(), 5);
+  auto after = forward_pass(*m, cache2, Batch::causal(std::vector<int32_t>{1, 7, 3, 9, 4}, 0, true));
+  ASSERT_TRUE(after.is_ok());
+  EXPECT_EQ(*after, *before);
+}
+
 // On a machine with several NUMA nodes (a synthetic hwloc topology: two nodes of one core) the
 // residual is not used from the map, whose pages the page cache puts on one node, but copied into
 // plane buffers interleaved over the nodes; the model computes the same.

@@ -60,8 +60,11 @@ TEST(MemoryPlan, CountsEveryTensorAsTheLoaderHoldsItAndTheKvCache) {
   EXPECT_EQ(plan->n_slots, 100);
   EXPECT_EQ(plan->kv_cache, 2 * uint64_t(config->n_layers) * 100 * uint64_t(config->kv_dim()) * 4);
   EXPECT_EQ(plan->scratch, 3 * uint64_t(config->n_vocab) * 4);
-  // The embedding is held as f32 whatever its stored type.
-  EXPECT_GE(plan->weights, uint64_t(config->n_vocab * config->n_embd) * 4);
+  // The converted file's Q8_0 embedding is held as its blocks, not expanded to f32.
+  const gguf::TensorInfo* embd = source->find_tensor("token_embd.weight");
+  ASSERT_TRUE(embd && embd->type == gguf::TensorType::Q8_0);
+  EXPECT_GE(plan->weights, embd->nbytes);
+  EXPECT_LT(plan->weights, uint64_t(config->n_vocab * config->n_embd) * 4);
   // No context asked for: the training context, clamped.
   EXPECT_EQ(plan_memory(*source, *config, {})->n_slots, config->n_ctx_train);
   EXPECT_EQ(plan_memory(*source, *config, {.n_slots = 1 << 30})->n_slots, config->n_ctx_train);

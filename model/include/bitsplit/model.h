@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -211,10 +212,18 @@ class Model {
   void set_target_activations(TargetActivations a) { target_activations_ = a; }
   TargetActivations target_activations() const { return target_activations_; }
   const ModelConfig& config() const { return config_; }
-  const std::vector<float>& token_embd() const { return token_embd_; }
+  // The token embedding in f32, [n_vocab x n_embd]. A bit-split model whose file stores it as Q8_0
+  // holds the blocks instead (a quarter of the memory) and makes this f32 copy only on the first
+  // call (thread-safe; the GPU draft's upload, transformed()); lookups use embed_row.
+  const std::vector<float>& token_embd() const;
+  // Row `token` of the embedding (n_embd floats): the f32 row, or the Q8_0 row dequantised (the
+  // same values the f32 copy holds).
+  void embed_row(int64_t token, float* out) const;
+  // The embedding is held as Q8_0 blocks (token_embd() not made yet or not at all).
+  bool embedding_in_q8_0() const { return !token_embd_q8_0_.empty(); }
   const std::vector<float>& output_norm() const { return output_norm_; }
   // The output head (token_embd when tied), [n_vocab x n_embd].
-  const std::vector<float>& output() const { return config_.tied_output ? token_embd_ : output_; }
+  const std::vector<float>& output() const { return config_.tied_output ? token_embd() : output_; }
   // The output head was made from the token embedding (a tied model split by convert, or by
   // with_split_planes): a variant's embedding delta applies to it too.
   bool output_from_embedding() const { return output_from_embedding_; }
@@ -230,6 +239,14 @@ class Model {
  private:
   ModelConfig config_;
   std::vector<float> token_embd_, output_norm_, output_, rope_freqs_, rope_freqs_long_;
+  // The embedding as Q8_0 blocks (n_vocab rows of n_embd / 32 blocks) when held so, and its f32
+  // copy made on demand (shared by copies of the model: the same values).
+  std::vector<uint8_t> token_embd_q8_0_;
+  struct LazyEmbedding {
+    std::once_flag once;
+    std::vector<float> values;
+  };
+  std::shared_ptr<LazyEmbedding> token_embd_lazy_;
   std::vector<LayerWeights> layers_;
   std::map<std::string, SplitProjection> splits_;
   std::map<std::string, std::vector<uint8_t>> q8_0_;
