@@ -49,8 +49,9 @@ Result<LoadedModel> open_model(const std::string& path, const ModelLoadOptions& 
     }
     if (log && !(*split)->packed_residual()) {
       log("note: " + path + " is bit-split format version " + std::to_string((*split)->version) +
-          ": its residual planes are repacked into a copy in RAM at load; convert the original again with this build "
-          "(format " + std::to_string(kSplitFormatVersion) + ") to use them straight from the file");
+          ": its residual planes are repacked into a copy in RAM at load; `bitsplit convert " + path +
+          " NEW.gguf` rewrites it as format " + std::to_string(kSplitFormatVersion) +
+          " (the same planes, nothing re-fitted), which is used straight from the file");
     }
     if (!options.backend) {
       std::string why;

@@ -413,6 +413,37 @@ TEST_F(ConvertTest, PackedResidualIsUsedFromTheFileMapAndMatchesVersionTwo) {
   EXPECT_EQ(*after, *kernels3);
 }
 
+// An older bit-split file is rewritten as format 3 without fitting anything: the result is the
+// very file a format-3 conversion of the original writes. A format-3 file or an original is
+// refused by name.
+TEST_F(ConvertTest, UpgradingAFormatTwoFileGivesTheFormatThreeConversion) {
+  testing::TinyModelSpec spec;
+  spec.ff = 72;
+  auto source = open_weights(write_tiny(spec));
+  ASSERT_TRUE(source.is_ok());
+  ConvertOptions v2;
+  v2.format_version = 2;
+  ASSERT_TRUE(convert_model(**source, path("v2.gguf"), v2, nullptr, nullptr).is_ok());
+  ASSERT_TRUE(convert_model(**source, path("v3.gguf"), {}, nullptr, nullptr).is_ok());
+  auto old = open_weights(path("v2.gguf"));
+  ASSERT_TRUE(old.is_ok());
+  ConvertReport report;
+  size_t last_done = 0;
+  ASSERT_TRUE(upgrade_split_model(**old, path("up.gguf"), {}, [&](size_t done, size_t) { last_done = done; }, &report)
+                  .is_ok());
+  EXPECT_EQ(read_bytes(path("up.gguf")), read_bytes(path("v3.gguf")));
+  EXPECT_EQ(report.output_paths, std::vector<std::string>{path("up.gguf")});
+  EXPECT_GT(last_done, 0u);
+  auto v3 = open_weights(path("v3.gguf"));
+  ASSERT_TRUE(v3.is_ok());
+  EXPECT_NE(upgrade_split_model(**v3, path("again.gguf"), {}, nullptr, nullptr).message().find("already bit-split format 3"),
+            std::string::npos);
+  EXPECT_NE(upgrade_split_model(**source, path("orig.gguf"), {}, nullptr, nullptr).message().find("not a bit-split model"),
+            std::string::npos);
+  EXPECT_FALSE(fs::exists(path("again.gguf")));
+  EXPECT_FALSE(fs::exists(path("orig.gguf")));
+}
+
 // A converted model keeps its Q8_0 embedding as blocks (a quarter of an f32 copy): lookups
 // dequantise a row, a tied head runs on its planes, and nothing expands it until an f32 copy is
 // asked for, whose rows are exactly what the lookups read.

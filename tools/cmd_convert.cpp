@@ -26,12 +26,47 @@ struct ConvertArgs {
   uint32_t format_version = kSplitFormatVersion;
 };
 
+// A bit-split file of an older format: rewritten as the current one (same planes), nothing fitted.
+int upgrade(const WeightSource& source, const ConvertArgs& a, uint32_t version) {
+  if (a.group != 64 || a.residual != 8 || a.draft_bits != 2 || a.draft_bpw > 0.0 || !a.imatrix.empty() ||
+      a.fit != "optimized" || a.format_version != kSplitFormatVersion) {
+    return report_error(source.path() + " is bit-split format " + std::to_string(version) +
+                        ": convert only rewrites it as format " + std::to_string(kSplitFormatVersion) +
+                        " (the same planes); --group, --residual, --draft-bits, --draft-bpw, --imatrix, --fit and "
+                        "--format-version apply to converting the original");
+  }
+  SplitLimits limits;
+  if (!a.split_max_size.empty()) {
+    auto b = parse_byte_size(a.split_max_size);
+    if (!b) return report_error("--split-max-size: " + b.status().message());
+    if (*b == 0) return report_error("--split-max-size: a part must hold some bytes");
+    limits.max_bytes = *b;
+  }
+  limits.max_tensors = a.split_max_tensors;
+  std::fprintf(stderr, "%s is bit-split format %u: rewriting it as format %u (the same planes, the residual in the "
+               "kernels' layout; nothing is fitted)\n", source.path().c_str(), version, kSplitFormatVersion);
+  ProgressBar bar("upgrade");
+  ConvertReport report;
+  const Status st = upgrade_split_model(source, a.out, limits, [&](size_t done, size_t total) {
+    bar.update(double(done), double(total));
+  }, &report);
+  if (!st) return report_error(st.message());
+  std::fprintf(stderr, "wrote %s: %.2f MiB from %.2f MiB in %.1f s (%.0f MB/s written)\n",
+               report.output_paths.size() > 1 ? (report.output_paths.front() + " ..").c_str() : a.out.c_str(),
+               double(report.output_bytes) / (1 << 20), double(report.source_bytes) / (1 << 20), report.seconds,
+               report.seconds > 0 ? double(report.output_bytes) / 1e6 / report.seconds : 0.0);
+  return 0;
+}
+
 int convert(const ConvertArgs& a) {
   if (Status st = check_output_path(a.out, {a.in, a.imatrix}, "output"); !st) return report_error(st.message());
   const auto threads = limit_threads(a.threads);
   auto source = open_weights(a.in);
   if (!source) return report_error(source.status().message());
   ConvertOptions options;
+  if (auto split = read_split_format((*source)->metadata()); split && split->has_value() && !(*split)->packed_residual()) {
+    return upgrade(**source, a, (*split)->version);
+  }
   if (!a.split_max_size.empty()) {
     auto b = parse_byte_size(a.split_max_size);
     if (!b) return report_error("--split-max-size: " + b.status().message());
@@ -150,7 +185,8 @@ int quantize(const QuantizeArgs& a) {
 
 void add_convert_command(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<ConvertArgs>();
-  CLI::App* cmd = app.add_subcommand("convert", "Split a model into a 2-bit draft plane and a 6/8-bit residual plane");
+  CLI::App* cmd = app.add_subcommand("convert", "Split a model into a 2-bit draft plane and a 6/8-bit residual plane "
+                                                "(a bit-split file of an older format: rewrite it in the current one)");
   cmd->add_option("input", a->in, "Source model (.gguf: F32/F16/BF16 or Q4_0..Q8_0, Q2_K..Q6_K)")
       ->required()->check(CLI::ExistingFile);
   cmd->add_option("output", a->out, "Output .gguf (written under a temporary name, renamed when complete)")->required();

@@ -201,8 +201,8 @@ int info(const InfoOptions& o) {
         std::printf("format:        version %u; the residual is stored in the kernels' layout and used from the file's memory map\n",
                     f.version);
       } else {
-        std::printf("format:        version %u; the residual is repacked into a copy in RAM at load (convert again for version %u, "
-                    "which uses it from the file)\n", f.version, kSplitFormatVersion);
+        std::printf("format:        version %u; the residual is repacked into a copy in RAM at load (`bitsplit convert` this "
+                    "file to rewrite it as version %u, used from the file)\n", f.version, kSplitFormatVersion);
       }
       if (auto sha = w.metadata().get_string("bitsplit.source_sha256")) std::printf("source sha256: %s\n", sha->c_str());
       // Where the draft planes would go: the budget asked for, else the device's default.

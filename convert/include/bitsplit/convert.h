@@ -61,6 +61,13 @@ struct ConvertReport {
 Status convert_model(const WeightSource& source, const std::string& out_path, const ConvertOptions& options,
                      const std::function<void(const ConvertProgress&)>& on_progress, ConvertReport* report);
 
+// Rewrites a bit-split model of format 1 or 2 as format 3 (docs/FORMAT.md): the same planes,
+// each residual packed into the kernels' layout, every other tensor and key as it was; no fit.
+// `report` gets the sizes, the time, the outputs and the source's hash. Errors: not a bit-split
+// model, already format 3, residual planes that disagree with the metadata.
+Status upgrade_split_model(const WeightSource& source, const std::string& out_path, const SplitLimits& output_split,
+                           const std::function<void(size_t done, size_t total)>& on_progress, ConvertReport* report);
+
 // `bitsplit quantize`: a plain Q8_0 model, the llama.cpp-style baseline we measure against.
 // Projections whose rows are a multiple of 32 become Q8_0 (quant::quantize_q8_0_ref, as
 // llama.cpp's quantize does); everything else is copied as f32. Streams tensor by tensor.
