@@ -199,6 +199,7 @@ Result<SplitProjection> load_split_planes(const WeightSource& source, const std:
       auto owner = source.keep_alive();
       if (owner && cpu::PackedPlane::aligned_for_borrowing(raw.data())) {
         p.packed_residual = std::make_shared<const cpu::PackedPlane>(cpu::PackedPlane::borrow(shape, raw.data(), owner));
+        source.will_need(t);  // read in the background while the rest loads (a cold page cache)
       } else {
         p.resid_codes.resize(size_t(out * quant::code_row_bytes(in, f.group, f.residual_bits)));
         p.resid_scales.resize(size_t(out * groups));

@@ -43,6 +43,10 @@ class UnfusedWeights final : public WeightSource {
     return all.subspan(size_t(uint64_t(s->first_row) * s->row_bytes), size_t(uint64_t(t.dims[1]) * s->row_bytes));
   }
   std::shared_ptr<const void> keep_alive() const override { return inner_->keep_alive(); }
+  void will_need(const gguf::TensorInfo& t) const override {
+    const Slice* s = slice_of(t);
+    inner_->will_need(s ? *s->fused : t);
+  }
   void release(const gguf::TensorInfo& t) const override {
     // The fused tensor's pages serve its other views too: released with the last one only.
     const Slice* s = slice_of(t);

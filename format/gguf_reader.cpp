@@ -313,6 +313,8 @@ bool File::can_read_f32(TensorType type) {
 
 void File::release(const TensorInfo& t) const { storage_->release(data_offset_ + t.offset, t.nbytes); }
 
+void File::will_need(const TensorInfo& t) const { storage_->will_need(data_offset_ + t.offset, t.nbytes); }
+
 Result<std::string> File::content_sha256() const {
   std::lock_guard<std::mutex> lock(sha256_->mu);  // a second caller waits for the first's result
   if (!sha256_->hex.empty()) return sha256_->hex;

@@ -32,6 +32,11 @@ class MappedFile final : public Storage {
     const uint64_t end = std::min<uint64_t>(offset + size, size_) / page * page;
     if (end > begin) madvise(static_cast<uint8_t*>(addr_) + begin, end - begin, MADV_DONTNEED);
   }
+  void will_need(uint64_t offset, uint64_t size) const override {
+    const uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
+    const uint64_t begin = offset / page * page, end = std::min<uint64_t>(offset + size, size_);
+    if (end > begin) madvise(static_cast<uint8_t*>(addr_) + begin, end - begin, MADV_WILLNEED);
+  }
 
  private:
   void* addr_;

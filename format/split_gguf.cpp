@@ -44,6 +44,9 @@ class SplitWeights final : public WeightSource {
   void release(const gguf::TensorInfo& t) const override {
     if (auto part = part_for(t)) (*part)->release(t);
   }
+  void will_need(const gguf::TensorInfo& t) const override {
+    if (auto part = part_for(t)) (*part)->will_need(t);
+  }
   // SHA-256 over the parts' SHA-256 digests (hex) in order: identifies the set, though not
   // equal to the hash of the same model in one file.
   Result<std::string> content_sha256() const override {

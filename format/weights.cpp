@@ -20,6 +20,7 @@ class GgufWeights final : public WeightSource {
   Result<std::span<const uint8_t>> raw_bytes(const gguf::TensorInfo& t) const override { return file_.tensor_bytes(t); }
   std::shared_ptr<const void> keep_alive() const override { return file_.storage(); }
   void release(const gguf::TensorInfo& t) const override { file_.release(t); }
+  void will_need(const gguf::TensorInfo& t) const override { file_.will_need(t); }
   Result<std::string> content_sha256() const override { return file_.content_sha256(); }
   std::string describe() const override {
     return "GGUF v" + std::to_string(file_.version()) + ", " + std::to_string(file_.tensors().size()) +

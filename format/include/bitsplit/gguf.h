@@ -117,6 +117,8 @@ class Storage {
   virtual std::span<const uint8_t> bytes() const = 0;
   // Drops the pages of [offset, offset + size) from memory (mapped files only).
   virtual void release(uint64_t offset, uint64_t size) const { (void)offset; (void)size; }
+  // Starts reading [offset, offset + size) into memory in the background (mapped files only).
+  virtual void will_need(uint64_t offset, uint64_t size) const { (void)offset; (void)size; }
 };
 Result<std::shared_ptr<Storage>> map_file(const std::string& path);
 // For tests and in-memory files: bytes held as storage.
@@ -147,8 +149,10 @@ class File {
   Result<std::vector<float>> read_f32(const TensorInfo& t) const;
   // True when read_f32 can convert tensors of this type.
   static bool can_read_f32(TensorType type);
-  // Advises the OS that a tensor's mapped pages are no longer needed.
+  // Advises the OS that a tensor's mapped pages are no longer needed ...
   void release(const TensorInfo& t) const;
+  // ... or will be read soon (read-ahead in the background).
+  void will_need(const TensorInfo& t) const;
   // Hex SHA-256 of the whole file; computed once per opened file (a registry checking several
   // deltas, or a merge of several, against one base reads the base once).
   Result<std::string> content_sha256() const;

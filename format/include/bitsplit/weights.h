@@ -36,6 +36,8 @@ class WeightSource {
   virtual std::shared_ptr<const void> keep_alive() const { return nullptr; }
   // Lets the OS drop a tensor's pages once it has been consumed (streaming conversion).
   virtual void release(const gguf::TensorInfo& tensor) const { (void)tensor; }
+  // Asks the OS to start reading a tensor's pages in the background (a tensor used in place).
+  virtual void will_need(const gguf::TensorInfo& tensor) const { (void)tensor; }
   // Hex SHA-256 of the model file's bytes (identifies a base model).
   virtual Result<std::string> content_sha256() const { return Status::error("no file content to hash"); }
 };
