@@ -26,8 +26,7 @@ std::string memlock_limit() {
 
 Result<uint64_t> Model::lock_planes() const {
   // Every plane buffer the kernels read: the packed planes (copies, or the file map's pages they
-  // borrow), and the file-layout bytes still held
-  // (a GPU backend's CPU fallback reads those).
+  // borrow), and the file-layout bytes still held (a GPU backend's CPU fallback reads those).
   std::vector<std::pair<const void*, size_t>> ranges;
   auto add = [&](const void* p, size_t n) {
     if (p && n > 0) ranges.push_back({p, n});

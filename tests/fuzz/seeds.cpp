@@ -59,7 +59,7 @@ std::vector<uint8_t> random_bytes(size_t n, std::mt19937& rng) {
   return b;
 }
 
-// The tiny model with every projection replaced by its five bit-split planes (random codes,
+// The tiny model with every projection replaced by its bit-split planes (random codes,
 // small F16 scales): the layout convert writes.
 std::vector<uint8_t> tiny_split_model(int group, int draft_bits, int residual_bits) {
   const auto original = testing::tiny_model_bytes(tiny_spec("llama", TensorType::F32, false));

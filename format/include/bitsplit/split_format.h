@@ -1,7 +1,7 @@
 // The bit-split file format (docs/FORMAT.md): the bitsplit.* metadata of a converted file, the
-// five tensors a split projection becomes, and which projections are split. The one place that
-// answers "is this a bit-split file?" (read_split_format). convert/ writes these files;
-// backend/planes.h reads a projection's planes back.
+// tensors a split projection becomes (four in format 3, five before), and which projections
+// are split. The one place that answers "is this a bit-split file?" (read_split_format).
+// convert/ writes these files; backend/planes.h reads a projection's planes back.
 #pragma once
 
 #include <array>
