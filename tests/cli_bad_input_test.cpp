@@ -37,6 +37,7 @@ class CliBadInput : public ::testing::Test {
     f["TEXT"] = models + "/text/kjv.valid.txt";
     f["SHORT"] = dir_->file("short.txt");  // a few windows, for the imatrix
     f["BS"] = dir_->file("base.bitsplit.gguf");
+    f["BS2"] = dir_->file("base.bitsplit-v2.gguf");  // bit-split format 2
     f["DELTA"] = dir_->file("devil.delta.gguf");
     f["IM"] = dir_->file("kjv.imatrix.gguf");
     f["TINY"] = dir_->file("tiny.gguf");
@@ -61,6 +62,7 @@ class CliBadInput : public ::testing::Test {
     }
     const std::vector<std::string> setup = {
         "convert " + f["BASE"] + " " + f["BS"] + " -t 2",
+        "convert " + f["BASE"] + " " + f["BS2"] + " -t 2 --format-version 2",
         "delta --base " + f["BASE"] + " --finetuned " + f["FT"] + " -o " + f["DELTA"],
         "imatrix " + f["BASE"] + " --text " + f["SHORT"] + " -o " + f["IM"] + " --ctx 64",
         "synth --shape tiny --format f16 -o " + f["TINY"],
@@ -185,6 +187,8 @@ const Case kCases[] = {
     {"convert {BASE} {DIR}", "a directory"},
     {"convert {BASE} {DIR}/no/such/out.gguf", "does not exist"},
     {"convert {BS} {OUT}", "already a bit-split model"},
+    {"convert {BS2} {OUT} --group 32", "convert only rewrites it as format 3"},
+    {"convert {BASE} {OUT} --format-version 4", "4"},
     {"convert {DELTA} {OUT}", "delta file"},
     {"convert {TEXT} {OUT}", "not a GGUF file"},
     {"convert {BASE} {OUT} --group 48", "48"},
