@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "bitsplit/gguf.h"
@@ -71,8 +72,30 @@ Result<std::shared_ptr<Storage>> map_file(const std::string& path) {
   if (!S_ISREG(st.st_mode)) return Status::error(path + ": is not a regular file");
   const size_t size = size_t(st.st_size);
   if (size == 0) return std::shared_ptr<Storage>(std::make_shared<BufferStorage>(std::vector<uint8_t>{}));
-  void* addr = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.fd, 0);
+  // Mapped at a 2 MiB-aligned address (so file offset and address agree modulo a huge page) with
+  // MADV_HUGEPAGE: where the file system keeps large folios in the page cache (ext4, xfs on
+  // recent kernels), the read-ahead then reads whole 2 MiB folios and the faults map them with
+  // huge pages, so the kernels streaming the residual from the map take 512x fewer TLB entries.
+  // Elsewhere the advice is ignored and the map works as any other.
+  constexpr size_t kHuge = size_t(2) << 20;
+  void* addr = MAP_FAILED;
+  if (void* reserve = mmap(nullptr, size + kHuge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      reserve != MAP_FAILED) {
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(reserve);
+    const uintptr_t aligned = (begin + kHuge - 1) / kHuge * kHuge;
+    addr = mmap(reinterpret_cast<void*>(aligned), size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd.fd, 0);
+    if (addr == MAP_FAILED) {
+      munmap(reserve, size + kHuge);
+    } else {  // hand back the reservation around the map
+      const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+      const uintptr_t map_end = (aligned + size + page - 1) / page * page, end = begin + size + kHuge;
+      if (aligned > begin) munmap(reserve, aligned - begin);
+      if (end > map_end) munmap(reinterpret_cast<void*>(map_end), end - map_end);
+    }
+  }
+  if (addr == MAP_FAILED) addr = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.fd, 0);
   if (addr == MAP_FAILED) return Status::error(path + ": cannot map into memory: " + std::strerror(errno));
+  madvise(addr, size, MADV_HUGEPAGE);  // advice: an error (no THP) changes nothing
   return std::shared_ptr<Storage>(std::make_shared<MappedFile>(addr, size));
 }
 
