@@ -202,8 +202,8 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
   // On a machine with several NUMA nodes a residual used from the file map would sit wherever
   // the page cache put it (usually one node), and every other node's cores would stream it
   // remotely: it is copied into plane buffers interleaved over the nodes instead, and the map's
-  // pages let go.
-  if (!model.splits_.empty() && model.cpu_->topology().numa_nodes > 1) {
+  // pages let go. The same copy when asked for (copy_residual).
+  if (!model.splits_.empty() && (options.copy_residual || model.cpu_->topology().numa_nodes > 1)) {
     for (auto& [name, planes] : model.splits_) {
       if (!planes.packed_residual || !planes.packed_residual->borrowed()) continue;
       const cpu::PackedPlane& borrowed = *planes.packed_residual;

@@ -500,6 +500,13 @@ TEST_F(ConvertTest, OnSeveralNumaNodesTheResidualIsCopiedInterleaved) {
   ASSERT_TRUE(a && b && a->packed_residual && b->packed_residual);
   EXPECT_FALSE(a->packed_residual->borrowed());
   EXPECT_EQ(b->packed_residual->borrowed(), one->cpu().topology().numa_nodes == 1);
+  // `--no-mmap` asks for the same copy on any machine.
+  auto copied = Model::load(**converted, {.copy_residual = true});
+  ASSERT_TRUE(copied.is_ok());
+  const SplitProjection* c = copied->split("blk.0.ffn_down.weight");
+  ASSERT_TRUE(c && c->packed_residual);
+  EXPECT_FALSE(c->packed_residual->borrowed());
+  EXPECT_EQ(std::memcmp(c->packed_residual->data(), b->packed_residual->data(), c->packed_residual->size_bytes()), 0);
   EXPECT_EQ(std::memcmp(a->packed_residual->data(), b->packed_residual->data(), a->packed_residual->size_bytes()), 0);
   KvCache ca(numa->config(), 5), cb(one->config(), 5);
   auto la = forward_pass(*numa, ca, Batch::causal(std::vector<int32_t>{1, 7, 3, 9, 4}, 0, true));

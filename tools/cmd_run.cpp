@@ -24,6 +24,7 @@ constexpr int kDefaultLookup = 8;
 struct RunOptions {
   std::string model;
   bool mlock = false;
+  bool no_mmap = false;
   TargetActivations target_activations = TargetActivations::kDraftRemainder;
   std::string prompt;
   std::string prompt_file;
@@ -109,7 +110,8 @@ int run(const RunOptions& o) {
   }
   if (int rc = check_memory_before_loading(o.model, prompt.size(), o.n_predict); rc != 0) return rc;
   auto loaded = load_model(o.model,
-                           {.draft_only = o.draft_only, .q8_0_kernels = true, .target_activations = o.target_activations},
+                           {.draft_only = o.draft_only, .q8_0_kernels = true, .target_activations = o.target_activations,
+                            .copy_residual = o.no_mmap},
                            vram_budget);
   if (!loaded) return report_error(loaded.status().message());
   if (o.mlock) {
@@ -262,6 +264,8 @@ void add_run_command(CLI::App& app, int* exit_code) {
   cmd->add_flag("--no-bos", o->no_bos, "Do not add the beginning-of-sequence token");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating after the end-of-sequence token");
   cmd->add_flag("--mlock", o->mlock, "Lock the model's planes in RAM (mlock) so they are never paged out");
+  cmd->add_flag("--no-mmap", o->no_mmap, "Copy the residual planes into memory of the process's own (huge pages) instead of "
+                "using them from the file's memory map (a slower load, the residual held twice while the page cache keeps the file)");
   add_target_activations_option(cmd, &o->target_activations);
   auto* no_spec = cmd->add_flag("--no-spec", o->no_spec, "Decode the target D + R plainly (the reference for speculative decoding)");
   cmd->add_flag("--draft-only", o->draft_only, "Run the 2-bit draft model D alone")->excludes(no_spec);

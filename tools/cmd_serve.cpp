@@ -25,6 +25,7 @@ struct ServeArgs {
   cli::VariantSpecs variant_specs;
   bool no_spec = false;
   bool mlock = false;
+  bool no_mmap = false;
   TargetActivations target_activations = TargetActivations::kDraftRemainder;
 };
 
@@ -135,7 +136,8 @@ int serve(const ServeArgs& a) {
     return code;
   };
 
-  auto loaded = load_model(a.model, {.q8_0_kernels = true, .target_activations = a.target_activations}, vram_budget);
+  auto loaded = load_model(a.model, {.q8_0_kernels = true, .target_activations = a.target_activations, .copy_residual = a.no_mmap},
+                           vram_budget);
   if (!loaded) return stop_all(report_error(loaded.status().message()));
   if (a.mlock) {
     if (int rc = lock_model_planes(loaded->model); rc != 0) return stop_all(rc);
@@ -192,6 +194,8 @@ void add_serve_command(CLI::App& app, int* exit_code) {
                   "already, so drafting costs more than it saves); 0: always")
       ->capture_default_str()->check(whole_in(0, 4096));
   cmd->add_flag("--mlock", a->mlock, "Lock the model's planes in RAM (mlock) so they are never paged out");
+  cmd->add_flag("--no-mmap", a->no_mmap, "Copy the residual planes into memory of the process's own (huge pages) instead of "
+                "using them from the file's memory map (a slower load, the residual held twice while the page cache keeps the file)");
   add_target_activations_option(cmd, &a->target_activations);
   cmd->add_flag("--no-spec", a->no_spec, "Decode plainly by default (a request may set \"bitsplit\": {\"speculative\": true})");
   cmd->add_option("--vram-budget", a->vram_budget, "Bytes of VRAM for the draft planes (e.g. 6G)")->type_name("SIZE");

@@ -164,6 +164,10 @@ struct ModelLoadOptions {
   // Called after each layer's weights are loaded with (layers done, layers); returning false
   // cancels the load (Model::load then fails with "loading cancelled").
   std::function<bool(int64_t done, int64_t total)> progress;
+  // A format-3 residual is copied into the process's own plane buffers (huge pages requested,
+  // interleaved over NUMA nodes) instead of being used from the file map (`--no-mmap`). Always
+  // done on a machine with several NUMA nodes.
+  bool copy_residual = false;
 };
 
 // Applied to one weight matrix [rows x cols] (row-major), returning its replacement.
