@@ -326,18 +326,7 @@ Status convert_model(const WeightSource& source, const std::string& out_path, co
     }
     return Status::error("internal: unknown output kind");
   };
-  Status st;
-  if (options.output_split.max_bytes > 0 || options.output_split.max_tensors > 0) {
-    std::string prefix = out_path;
-    if (prefix.ends_with(".gguf")) prefix.resize(prefix.size() - 5);
-    auto paths = write_split_set(writer, prefix, options.output_split, produce);
-    st = paths.status();
-    if (paths) rep.output_paths = std::move(*paths);
-  } else {
-    st = writer.write_file_streaming(out_path, produce);
-    rep.output_paths = {out_path};
-  }
-  if (!st) return st;
+  BITSPLIT_ASSIGN_OR_RETURN(rep.output_paths, write_model_file(writer, out_path, options.output_split, produce));
   if (last_source) {
     ++progress.tensors_done;
     progress.bytes_done += last_source->nbytes;

@@ -60,7 +60,6 @@ Status upgrade_split_model(const WeightSource& source, const std::string& out_pa
     const quant::PackedShape shape = quant::packed_shape(out, padded_in, format.group, format.residual_bits, false);
     BITSPLIT_RETURN_IF_ERROR(writer.add_tensor_info(names.resid_packed, gguf::TensorType::I8, {shape.tile_bytes, shape.tiles}));
     plan.push_back({&t, scales, shape});
-    rep.split_weights += padded_in * out;
   }
   BITSPLIT_ASSIGN_OR_RETURN(rep.source_sha256, source.content_sha256());
 
@@ -82,18 +81,7 @@ Status upgrade_split_model(const WeightSource& source, const std::string& out_pa
     source.release(*o.scales);
     return packed;
   };
-  Status st;
-  if (output_split.max_bytes > 0 || output_split.max_tensors > 0) {
-    std::string prefix = out_path;
-    if (prefix.ends_with(".gguf")) prefix.resize(prefix.size() - 5);
-    auto paths = write_split_set(writer, prefix, output_split, produce);
-    st = paths.status();
-    if (paths) rep.output_paths = std::move(*paths);
-  } else {
-    st = writer.write_file_streaming(out_path, produce);
-    rep.output_paths = {out_path};
-  }
-  if (!st) return st;
+  BITSPLIT_ASSIGN_OR_RETURN(rep.output_paths, write_model_file(writer, out_path, output_split, produce));
   if (on_progress) on_progress(plan.size(), plan.size());
   for (const auto& info : writer.tensor_infos()) rep.output_bytes += info.nbytes;
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -27,14 +27,7 @@ void fill(CpuContext& ctx, PackedPlane& p, uint8_t* dst, const uint8_t* codes, c
 
 PackedPlane PackedPlane::with_shape(const quant::PackedShape& shape) {
   PackedPlane p;
-  p.out = shape.out;
-  p.in = shape.in;
-  p.groups = shape.groups;
-  p.tiles = shape.tiles;
-  p.tile_bytes = shape.tile_bytes;
-  p.group = shape.group;
-  p.bits = shape.bits;
-  p.draft = shape.draft;
+  static_cast<quant::PackedShape&>(p) = shape;
   return p;
 }
 

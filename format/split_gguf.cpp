@@ -262,4 +262,15 @@ Result<std::vector<std::string>> write_split_set(const gguf::Writer& writer, con
   return paths;
 }
 
+Result<std::vector<std::string>> write_model_file(const gguf::Writer& writer, const std::string& path,
+                                                  SplitLimits limits, const gguf::Writer::TensorProducer& produce) {
+  if (limits.max_bytes > 0 || limits.max_tensors > 0) {
+    std::string prefix = path;
+    if (prefix.ends_with(".gguf")) prefix.resize(prefix.size() - 5);
+    return write_split_set(writer, prefix, limits, produce);
+  }
+  BITSPLIT_RETURN_IF_ERROR(writer.write_file_streaming(path, produce));
+  return std::vector<std::string>{path};
+}
+
 }  // namespace bitsplit

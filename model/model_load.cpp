@@ -120,12 +120,10 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
   }
   // A tied head over a Q8_0 embedding runs on the Q8_0 kernel too (as llama.cpp's does): the
   // rows stay f32 for the lookup, the blocks serve the head.
-  if (q8_0_kernels && c.tied_output) {
-    const gguf::TensorInfo* e = source.find_tensor("token_embd.weight");
-    if (e && e->type == gguf::TensorType::Q8_0 && c.n_embd % 32 == 0) {
-      BITSPLIT_ASSIGN_OR_RETURN(auto bytes, source.raw_bytes(*e));
-      model.q8_0_["output.weight"].assign(bytes.begin(), bytes.end());
-    }
+  if (q8_0_kernels && c.tied_output && embd && embd->type == gguf::TensorType::Q8_0 &&
+      c.n_embd % quant::BlockQ8_0::kWeights == 0) {
+    BITSPLIT_ASSIGN_OR_RETURN(auto bytes, source.raw_bytes(*embd));
+    model.q8_0_["output.weight"].assign(bytes.begin(), bytes.end());
   }
   BITSPLIT_RETURN_IF_ERROR(t.load("output_norm.weight", {c.n_embd}, &model.output_norm_));
   if (!c.tied_output) BITSPLIT_RETURN_IF_ERROR(t.load("output.weight", {c.n_embd, c.n_vocab}, &model.output_));

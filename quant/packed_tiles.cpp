@@ -11,29 +11,18 @@ namespace {
 
 constexpr int kRows = PackedShape::kTileRows;
 
-// The group's codes (file layout at `src`, docs/FORMAT.md "Bit-split planes") as chunk dwords:
-// d[c] holds codes 4c .. 4c + 3. In a k-bit plane byte j holds codes j + t * (g k / 8) at bit t k,
-// and g k / 8 is a multiple of 4, so a chunk's 4 codes are one unaligned dword load, shift, mask
-// (what unpack_group_codes does code by code, 30% of a model's load time).
-void group_dwords(const uint8_t* src, int group, int bits, uint32_t* d) {
-  auto load = [](const uint8_t* q) {
-    uint32_t v;
-    std::memcpy(&v, q, 4);
-    return v;
-  };
-  // Chunk c of a k-bit plane of `plane_bytes` bytes per group.
-  auto part = [&](const uint8_t* plane, int plane_bytes, int k, int c) {
+// A 3-bit group's codes (file layout at `src`: a 2-bit plane of g/4 bytes, then a 1-bit plane of
+// g/8; docs/FORMAT.md "Bit-split planes") as chunk dwords: d[c] holds codes 4c .. 4c + 3, one per
+// byte. In a k-bit plane byte j holds codes j + t * (g k / 8) at bit t k, and g k / 8 is a
+// multiple of 4, so a chunk's codes are one unaligned dword load, shift and mask per plane.
+void three_bit_dwords(const uint8_t* src, int group, uint32_t* d) {
+  auto part = [](const uint8_t* plane, int plane_bytes, int k, int c) {
     const int at = 4 * c, t = at / plane_bytes;
-    const uint32_t mask = k == 4 ? 0x0F0F0F0Fu : k == 2 ? 0x03030303u : 0x01010101u;
-    return (load(plane + at % plane_bytes) >> (k * t)) & mask;
+    uint32_t v;
+    std::memcpy(&v, plane + at % plane_bytes, 4);
+    return (v >> (k * t)) & (k == 2 ? 0x03030303u : 0x01010101u);
   };
-  for (int c = 0; c < group / 4; ++c) {
-    if (bits == 8) d[c] = load(src + 4 * c);
-    else if (bits == 2) d[c] = part(src, group / 4, 2, c);
-    else if (bits == 4) d[c] = part(src, group / 2, 4, c);
-    else if (bits == 3) d[c] = part(src, group / 4, 2, c) | part(src + group / 4, group / 8, 1, c) << 2;
-    else d[c] = part(src, group / 2, 4, c) | part(src + group / 2, group / 4, 2, c) << 4;
-  }
+  for (int c = 0; c < group / 4; ++c) d[c] = part(src, group / 4, 2, c) | part(src + group / 4, group / 8, 1, c) << 2;
 }
 
 // Where code i (0 <= i < g) of tile row l sits in a group's code block: byte offset and bit
@@ -116,7 +105,7 @@ void pack_tiles(const PackedShape& p, const uint8_t* codes, const uint16_t* scal
           continue;
         }
         // 3 bits are stored as nibbles: vector j holds chunk j (low) and chunk j + g/8 (high).
-        group_dwords(src, p.group, p.bits, d);
+        three_bit_dwords(src, p.group, d);
         for (int j = 0; j < kN; ++j) {
           const uint32_t v = d[j] | d[j + kN] << 4;
           std::memcpy(block + 64 * j, &v, 4);

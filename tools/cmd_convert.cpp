@@ -26,6 +26,19 @@ struct ConvertArgs {
   uint32_t format_version = kSplitFormatVersion;
 };
 
+// --split-max-size / --split-max-tensors as limits on the output's parts (none: one file).
+Result<SplitLimits> output_limits(const ConvertArgs& a) {
+  SplitLimits limits;
+  if (!a.split_max_size.empty()) {
+    auto b = parse_byte_size(a.split_max_size);
+    if (!b) return Status::error("--split-max-size: " + b.status().message());
+    if (*b == 0) return Status::error("--split-max-size: a part must hold some bytes");
+    limits.max_bytes = *b;
+  }
+  limits.max_tensors = a.split_max_tensors;
+  return limits;
+}
+
 // A bit-split file of an older format: rewritten as the current one (same planes), nothing fitted.
 int upgrade(const WeightSource& source, const ConvertArgs& a, uint32_t version) {
   if (a.group != 64 || a.residual != 8 || a.draft_bits != 2 || a.draft_bpw > 0.0 || !a.imatrix.empty() ||
@@ -35,19 +48,13 @@ int upgrade(const WeightSource& source, const ConvertArgs& a, uint32_t version) 
                         " (the same planes); --group, --residual, --draft-bits, --draft-bpw, --imatrix, --fit and "
                         "--format-version apply to converting the original");
   }
-  SplitLimits limits;
-  if (!a.split_max_size.empty()) {
-    auto b = parse_byte_size(a.split_max_size);
-    if (!b) return report_error("--split-max-size: " + b.status().message());
-    if (*b == 0) return report_error("--split-max-size: a part must hold some bytes");
-    limits.max_bytes = *b;
-  }
-  limits.max_tensors = a.split_max_tensors;
+  auto limits = output_limits(a);
+  if (!limits) return report_error(limits.status().message());
   std::fprintf(stderr, "%s is bit-split format %u: rewriting it as format %u (the same planes, the residual in the "
                "kernels' layout; nothing is fitted)\n", source.path().c_str(), version, kSplitFormatVersion);
   ProgressBar bar("upgrade");
   ConvertReport report;
-  const Status st = upgrade_split_model(source, a.out, limits, [&](size_t done, size_t total) {
+  const Status st = upgrade_split_model(source, a.out, *limits, [&](size_t done, size_t total) {
     bar.update(double(done), double(total));
   }, &report);
   if (!st) return report_error(st.message());
@@ -63,17 +70,13 @@ int convert(const ConvertArgs& a) {
   const auto threads = limit_threads(a.threads);
   auto source = open_weights(a.in);
   if (!source) return report_error(source.status().message());
-  ConvertOptions options;
   if (auto split = read_split_format((*source)->metadata()); split && split->has_value() && !(*split)->packed_residual()) {
     return upgrade(**source, a, (*split)->version);
   }
-  if (!a.split_max_size.empty()) {
-    auto b = parse_byte_size(a.split_max_size);
-    if (!b) return report_error("--split-max-size: " + b.status().message());
-    if (*b == 0) return report_error("--split-max-size: a part must hold some bytes");
-    options.output_split.max_bytes = *b;
-  }
-  options.output_split.max_tensors = a.split_max_tensors;
+  auto limits = output_limits(a);
+  if (!limits) return report_error(limits.status().message());
+  ConvertOptions options;
+  options.output_split = *limits;
   options.split.group = a.group;
   options.split.residual_bits = a.residual;
   options.split.draft_bits = a.draft_bits;

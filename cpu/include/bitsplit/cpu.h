@@ -228,11 +228,7 @@ void sign_delta_accumulate(CpuContext& ctx, const SignPlaneView& s, const Quanti
 // The geometry and the repack are quant::PackedShape / quant::pack_tiles (converted files of
 // format version 3 store the residual in this layout, and a loaded plane then borrows the bytes
 // of the memory map instead of holding a copy).
-struct PackedPlane {
-  static constexpr int kTileRows = quant::PackedShape::kTileRows;
-  int64_t out = 0, in = 0, groups = 0, tiles = 0, tile_bytes = 0;
-  int group = 0, bits = 0;
-  bool draft = false;
+struct PackedPlane : quant::PackedShape {  // the geometry (out, in, groups, tiles, tile_bytes, ...)
 
   // Shapes the layout covers: g = 32, 64, 128; residual 8 or 6 bits; draft 2, 3 or 4 bits.
   static bool supported(int group, int bits, bool draft) { return quant::packed_layout_supported(group, bits, draft); }
@@ -246,14 +242,11 @@ struct PackedPlane {
   // Bytes already in the layout, copied into a PlaneBuffer (for bytes that cannot be borrowed).
   static PackedPlane copy(CpuContext& ctx, const quant::PackedShape& shape, const uint8_t* bytes);
 
-  quant::PackedShape shape() const { return {out, in, groups, tiles, tile_bytes, group, bits, draft}; }
+  const quant::PackedShape& shape() const { return *this; }
   const uint8_t* data() const { return data_; }
-  size_t size_bytes() const { return size_t(tiles * tile_bytes); }
+  size_t size_bytes() const { return size_t(bytes()); }
   bool borrowed() const { return owner_ != nullptr; }
   const uint8_t* tile(int64_t t) const { return data_ + t * tile_bytes; }
-  // Bits per code in the layout: a 3-bit draft takes 4 (nibbles unpack with one shift and mask).
-  int stored_bits() const { return bits == 3 ? 4 : bits; }
-  int64_t code_block_bytes() const { return 2 * int64_t(group) * stored_bits(); }  // 16 rows x g x bits / 8
   // The codes of (row o, group k) in natural order, and its fp16 scale / offset (for the scalar
   // tier and tests; the SIMD tiers read the layout directly).
   void unpack_group(int64_t o, int64_t k, uint8_t* codes) const;

@@ -56,4 +56,9 @@ struct SplitLimits {
 Result<std::vector<std::string>> write_split_set(const gguf::Writer& writer, const std::string& prefix,
                                                  SplitLimits limits, const gguf::Writer::TensorProducer& produce);
 
+// Writes `writer`'s model to `path`: one file without limits, else a split set named from `path`
+// without its .gguf (write_split_set). Returns the paths written.
+Result<std::vector<std::string>> write_model_file(const gguf::Writer& writer, const std::string& path,
+                                                  SplitLimits limits, const gguf::Writer::TensorProducer& produce);
+
 }  // namespace bitsplit
