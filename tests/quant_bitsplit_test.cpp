@@ -293,6 +293,26 @@ TEST(BitsplitQuantizer, MinMaxFitEqualsMinMaxBaseline) {
   EXPECT_EQ(d, base);
 }
 
+// The group's smallest weight is the min/max fit's offset; of equal smallest weights the first
+// counts, which shows only in the sign of a zero (-0 and +0 are different fp16 codes). Every tier.
+TEST(BitsplitQuantizer, ASignedZeroMinimumKeepsTheFirstZerosSign) {
+  for (const bool negative_first : {true, false}) {
+    std::vector<float> w(64);
+    for (int i = 0; i < 64; ++i) w[size_t(i)] = 0.25f + 0.01f * float(i);
+    w[3] = negative_first ? -0.0f : 0.0f;  // lane 3 of the first vector
+    w[33] = negative_first ? 0.0f : -0.0f;  // lane 1 of the third: a lane-order scan sees it first
+    SplitParams p;
+    p.fit = DraftFit::kMinMax;
+    p.residual_bits = 0;
+    for (const FitTier tier : {FitTier::kReference, FitTier::kAvx2, FitTier::kAvx512}) {
+      if (!fit_tier_supported(tier)) continue;
+      Planes planes(64, p);
+      split_row(tier, w.data(), nullptr, 64, p, planes.draft(), planes.resid());
+      EXPECT_EQ(planes.doff[0], negative_first ? 0x8000 : 0x0000) << fit_tier_name(tier);
+    }
+  }
+}
+
 TEST(BitsplitQuantizer, ImportanceShiftsErrorToUnimportantColumns) {
   std::mt19937 rng(5);
   double err_important = 0, err_plain = 0;
