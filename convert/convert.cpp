@@ -3,11 +3,13 @@
 // everything else f32.
 #include <sys/resource.h>
 #include <tbb/parallel_for.h>
+#include <tbb/task_group.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "bitsplit/convert.h"
 #include "bitsplit/model.h"
@@ -132,6 +134,55 @@ Result<SplitPlanes> split_tensor(const WeightSource& source, const OutTensor& t,
   }
   return planes;
 }
+
+// Splits the projections one ahead of the writer: when the writer takes projection k's planes,
+// projection k + 1 is loaded and fitted by a background task on the TBB workers, so writing k's
+// planes and the small tensors after them (one thread: page-cache copies, dequantising) overlaps
+// with the next fit instead of leaving the other cores idle. Holds at most two projections.
+class SplitAhead {
+ public:
+  SplitAhead(const WeightSource& source, const std::vector<OutTensor>& plan, const ConvertOptions& options,
+             const SplitFormat& format)
+      : source_(source), plan_(plan), options_(options), format_(format) {
+    for (size_t i = 0; i < plan.size(); ++i)
+      if (plan[i].kind == OutKind::kDraftCodes) order_.push_back(i);
+  }
+  SplitAhead(const SplitAhead&) = delete;
+  SplitAhead& operator=(const SplitAhead&) = delete;
+  ~SplitAhead() { tasks_.wait(); }  // a write stopped by an error still waits for its task
+
+  // The planes of the projection whose first plane is plan[i].
+  Result<SplitPlanes> take(size_t i) {
+    std::optional<Result<SplitPlanes>> result;
+    if (pending_ == i) {
+      tasks_.wait();
+      result = std::move(ahead_);
+      ahead_.reset();
+    } else {
+      tasks_.wait();
+      ahead_.reset();
+      result = split_tensor(source_, plan_[i], options_, format_);
+    }
+    pending_ = kNone;
+    const auto next = std::upper_bound(order_.begin(), order_.end(), i);
+    if (result->is_ok() && next != order_.end()) {
+      pending_ = *next;
+      tasks_.run([this, n = *next] { ahead_ = split_tensor(source_, plan_[n], options_, format_); });
+    }
+    return std::move(*result);
+  }
+
+ private:
+  static constexpr size_t kNone = ~size_t{0};
+  const WeightSource& source_;
+  const std::vector<OutTensor>& plan_;
+  const ConvertOptions& options_;
+  const SplitFormat& format_;
+  std::vector<size_t> order_;  // plan indices of every projection's first plane
+  size_t pending_ = kNone;
+  std::optional<Result<SplitPlanes>> ahead_;
+  tbb::task_group tasks_;
+};
 
 Result<std::vector<uint8_t>> q8_0_tensor(const WeightSource& source, const gguf::TensorInfo& t) {
   BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> w, load_finite(source, t));
@@ -292,6 +343,7 @@ Status convert_model(const WeightSource& source, const std::string& out_path, co
   progress.tensors_total = source.tensors().size() + (config.tied_output ? 1 : 0);
   progress.bytes_total = rep.source_bytes;
   SplitPlanes cache;
+  SplitAhead ahead(source, plan, options, format);
   const gguf::TensorInfo* last_source = nullptr;
   auto advance = [&](const OutTensor& t) {
     if (t.source == last_source && t.kind != OutKind::kDraftCodes) return;
@@ -315,7 +367,7 @@ Status convert_model(const WeightSource& source, const std::string& out_path, co
       case OutKind::kQ8_0:
         return q8_0_tensor(source, *t.source);
       case OutKind::kDraftCodes: {
-        BITSPLIT_ASSIGN_OR_RETURN(cache, split_tensor(source, t, options, format));
+        BITSPLIT_ASSIGN_OR_RETURN(cache, ahead.take(i));
         return std::move(cache.draft_codes);
       }
       case OutKind::kDraftScales: return std::move(cache.draft_scales);
