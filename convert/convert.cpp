@@ -3,6 +3,7 @@
 // everything else f32.
 #include <sys/resource.h>
 #include <tbb/parallel_for.h>
+#include <tbb/parallel_reduce.h>
 #include <tbb/task_group.h>
 
 #include <algorithm>
@@ -90,7 +91,16 @@ Result<const float*> covariance_for(const ConvertOptions& options, const quant::
 // source would otherwise become a file of garbage codes without a word).
 Result<std::vector<float>> load_finite(const WeightSource& source, const gguf::TensorInfo& t) {
   BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> w, source.load_f32(t));
-  const auto bad = std::find_if(w.begin(), w.end(), [](float v) { return !std::isfinite(v); });
+  // Checked in parallel (a large tensor's scan would otherwise be one thread's work); the first
+  // bad value is then found in order for the message.
+  const bool all_finite = tbb::parallel_reduce(
+      tbb::blocked_range<size_t>(0, w.size(), 1 << 16), true,
+      [&](const tbb::blocked_range<size_t>& r, bool ok) {
+        for (size_t i = r.begin(); ok && i < r.end(); ++i) ok = std::isfinite(w[i]);
+        return ok;
+      },
+      [](bool a, bool b) { return a && b; });
+  const auto bad = all_finite ? w.end() : std::find_if(w.begin(), w.end(), [](float v) { return !std::isfinite(v); });
   if (bad != w.end()) {
     const int64_t i = bad - w.begin(), cols = t.dims.empty() ? 1 : t.dims[0];
     return Status::error("tensor '" + t.name + "' has a non-finite weight (" + std::to_string(*bad) + ") at row " +
@@ -147,6 +157,11 @@ class SplitAhead {
     for (size_t i = 0; i < plan.size(); ++i)
       if (plan[i].kind == OutKind::kDraftCodes) order_.push_back(i);
   }
+  // Starts the first projection now (before the writer needs it: while the source is hashed and
+  // the tensors before it are written).
+  void start() {
+    if (!order_.empty() && pending_ == kNone) launch(order_.front());
+  }
   SplitAhead(const SplitAhead&) = delete;
   SplitAhead& operator=(const SplitAhead&) = delete;
   ~SplitAhead() { tasks_.wait(); }  // a write stopped by an error still waits for its task
@@ -165,14 +180,16 @@ class SplitAhead {
     }
     pending_ = kNone;
     const auto next = std::upper_bound(order_.begin(), order_.end(), i);
-    if (result->is_ok() && next != order_.end()) {
-      pending_ = *next;
-      tasks_.run([this, n = *next] { ahead_ = split_tensor(source_, plan_[n], options_, format_); });
-    }
+    if (result->is_ok() && next != order_.end()) launch(*next);
     return std::move(*result);
   }
 
  private:
+  void launch(size_t n) {
+    pending_ = n;
+    tasks_.run([this, n] { ahead_ = split_tensor(source_, plan_[n], options_, format_); });
+  }
+
   static constexpr size_t kNone = ~size_t{0};
   const WeightSource& source_;
   const std::vector<OutTensor>& plan_;
@@ -324,6 +341,8 @@ Status convert_model(const WeightSource& source, const std::string& out_path, co
   // A tied output head gets its own split planes (the embedding itself stays 8-bit).
   if (config.tied_output) BITSPLIT_RETURN_IF_ERROR(add_split(*embd, "output"));
 
+  SplitAhead ahead(source, plan, options, format);
+  ahead.start();
   BITSPLIT_ASSIGN_OR_RETURN(rep.source_sha256, source.content_sha256());
   for (const auto& [key, value] : source.metadata().entries()) {
     if (key != "general.alignment" && !is_split_set_key(key)) writer.metadata().set(key, value);
@@ -343,7 +362,6 @@ Status convert_model(const WeightSource& source, const std::string& out_path, co
   progress.tensors_total = source.tensors().size() + (config.tied_output ? 1 : 0);
   progress.bytes_total = rep.source_bytes;
   SplitPlanes cache;
-  SplitAhead ahead(source, plan, options, format);
   const gguf::TensorInfo* last_source = nullptr;
   auto advance = [&](const OutTensor& t) {
     if (t.source == last_source && t.kind != OutKind::kDraftCodes) return;

@@ -1,5 +1,7 @@
 // GGUF reader: every count, length, offset and size read from the file is checked against
 // the bytes that remain before it is used, so a corrupt file yields an error, never a crash.
+#include <tbb/parallel_for.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -270,11 +272,13 @@ Result<std::vector<float>> File::read_f32(const TensorInfo& t) const {
       break;
     case TensorType::F16:
     case TensorType::BF16:
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, src.data() + 2 * i, 2);
-        out[i] = t.type == TensorType::F16 ? quant::fp16_to_fp32(h) : quant::bf16_to_fp32(h);
-      }
+      tbb::parallel_for(tbb::blocked_range<size_t>(0, n, 1 << 16), [&](const tbb::blocked_range<size_t>& r) {
+        for (size_t i = r.begin(); i < r.end(); ++i) {
+          uint16_t h;
+          std::memcpy(&h, src.data() + 2 * i, 2);
+          out[i] = t.type == TensorType::F16 ? quant::fp16_to_fp32(h) : quant::bf16_to_fp32(h);
+        }
+      });
       break;
     case TensorType::I8:  // bit-split code planes
       for (size_t i = 0; i < n; ++i) out[i] = float(int8_t(src[i]));
@@ -289,9 +293,25 @@ Result<std::vector<float>> File::read_f32(const TensorInfo& t) const {
     case TensorType::Q4_K:
     case TensorType::Q5_K:
     case TensorType::Q6_K: {
-      // Block formats: decoded from the mapped bytes, which need not be aligned.
-      const Status s = quant::dequantize_ggml_row(uint32_t(t.type), src, out);
-      if (!s.is_ok()) return s.with_context(name_ + ": tensor '" + t.name + "'");
+      // Block formats: decoded from the mapped bytes, which need not be aligned. The first row
+      // alone checks the type and sizes (its error names the problem); the rest in parallel.
+      const size_t rows = t.dims.empty() || t.dims[0] <= 0 ? 1 : n / size_t(t.dims[0]);
+      if (rows <= 1 || src.size() % rows != 0 || n % rows != 0) {
+        const Status s = quant::dequantize_ggml_row(uint32_t(t.type), src, out);
+        if (!s.is_ok()) return s.with_context(name_ + ": tensor '" + t.name + "'");
+        break;
+      }
+      const size_t row_bytes = src.size() / rows, row_weights = n / rows;
+      const auto rows_of = [&](size_t r0, size_t r1) {
+        return quant::dequantize_ggml_row(uint32_t(t.type), src.subspan(r0 * row_bytes, (r1 - r0) * row_bytes),
+                                          std::span<float>(out).subspan(r0 * row_weights, (r1 - r0) * row_weights));
+      };
+      const Status first = rows_of(0, 1);
+      if (!first.is_ok()) return first.with_context(name_ + ": tensor '" + t.name + "'");
+      tbb::parallel_for(tbb::blocked_range<size_t>(1, rows, 16), [&](const tbb::blocked_range<size_t>& r) {
+        const Status s = rows_of(r.begin(), r.end());
+        BITSPLIT_CHECK(s.is_ok(), s.message());  // every row has the first row's shape
+      });
       break;
     }
     default:

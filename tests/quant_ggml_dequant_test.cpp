@@ -209,6 +209,7 @@ TEST(GgmlDequant, RejectsUnsupportedTypesAndWrongSizes) {
 // ---- through GGUF files ----
 
 TEST(GgmlDequantGguf, EveryTypeLoadsThroughReadF32AtOddOffsets) {
+  constexpr int kRepeats = 8;
   gguf::Writer w;
   // Alignment 1 and a 3-byte I8 tensor first put every block tensor at an odd file offset.
   w.set_alignment(1);
@@ -224,6 +225,12 @@ TEST(GgmlDequantGguf, EveryTypeLoadsThroughReadF32AtOddOffsets) {
         : std::vector<int64_t>{blocks * traits->block_size};
     const Status s = w.add_tensor(std::string("t.") + tc.name, tc.tensor_type, dims, goldens.back().blocks);
     ASSERT_TRUE(s.is_ok()) << tc.name << ": " << s.message();
+    // And the blocks 8 times over, one per row: read_f32 decodes rows in parallel chunks of 16.
+    std::vector<uint8_t> repeated;
+    for (int k = 0; k < kRepeats; ++k) repeated.insert(repeated.end(), goldens.back().blocks.begin(), goldens.back().blocks.end());
+    const Status rows = w.add_tensor(std::string("r.") + tc.name, tc.tensor_type,
+                                     {traits->block_size, blocks * kRepeats}, repeated);
+    ASSERT_TRUE(rows.is_ok()) << tc.name << ": " << rows.message();
   }
   auto f = gguf::File::parse(gguf::storage_from_bytes(w.to_bytes()), "quants.gguf");
   ASSERT_TRUE(f.is_ok()) << f.status().message();
@@ -233,6 +240,13 @@ TEST(GgmlDequantGguf, EveryTypeLoadsThroughReadF32AtOddOffsets) {
     auto v = f->read_f32(*t);
     ASSERT_TRUE(v.is_ok()) << v.status().message();
     expect_same_bits(*v, goldens[i].values, std::string(kTypes[i].name) + " via File::read_f32");
+    const gguf::TensorInfo* by_rows = f->find_tensor(std::string("r.") + kTypes[i].name);
+    ASSERT_NE(by_rows, nullptr);
+    auto vr = f->read_f32(*by_rows);
+    ASSERT_TRUE(vr.is_ok()) << vr.status().message();
+    std::vector<float> expected;
+    for (int k = 0; k < kRepeats; ++k) expected.insert(expected.end(), goldens[i].values.begin(), goldens[i].values.end());
+    expect_same_bits(*vr, expected, std::string(kTypes[i].name) + " one block per row via File::read_f32");
   }
 }
 
