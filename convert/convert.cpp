@@ -145,60 +145,73 @@ Result<SplitPlanes> split_tensor(const WeightSource& source, const OutTensor& t,
   return planes;
 }
 
-// Splits the projections one ahead of the writer: when the writer takes projection k's planes,
-// projection k + 1 is loaded and fitted by a background task on the TBB workers, so writing k's
-// planes and the small tensors after them (one thread: page-cache copies, dequantising) overlaps
-// with the next fit instead of leaving the other cores idle. Holds at most two projections.
+// Splits the projections ahead of the writer: when the writer takes projection k's planes, the
+// next kDepth projections are being loaded and fitted by background tasks on the TBB workers, so
+// writing k's planes and the tensors after it (page-cache copies, the Q8_0 embedding) overlaps
+// with the fits instead of leaving cores idle. Holds at most kDepth + 1 projections in memory.
 class SplitAhead {
  public:
+  static constexpr size_t kDepth = 2;
+
   SplitAhead(const WeightSource& source, const std::vector<OutTensor>& plan, const ConvertOptions& options,
              const SplitFormat& format)
       : source_(source), plan_(plan), options_(options), format_(format) {
     for (size_t i = 0; i < plan.size(); ++i)
       if (plan[i].kind == OutKind::kDraftCodes) order_.push_back(i);
   }
-  // Starts the first projection now (before the writer needs it: while the source is hashed and
-  // the tensors before it are written).
-  void start() {
-    if (!order_.empty() && pending_ == kNone) launch(order_.front());
-  }
   SplitAhead(const SplitAhead&) = delete;
   SplitAhead& operator=(const SplitAhead&) = delete;
-  ~SplitAhead() { tasks_.wait(); }  // a write stopped by an error still waits for its task
+  ~SplitAhead() {  // a write stopped by an error still waits for the fits it started
+    for (Slot& slot : slots_) slot.tasks.wait();
+  }
+
+  // Starts the first projections now (while the source is hashed and the tensors before them
+  // are written).
+  void start() { refill(); }
 
   // The planes of the projection whose first plane is plan[i].
   Result<SplitPlanes> take(size_t i) {
     std::optional<Result<SplitPlanes>> result;
-    if (pending_ == i) {
-      tasks_.wait();
-      result = std::move(ahead_);
-      ahead_.reset();
-    } else {
-      tasks_.wait();
-      ahead_.reset();
-      result = split_tensor(source_, plan_[i], options_, format_);
+    for (Slot& slot : slots_) {
+      if (slot.index != i) continue;
+      slot.tasks.wait();
+      result = std::move(slot.result);
+      slot.result.reset();
+      slot.index = kNone;
     }
-    pending_ = kNone;
-    const auto next = std::upper_bound(order_.begin(), order_.end(), i);
-    if (result->is_ok() && next != order_.end()) launch(*next);
+    if (!result) result = split_tensor(source_, plan_[i], options_, format_);  // not started ahead
+    const size_t pos = size_t(std::lower_bound(order_.begin(), order_.end(), i) - order_.begin());
+    next_ = std::max(next_, pos + 1);
+    if (result->is_ok()) refill();
     return std::move(*result);
   }
 
  private:
-  void launch(size_t n) {
-    pending_ = n;
-    tasks_.run([this, n] { ahead_ = split_tensor(source_, plan_[n], options_, format_); });
+  static constexpr size_t kNone = ~size_t{0};
+  struct Slot {
+    size_t index = kNone;  // the plan index of the projection it fits, kNone when free
+    std::optional<Result<SplitPlanes>> result;
+    tbb::task_group tasks;
+  };
+
+  // Starts the next projections in the free slots.
+  void refill() {
+    for (Slot& slot : slots_) {
+      if (slot.index != kNone) continue;
+      if (next_ >= order_.size()) return;
+      const size_t n = order_[next_++];
+      slot.index = n;
+      slot.tasks.run([this, &slot, n] { slot.result = split_tensor(source_, plan_[n], options_, format_); });
+    }
   }
 
-  static constexpr size_t kNone = ~size_t{0};
   const WeightSource& source_;
   const std::vector<OutTensor>& plan_;
   const ConvertOptions& options_;
   const SplitFormat& format_;
   std::vector<size_t> order_;  // plan indices of every projection's first plane
-  size_t pending_ = kNone;
-  std::optional<Result<SplitPlanes>> ahead_;
-  tbb::task_group tasks_;
+  size_t next_ = 0;            // position in order_ of the next projection to start
+  Slot slots_[kDepth];
 };
 
 Result<std::vector<uint8_t>> q8_0_tensor(const WeightSource& source, const gguf::TensorInfo& t) {

@@ -20,6 +20,22 @@ TEST(Q8_0, KnownBlockPacksExactly) {
   for (int i = 0; i < 32; ++i) EXPECT_EQ(b[0].q[i], int8_t(std::roundf(x[size_t(i)] * (127.0f / 8.0f)))) << i;
 }
 
+// Codes round halves away from zero, as llama.cpp's roundf does, also just beside the halves.
+TEST(Q8_0, CodesRoundAsRoundfDoes) {
+  const float halves[] = {0.5f, 1.5f, 2.5f, 125.5f, 126.5f, std::nextafter(0.5f, 0.0f), std::nextafter(0.5f, 1.0f),
+                          std::nextafter(2.5f, 0.0f), std::nextafter(2.5f, 3.0f), 0.0f, 1e-30f, 64.0f};
+  std::vector<float> x(32, 0.0f);
+  x[0] = 127.0f;  // amax 127: d = 1, codes are the values rounded
+  for (size_t i = 0; i < std::size(halves); ++i) {
+    x[1 + 2 * i] = halves[i];
+    x[2 + 2 * i] = -halves[i];
+  }
+  std::vector<BlockQ8_0> b(1);
+  quantize_q8_0_ref(x, b);
+  ASSERT_EQ(b[0].d, fp32_to_fp16(1.0f));
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(b[0].q[i], int8_t(std::roundf(x[size_t(i)]))) << x[size_t(i)];
+}
+
 TEST(Q8_0, RoundTripErrorWithinHalfStepPlusScaleRounding) {
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 1.0f);
