@@ -296,7 +296,7 @@ Result<std::vector<float>> File::read_f32(const TensorInfo& t) const {
       // Block formats: decoded from the mapped bytes, which need not be aligned. The first row
       // alone checks the type and sizes (its error names the problem); the rest in parallel.
       const size_t rows = t.dims.empty() || t.dims[0] <= 0 ? 1 : n / size_t(t.dims[0]);
-      if (rows <= 1 || src.size() % rows != 0 || n % rows != 0) {
+      if (rows <= 1 || src.size() % rows != 0) {
         const Status s = quant::dequantize_ggml_row(uint32_t(t.type), src, out);
         if (!s.is_ok()) return s.with_context(name_ + ": tensor '" + t.name + "'");
         break;

@@ -188,7 +188,7 @@ const Case kCases[] = {
     {"convert {BASE} {DIR}/no/such/out.gguf", "does not exist"},
     {"convert {BS} {OUT}", "already a bit-split model"},
     {"convert {BS2} {OUT} --group 32", "convert only rewrites it as format 3"},
-    {"convert {BASE} {OUT} --format-version 4", "4"},
+    {"convert {BASE} {OUT} --format-version 4", "--format-version: 4 not in {2,3}"},
     {"convert {DELTA} {OUT}", "delta file"},
     {"convert {TEXT} {OUT}", "not a GGUF file"},
     {"convert {BASE} {OUT} --group 48", "48"},

@@ -21,6 +21,12 @@ Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& 
   return open_model(path, options, vram_budget, [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
 }
 
+void add_plane_memory_flags(CLI::App* cmd, bool* mlock, bool* no_mmap) {
+  cmd->add_flag("--mlock", *mlock, "Lock the model's planes in RAM (mlock) so they are never paged out");
+  cmd->add_flag("--no-mmap", *no_mmap, "Copy the residual planes into memory of the process's own (huge pages) instead of "
+                "using them from the file's memory map (a slower load, the residual held twice while the page cache keeps the file)");
+}
+
 void add_target_activations_option(CLI::App* cmd, TargetActivations* out) {
   std::map<std::string, TargetActivations> names;
   for (TargetActivations a : {TargetActivations::kInt8, TargetActivations::kDraftRemainder, TargetActivations::kRemainder})

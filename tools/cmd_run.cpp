@@ -263,9 +263,7 @@ void add_run_command(CLI::App& app, int* exit_code) {
   cmd->add_flag("--parse-special", o->parse_special, "Turn special-token text such as <s> in the prompt into those tokens");
   cmd->add_flag("--no-bos", o->no_bos, "Do not add the beginning-of-sequence token");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating after the end-of-sequence token");
-  cmd->add_flag("--mlock", o->mlock, "Lock the model's planes in RAM (mlock) so they are never paged out");
-  cmd->add_flag("--no-mmap", o->no_mmap, "Copy the residual planes into memory of the process's own (huge pages) instead of "
-                "using them from the file's memory map (a slower load, the residual held twice while the page cache keeps the file)");
+  add_plane_memory_flags(cmd, &o->mlock, &o->no_mmap);
   add_target_activations_option(cmd, &o->target_activations);
   auto* no_spec = cmd->add_flag("--no-spec", o->no_spec, "Decode the target D + R plainly (the reference for speculative decoding)");
   cmd->add_flag("--draft-only", o->draft_only, "Run the 2-bit draft model D alone")->excludes(no_spec);

@@ -193,9 +193,7 @@ void add_serve_command(CLI::App& app, int* exit_code) {
                   "Draft only while at most N requests decode at once (more: their combined passes share the weights "
                   "already, so drafting costs more than it saves); 0: always")
       ->capture_default_str()->check(whole_in(0, 4096));
-  cmd->add_flag("--mlock", a->mlock, "Lock the model's planes in RAM (mlock) so they are never paged out");
-  cmd->add_flag("--no-mmap", a->no_mmap, "Copy the residual planes into memory of the process's own (huge pages) instead of "
-                "using them from the file's memory map (a slower load, the residual held twice while the page cache keeps the file)");
+  add_plane_memory_flags(cmd, &a->mlock, &a->no_mmap);
   add_target_activations_option(cmd, &a->target_activations);
   cmd->add_flag("--no-spec", a->no_spec, "Decode plainly by default (a request may set \"bitsplit\": {\"speculative\": true})");
   cmd->add_option("--vram-budget", a->vram_budget, "Bytes of VRAM for the draft planes (e.g. 6G)")->type_name("SIZE");

@@ -39,6 +39,9 @@ Result<std::string> read_text_file(const std::string& path);
 // the error (which names the locked-memory limit).
 int lock_model_planes(const Model& model);
 
+// --mlock and --no-mmap: where the model's planes live in RAM (run and serve).
+void add_plane_memory_flags(CLI::App* cmd, bool* mlock, bool* no_mmap);
+
 // --target-activations {int8,draft-remainder,remainder} (TargetActivations; the default stays when
 // the option is not given).
 void add_target_activations_option(CLI::App* cmd, TargetActivations* out);
