@@ -104,6 +104,15 @@ void plane_args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_PlaneMatmul)->Apply(plane_args)->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(0.2);
 
+// Prompt-sized batches on the packed planes, all threads: where the int8 arithmetic, not the
+// read, sets the time (compare BITSPLIT_ISA=avx512 with the AMX tier where the CPU has it).
+void prefill_args(benchmark::internal::Benchmark* b) {
+  for (int shape : {0, 2})
+    for (int bits : {8, 6, 2})
+      for (int n : {16, 32, 64, 256}) b->Args({shape, bits, n, 1, 1});
+}
+BENCHMARK(BM_PlaneMatmul)->Name("BM_PlaneMatmulPrompt")->Apply(prefill_args)->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(0.2);
+
 // The Q8_0 baseline (llama.cpp's format, issue 7) on the same shapes: compare its GB/s of weight
 // bytes with BM_PlaneMatmul's 8-bit residual. args: shape index, rows n, all threads (0/1).
 void BM_Q8_0Matmul(benchmark::State& state) {

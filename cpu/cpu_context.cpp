@@ -2,6 +2,8 @@
 // runtime ISA selection, and NUMA/THP-aware plane buffers.
 #include <hwloc.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 #include <tbb/partitioner.h>
@@ -24,9 +26,24 @@ const char* isa_name(Isa isa) {
     case Isa::kScalar: return "scalar";
     case Isa::kAvx2: return "avx2";
     case Isa::kAvx512: return "avx512";
+    case Isa::kAmx: return "amx";
   }
   return "?";
 }
+
+namespace {
+// Linux keeps the AMX tile data out of a process's saved state until it asks for it
+// (arch/x86/include/uapi/asm/prctl.h: ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA); without that the
+// first tile instruction faults. Asked once; refused on kernels before 5.16 or under a hypervisor
+// that does not pass the state through.
+bool amx_permitted() {
+  static const bool granted = [] {
+    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+  }();
+  return granted;
+}
+}  // namespace
 
 bool isa_supported(Isa isa) {
   switch (isa) {
@@ -35,19 +52,25 @@ bool isa_supported(Isa isa) {
     case Isa::kAvx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    case Isa::kAmx:
+      return isa_supported(Isa::kAvx512) && __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-int8") &&
+             amx_permitted();
   }
   return false;
 }
 
 Isa default_isa() {
   static const Isa chosen = [] {
-    Isa best = isa_supported(Isa::kAvx512) ? Isa::kAvx512 : isa_supported(Isa::kAvx2) ? Isa::kAvx2 : Isa::kScalar;
+    Isa best = Isa::kScalar;
+    for (Isa i : {Isa::kAvx2, Isa::kAvx512, Isa::kAmx})
+      if (isa_supported(i)) best = i;
     if (const char* env = std::getenv("BITSPLIT_ISA")) {
       const std::string want = env;
       Isa forced = best;
       if (want == "scalar") forced = Isa::kScalar;
       if (want == "avx2") forced = Isa::kAvx2;
       if (want == "avx512") forced = Isa::kAvx512;
+      if (want == "amx") forced = Isa::kAmx;
       // A tier the CPU lacks cannot be forced: keep the best one it has.
       if (isa_supported(forced)) best = forced;
     }
@@ -144,7 +167,7 @@ const CpuTopology& CpuContext::topology() const { return impl_->info; }
 std::string CpuContext::describe() const {
   const Impl& m = *impl_;
   std::string supported;
-  for (Isa i : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512})
+  for (Isa i : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx})
     if (isa_supported(i)) supported += std::string(supported.empty() ? "" : " ") + isa_name(i);
   std::string s;
   s += "packages:      " + std::to_string(m.info.packages) + "\n";
@@ -186,6 +209,7 @@ namespace detail {
 const KernelTable& kernels_of(const CpuContext& ctx) { return kernels_for(ctx.isa()); }
 const KernelTable& kernels_for(Isa isa) {
   switch (isa) {
+    case Isa::kAmx: return amx_kernels();
     case Isa::kAvx512: return avx512_kernels();
     case Isa::kAvx2: return avx2_kernels();
     case Isa::kScalar: break;

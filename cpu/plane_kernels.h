@@ -40,6 +40,8 @@ struct KernelTable {
 const KernelTable& scalar_kernels();
 const KernelTable& avx2_kernels();    // defined in kernels_avx2.cpp (built with -mavx2 -mfma)
 const KernelTable& avx512_kernels();  // defined in kernels_avx512.cpp (AVX-512 F/BW/VL/VNNI)
+// avx512_kernels() with the packed-plane entries on AMX tiles for whole 16-row passes (packed_amx.cpp).
+const KernelTable& amx_kernels();
 
 // Groups whose amax is below this quantise to zero: 127 / amax must stay finite.
 inline constexpr float kTinyAmax = 0x1p-120f;
@@ -122,6 +124,12 @@ void residual_packed_avx512(const PackedPlane& r, const QuantizedActivations& qa
                             float* y);
 void draft_packed_avx512(const PackedPlane& d, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
                          float* y, const SignPlaneView* delta);
+// The AMX tier's packed kernels (packed_amx.cpp): whole 16-row passes on tiles, the rest (and any
+// fused sign plane) on the AVX-512 kernels above.
+void residual_packed_amx(const PackedPlane& r, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
+                         float* y);
+void draft_packed_amx(const PackedPlane& d, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end, float* y,
+                      const SignPlaneView* delta);
 // Aborts unless delta (when not null) fits the draft plane.
 void check_delta(const DraftPlaneView& d, const SignPlaneView* delta);
 // Step 5 alone for output rows [o_begin, o_end): y holds the plain draft result and gets the signs.

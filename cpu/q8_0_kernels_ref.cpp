@@ -63,6 +63,7 @@ void quantize_blocks(const float* x, int64_t rows, int64_t in, Q8_0Activations& 
 
 Q8_0Rows q8_0_rows_for(Isa isa) {
   switch (isa) {
+    case Isa::kAmx:  // the Q8_0 baseline has no AMX kernel
     case Isa::kAvx512: return q8_0_rows_avx512;
     case Isa::kAvx2: return q8_0_rows_avx2;
     case Isa::kScalar: break;

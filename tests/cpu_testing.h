@@ -16,14 +16,14 @@ namespace bitsplit::cpu::testing {
 
 inline std::vector<Isa> supported_tiers() {
   std::vector<Isa> tiers;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512})
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx})
     if (isa_supported(isa)) tiers.push_back(isa);
   return tiers;
 }
 
 // One single-threaded context per tier, created once (loading the hwloc topology is slow).
 inline CpuContext& tier_context(Isa isa) {
-  static CpuContext* contexts[3] = {};
+  static CpuContext* contexts[4] = {};
   CpuContext*& c = contexts[int(isa)];
   if (!c) c = new CpuContext({.threads = 1, .pin = false, .isa = isa});
   return *c;

@@ -26,7 +26,8 @@ KernelCase make(Kernel kernel, int bits, Codes codes, Signs signs, int64_t out, 
 }
 
 // Plain planes: widths below one group (1, 3, 7), one group (64) and tails (111, 1023); outputs
-// 1, 5, 17, 64 (partial 16-row tiles); batches 1, 5, 16, 17. Drafts of 3 and 4 bits (packed as
+// 1, 5, 17, 64 (partial 16-row tiles); batches 1, 5, 16, 17 and 37 (the AMX tier's two 16-row
+// passes and a 5-row tail). Drafts of 3 and 4 bits (packed as
 // nibbles; the file-layout SIMD entry points fall back to the scalar kernel) with random codes only.
 void add_plane_cases(std::vector<KernelCase>& v) {
   const std::pair<Kernel, int> kinds[] = {{Kernel::kDraft, 2}, {Kernel::kDraft, 3}, {Kernel::kDraft, 4},
@@ -36,7 +37,8 @@ void add_plane_cases(std::vector<KernelCase>& v) {
       for (Codes codes : {Codes::kFitted, Codes::kRandom}) {
         if (kernel == Kernel::kDraft && bits != 2 && codes == Codes::kFitted) continue;
         for (int64_t in : {1, 3, 7, 64, 111, 1023})
-          for (int64_t out : {1, 5, 17, 64}) v.push_back(make(kernel, bits, codes, Signs::kNone, out, in, group, {1, 5, 16, 17}));
+          for (int64_t out : {1, 5, 17, 64})
+            v.push_back(make(kernel, bits, codes, Signs::kNone, out, in, group, {1, 5, 16, 17, 37}));
       }
 }
 
@@ -120,17 +122,20 @@ std::vector<CaseSet> tier_case_sets(CaseFilter keep) {
 }
 
 // One shape per kernel and group, 37 outputs (two 16-row tiles and a tail) and 333 weights (a
-// partial last group at every group size; Q8_0: 11 blocks), batches 1..32: a row's result must
-// not depend on n or on where in the batch it sits.
+// partial last group at every group size; Q8_0: 11 blocks), batches 1..32 and 37, 53 (the AMX
+// tier's passes of 16 with tails): a row's result must not depend on n or on where in the batch
+// it sits.
 std::vector<KernelCase> batch_cases(CaseFilter keep) {
   std::vector<KernelCase> v;
+  std::vector<int64_t> batches = one_to(32);
+  batches.insert(batches.end(), {37, 53});
   for (int group : kGroups) {
-    for (int bits : {2, 3, 4}) v.push_back(make(Kernel::kDraft, bits, Codes::kRandom, Signs::kNone, 37, 333, group, one_to(32)));
-    for (int bits : {8, 6}) v.push_back(make(Kernel::kResidual, bits, Codes::kRandom, Signs::kNone, 37, 333, group, one_to(32)));
+    for (int bits : {2, 3, 4}) v.push_back(make(Kernel::kDraft, bits, Codes::kRandom, Signs::kNone, 37, 333, group, batches));
+    for (int bits : {8, 6}) v.push_back(make(Kernel::kResidual, bits, Codes::kRandom, Signs::kNone, 37, 333, group, batches));
     for (Signs signs : {Signs::kAlphaPerRow, Signs::kOneAlpha})
-      v.push_back(make(Kernel::kDraft, 2, Codes::kRandom, signs, 37, 333, group, one_to(32)));
+      v.push_back(make(Kernel::kDraft, 2, Codes::kRandom, signs, 37, 333, group, batches));
   }
-  v.push_back(make(Kernel::kQ8_0, 8, Codes::kRandom, Signs::kNone, 37, 352, 32, one_to(32)));
+  v.push_back(make(Kernel::kQ8_0, 8, Codes::kRandom, Signs::kNone, 37, 352, 32, batches));
   return select(std::move(v), keep);
 }
 

@@ -125,10 +125,14 @@ void residual_matmul_ref(const ResidualPlaneView& r, const QuantizedActivations&
 void draft_matmul_ref(const DraftPlaneView& d, const QuantizedActivations& qa, float* y,
                       const SignPlaneView* delta = nullptr);
 
-enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+// kAmx is kAvx512 with the packed-plane products of 16+ activation rows on AMX tiles (TDPBSUD):
+// same results bit for bit, several times the int8 rate for prompts and wide verify passes.
+enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAmx = 3 };
 const char* isa_name(Isa isa);
-bool isa_supported(Isa isa);  // from cpuid
-// The tier used by default: the best the CPU supports, unless BITSPLIT_ISA=scalar|avx2|avx512
+// From cpuid; kAmx also needs the kernel's permission for the tile state (arch_prctl
+// ARCH_REQ_XCOMP_PERM, asked once per process; Linux 5.16+).
+bool isa_supported(Isa isa);
+// The tier used by default: the best the CPU supports, unless BITSPLIT_ISA=scalar|avx2|avx512|amx
 // asks for a lower one. Read once per process (the only process-wide choice in this module).
 Isa default_isa();
 
