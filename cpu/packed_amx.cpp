@@ -1,12 +1,12 @@
-// AMX (TILE + INT8) kernels on PackedPlane, for batches of 16 activation rows and more (prompt
+// AMX (TILE + INT8) kernels on PackedPlane, for batches of 32 activation rows and more (prompt
 // prefill, wide verify passes). A group's integer dot products for 16 activation rows x 16 output
-// rows are one TDPBSUD (two at g = 128): the activations are the signed A tile, read in place from
-// QuantizedActivations (16 rows of g bytes), and a tile's code block is already the unsigned B
-// tile (chunk c = B row c, 4 codes of each of the 16 output rows), in place at 8 bits and unpacked
-// once per tile into a scratch for 2/3/4/6 bits. The int32 sums are exact, so they equal the
-// AVX-512 tier's vpdpbusd sums; the float steps after them are that tier's, lane by lane, so the
-// results equal residual_matmul_ref / draft_matmul_ref bit for bit. Rows past the last whole 16
-// and drafts with a fused sign plane run on the AVX-512 kernels.
+// rows are one TDPBSSD (two at g = 128): the A tile is the activations (re-laid out group by
+// group, 64-byte aligned), the B tile a tile's codes — the packed layout's 64-byte chunk c (4
+// codes of each of the 16 output rows) is B row c — unpacked once per tile into signed bytes for
+// every 16-row pass. The int32 sums are exact, so they equal the AVX-512 tier's vpdpbusd sums; the
+// float steps after them are that tier's, lane by lane, so the results equal residual_matmul_ref /
+// draft_matmul_ref bit for bit. Rows past the last whole 16, batches under 32 rows and drafts with
+// a fused sign plane run on the AVX-512 kernels.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -124,11 +124,8 @@ void amx_rows(const PackedPlane& p, const QuantizedActivations& qa, int64_t whol
   constexpr bool kDraft = kBits <= 4;
   constexpr int kChunks = kGroup / 4;
   const int64_t groups = p.groups, cb = p.code_block_bytes();
-  // A tile's codes as signed bytes in the B layout, once per tile for every 16-row pass: a
-  // residual's minus 2^(B-1) (so the tile product is the reference's sum(q (c - 2^(B-1))), the
-  // same integer as its sum(q c) - 2^(B-1) sum(q)), a draft's (0 .. 15) as they are.
   thread_local std::vector<int8_t> code_storage, act_storage;
-  thread_local std::vector<float> fsum;
+  thread_local std::vector<float> fsum;  // float(sum(q)) of every (row, group), for a draft's steps
   // The activations of each 16-row pass group by group (16 rows x g bytes, rows g apart): read
   // in place, rows qa.padded apart, a stride of 4 KiB put all 16 rows in one L1 set.
   int8_t* acts = aligned_storage(act_storage, size_t(whole * qa.padded));
@@ -136,6 +133,9 @@ void amx_rows(const PackedPlane& p, const QuantizedActivations& qa, int64_t whol
     for (int64_t k = 0; k < groups; ++k)
       for (int r = 0; r < kLanes; ++r)
         std::memcpy(acts + (r0 * groups + k * kLanes + r) * kGroup, qa.row_q(r0 + r) + k * kGroup, kGroup);
+  // A tile's codes as signed bytes in the B layout, once per tile for every 16-row pass: a
+  // residual's minus 2^(B-1) (so the tile product is the reference's sum(q (c - 2^(B-1))), the
+  // same integer as its sum(q c) - 2^(B-1) sum(q)), a draft's (0 .. 15) as they are.
   int8_t* codes = aligned_storage(code_storage, size_t(groups * kChunks * 64));
   if (kDraft) {
     fsum.resize(size_t(whole * groups));
