@@ -62,15 +62,12 @@ bool isa_supported(Isa isa) {
 Isa default_isa() {
   static const Isa chosen = [] {
     Isa best = Isa::kScalar;
-    for (Isa i : {Isa::kAvx2, Isa::kAvx512, Isa::kAmx})
+    for (Isa i : kIsaTiers)
       if (isa_supported(i)) best = i;
     if (const char* env = std::getenv("BITSPLIT_ISA")) {
-      const std::string want = env;
       Isa forced = best;
-      if (want == "scalar") forced = Isa::kScalar;
-      if (want == "avx2") forced = Isa::kAvx2;
-      if (want == "avx512") forced = Isa::kAvx512;
-      if (want == "amx") forced = Isa::kAmx;
+      for (Isa i : kIsaTiers)
+        if (std::string(env) == isa_name(i)) forced = i;
       // A tier the CPU lacks cannot be forced: keep the best one it has.
       if (isa_supported(forced)) best = forced;
     }
@@ -167,7 +164,7 @@ const CpuTopology& CpuContext::topology() const { return impl_->info; }
 std::string CpuContext::describe() const {
   const Impl& m = *impl_;
   std::string supported;
-  for (Isa i : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx})
+  for (Isa i : kIsaTiers)
     if (isa_supported(i)) supported += std::string(supported.empty() ? "" : " ") + isa_name(i);
   std::string s;
   s += "packages:      " + std::to_string(m.info.packages) + "\n";

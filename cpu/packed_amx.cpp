@@ -21,7 +21,6 @@ namespace {
 
 constexpr int kLanes = PackedPlane::kTileRows;  // output rows of a tile = activation rows of a pass
 
-
 struct alignas(64) TileConfig {
   uint8_t palette = 1, start_row = 0;
   uint8_t reserved[14] = {};
@@ -29,7 +28,7 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-// k_bytes: the bytes of a group one TDPBSUD takes (32 or 64).
+// k_bytes: the bytes of a group one TDPBSSD takes (32 or 64).
 void configure_tiles(int k_bytes) {
   TileConfig c;
   // Registers 0, 1: C (int32 16 x 16) of even and odd groups; 2, 3: their A; 4, 5: their B.
@@ -63,7 +62,8 @@ BITSPLIT_GROUP_SUMS(group_sums_odd, 1, 3, 5)
 #undef BITSPLIT_GROUP_SUMS
 
 // Output tile t (rows o0 .. o0 + valid) for activation rows r0 .. r0 + 15. codes: the tile's
-// signed codes in the B layout, group k's at k * (g / 4) * 64; fsum: float(sum(q)) beside qa.sum.
+// signed codes in the B layout, group k's at k * (g / 4) * 64; a: the pass's activations and
+// fsum: float(sum(q)) beside qa.sum (amx_rows).
 template <int kBits, int kGroup>
 void tile_pass(const PackedPlane& p, int64_t t, const int8_t* codes, const int8_t* a, const QuantizedActivations& qa,
                const float* fsum, int64_t r0, int valid, float* y) {
@@ -125,7 +125,9 @@ void amx_rows(const PackedPlane& p, const QuantizedActivations& qa, int64_t whol
   constexpr int kChunks = kGroup / 4;
   const int64_t groups = p.groups, cb = p.code_block_bytes();
   thread_local std::vector<int8_t> code_storage, act_storage;
-  thread_local std::vector<float> fsum;  // float(sum(q)) of every (row, group), for a draft's steps
+  // A draft's float(sum(q)) per (row, group), converted once per call: converting in the float
+  // steps, as the AVX-512 tier does, made D2 at 256 rows ~15 % slower (4096 x 4096: 7085 vs 5997 us).
+  thread_local std::vector<float> fsum;
   // The activations of each 16-row pass group by group (16 rows x g bytes, rows g apart): read
   // in place, rows qa.padded apart, a stride of 4 KiB put all 16 rows in one L1 set.
   int8_t* acts = aligned_storage(act_storage, size_t(whole * qa.padded));
@@ -149,7 +151,7 @@ void amx_rows(const PackedPlane& p, const QuantizedActivations& qa, int64_t whol
     const uint8_t* tile = p.tile(t);
     for (int64_t k = 0; k < groups; ++k) {
       for (int64_t line = 0; line < cb; line += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(tile + k * cb + 4096 + line), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(tile + k * cb + kPrefetchBytes + line), _MM_HINT_T0);
       for (int c = 0; c < kChunks; ++c)
         _mm512_store_si512(codes + (k * kChunks + c) * 64,
                             _mm512_sub_epi8(chunk<kBits, kGroup>(tile + k * cb, c), half));
@@ -177,16 +179,16 @@ void amx_any_group(const PackedPlane& p, const QuantizedActivations& qa, int64_t
   else amx_rows<kBits, 128>(p, qa, whole, o_begin, o_end, y);
 }
 
-// Whole 16-row passes on AMX, the rest on the AVX-512 kernel (`rest`), into the same y.
 // Below kMinRows rows everything runs on the AVX-512 kernel: at 16 rows a residual is still
 // read-bound and the AMX path's extra pass over the codes made it slower (bench_cpu_kernels
 // BM_PlaneMatmulPrompt, 4096 x 4096 R8, 2 threads: 863 vs 709 us; at 32 rows 1220 vs 1480 us).
 constexpr int64_t kMinRows = 32;
 
+// Whole 16-row passes on AMX (`whole_rows`), the rest on the AVX-512 kernel (`rest`), into the same y.
 template <typename Whole, typename Rest>
 void split_rows(const PackedPlane& p, const QuantizedActivations& qa, float* y, Whole&& whole_rows, Rest&& rest) {
-  const int64_t whole = qa.rows / kLanes * kLanes;
   if (qa.rows < kMinRows) return rest(qa, y);
+  const int64_t whole = qa.rows / kLanes * kLanes;
   whole_rows(whole);
   if (whole == qa.rows) return;
   thread_local QuantizedActivations tail;

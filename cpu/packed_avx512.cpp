@@ -18,8 +18,6 @@ namespace bitsplit::cpu::detail {
 namespace {
 
 constexpr int kLanes = PackedPlane::kTileRows;
-// Software prefetch distance in the tile stream (measured 1-8 KiB: 4 KiB best, flat beyond).
-constexpr int64_t kPrefetchBytes = 4096;
 
 // The activations of up to 16 rows in ChunkedActivations' layout (plane_kernels.h).
 using RowChunk = ChunkedActivations::Chunk;

@@ -1,6 +1,7 @@
-// cpu/ internal: one chunk (4 codes of each of a tile's 16 rows) of a PackedPlane group as a
-// 512-bit vector of unsigned bytes, for the AVX-512 and the AMX packed kernels (files compiled with
-// AVX-512 flags only). In an unnamed namespace for the reason plane_kernels.h gives.
+// cpu/ internal: what the AVX-512 and the AMX packed kernels share (files compiled with AVX-512
+// flags only): one chunk (4 codes of each of a tile's 16 rows) of a PackedPlane group as a 512-bit
+// vector of unsigned bytes, and the prefetch distance in the tile stream. In an unnamed namespace
+// for the reason plane_kernels.h gives.
 #pragma once
 
 #include <immintrin.h>
@@ -9,6 +10,9 @@
 
 namespace bitsplit::cpu::detail {
 namespace {
+
+// Software prefetch distance in the tile stream (measured 1-8 KiB: 4 KiB best, flat beyond).
+constexpr int64_t kPrefetchBytes = 4096;
 
 // Chunk c of a group's code block as 16 lanes x 4 unsigned bytes.
 template <int kBits, int kGroup>

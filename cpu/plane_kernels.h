@@ -40,7 +40,7 @@ struct KernelTable {
 const KernelTable& scalar_kernels();
 const KernelTable& avx2_kernels();    // defined in kernels_avx2.cpp (built with -mavx2 -mfma)
 const KernelTable& avx512_kernels();  // defined in kernels_avx512.cpp (AVX-512 F/BW/VL/VNNI)
-// avx512_kernels() with the packed-plane entries on AMX tiles for whole 16-row passes (packed_amx.cpp).
+// avx512_kernels() with the packed-plane entries on AMX tiles for batches of 32+ rows (packed_amx.cpp).
 const KernelTable& amx_kernels();
 
 // Groups whose amax is below this quantise to zero: 127 / amax must stay finite.
@@ -124,8 +124,8 @@ void residual_packed_avx512(const PackedPlane& r, const QuantizedActivations& qa
                             float* y);
 void draft_packed_avx512(const PackedPlane& d, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
                          float* y, const SignPlaneView* delta);
-// The AMX tier's packed kernels (packed_amx.cpp): whole 16-row passes on tiles, the rest (and any
-// fused sign plane) on the AVX-512 kernels above.
+// The AMX tier's packed kernels (packed_amx.cpp): from 32 rows, whole 16-row passes on tiles; the
+// rest, smaller batches and any fused sign plane on the AVX-512 kernels above.
 void residual_packed_amx(const PackedPlane& r, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end,
                          float* y);
 void draft_packed_amx(const PackedPlane& d, const QuantizedActivations& qa, int64_t o_begin, int64_t o_end, float* y,

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <vector>
@@ -16,14 +17,14 @@ namespace bitsplit::cpu::testing {
 
 inline std::vector<Isa> supported_tiers() {
   std::vector<Isa> tiers;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx})
+  for (Isa isa : kIsaTiers)
     if (isa_supported(isa)) tiers.push_back(isa);
   return tiers;
 }
 
 // One single-threaded context per tier, created once (loading the hwloc topology is slow).
 inline CpuContext& tier_context(Isa isa) {
-  static CpuContext* contexts[4] = {};
+  static CpuContext* contexts[std::size(kIsaTiers)] = {};
   CpuContext*& c = contexts[int(isa)];
   if (!c) c = new CpuContext({.threads = 1, .pin = false, .isa = isa});
   return *c;
