@@ -1,5 +1,6 @@
 // CpuContext (hwloc topology, oneTBB arena pinned one worker per physical core, ISA tier),
 // runtime ISA selection, and NUMA/THP-aware plane buffers.
+#include <cpuid.h>
 #include <hwloc.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -43,6 +44,15 @@ bool amx_permitted() {
   }();
   return granted;
 }
+
+// AMX-TILE and AMX-INT8 from CPUID leaf 7 (EDX bits 24 and 25). Read directly: clang 14's
+// __builtin_cpu_supports does not know the "amx-*" names (a compile error, not a false).
+bool cpu_has_amx_int8() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  constexpr unsigned kAmxTile = 1u << 24, kAmxInt8 = 1u << 25;
+  return (edx & kAmxTile) && (edx & kAmxInt8);
+}
 }  // namespace
 
 bool isa_supported(Isa isa) {
@@ -53,8 +63,7 @@ bool isa_supported(Isa isa) {
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
     case Isa::kAmx:
-      return isa_supported(Isa::kAvx512) && __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-int8") &&
-             amx_permitted();
+      return isa_supported(Isa::kAvx512) && cpu_has_amx_int8() && amx_permitted();
   }
   return false;
 }
