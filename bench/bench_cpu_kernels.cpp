@@ -107,7 +107,7 @@ BENCHMARK(BM_PlaneMatmul)->Apply(plane_args)->Unit(benchmark::kMicrosecond)->Use
 // Prompt-sized batches on the packed planes, all threads: where the int8 arithmetic, not the
 // read, sets the time (compare BITSPLIT_ISA=avx512 with the AMX tier where the CPU has it).
 void prefill_args(benchmark::internal::Benchmark* b) {
-  for (int shape : {0, 2})
+  for (int shape : {0, 1, 2, 5, 6})
     for (int bits : {8, 6, 2})
       for (int n : {16, 32, 64, 256}) b->Args({shape, bits, n, 1, 1});
 }

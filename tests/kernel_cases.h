@@ -63,11 +63,12 @@ std::vector<KernelCase> batch_cases(CaseFilter keep);  // n = 1..32, every row a
 std::vector<KernelCase> thread_cases(CaseFilter keep); // 1 thread vs several
 
 // Model-sized projections for bench/ (never run by the tests): a 7-8B model's attention and FFN
-// matrices, and a small model's. bench_case() is a random-code case of one at group 64.
+// matrices, a small model's, and Qwen2.5-1.5B's FFN (gate/up 8960 x 1536, down 1536 x 8960).
+// bench_case() is a random-code case of one at group 64.
 struct Shape {
   int64_t out, in;
 };
-inline constexpr Shape kModelShapes[] = {{4096, 4096}, {4096, 14336}, {14336, 4096}, {256, 256}, {256, 688}};
+inline constexpr Shape kModelShapes[] = {{4096, 4096}, {4096, 14336}, {14336, 4096}, {256, 256}, {256, 688}, {8960, 1536}, {1536, 8960}};
 KernelCase bench_case(Kernel kernel, int bits, Signs signs, Shape shape);
 
 // Views of one copy of a case's weights.
