@@ -276,7 +276,13 @@ PlaneBuffer& PlaneBuffer::operator=(PlaneBuffer&& o) noexcept {
 void quantize_activations(CpuContext& ctx, const float* x, int64_t rows, int64_t in, int group,
                           QuantizedActivations& qa) {
   qa.resize(rows, in, group);
-  detail::kernels_of(ctx).quantize(x, rows, in, group, qa);
+  const auto& k = detail::kernels_of(ctx);
+  // Rows are independent: a prompt chunk's are split across the threads (one row stays inline).
+  // (A tier's group quantiser takes groups of a multiple of 16; its `quantize` uses the scalar
+  // one for the others, as here.)
+  if (rows < 16) return k.quantize(x, rows, in, group, qa);
+  const detail::GroupQuantizer fn = group % 16 == 0 ? k.quantize_group : detail::quantize_group_ref;
+  ctx.run_slices(rows, 1, [&](int64_t b, int64_t e) { detail::quantize_rows(x, e, in, group, qa, fn, b); });
 }
 
 void quantize_activations_with_remainder(CpuContext& ctx, const float* x, int64_t rows, int64_t in, int group,

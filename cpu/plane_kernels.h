@@ -59,8 +59,8 @@ inline float round_half_away(float v) {
 namespace {
 template <typename GroupQuantizer>
 void quantize_rows(const float* x, int64_t rows, int64_t in, int group, QuantizedActivations& qa,
-                   GroupQuantizer quantize_group) {
-  for (int64_t r = 0; r < rows; ++r)
+                   GroupQuantizer quantize_group, int64_t first = 0) {
+  for (int64_t r = first; r < rows; ++r)
     for (int64_t k = 0; k < qa.groups; ++k)
       quantize_group(x + r * in + k * group, std::min<int64_t>(group, in - k * group), group,
                      qa.q.data() + r * qa.padded + k * group, &qa.scale[size_t(r * qa.groups + k)],

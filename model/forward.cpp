@@ -25,6 +25,16 @@ struct Activations {
   const float* row(int64_t r) const { return data.data() + r * width; }
 };
 
+// body(begin, end) over [0, n) in contiguous slices on the model's CPU threads when there are at
+// least kMinParallel items (prompt chunks; each item is written by one slice only), else inline:
+// a one-row decode step does not pay for waking the workers. Same results either way.
+template <typename Body>
+void for_slices(const Model& model, int64_t n, int64_t min_parallel, Body&& body) {
+  if (n < min_parallel || !model.has_cpu()) return body(int64_t{0}, n);
+  model.cpu().run_slices(n, 1, body);
+}
+constexpr int64_t kParallelRows = 16, kParallelElements = 1 << 16;
+
 // The mask of the sliding-window layers: the batch's, less the slots whose token is window or
 // more positions behind the row's (the cache holds every slot's position). Empty without a
 // sliding window.
@@ -246,7 +256,9 @@ Status linear(const Model& model, Pass pass, const std::string& name, Projection
       if (rem_d) sum_halves(dbuf.data(), size_t(groups[g].rows * y.width), yg);
     }
     if (rem_r) sum_halves(residual.data(), y.data.size(), residual.data());
-    for (size_t i = 0; i < y.data.size(); ++i) y.data[i] += residual[i];
+    for_slices(model, int64_t(y.data.size()), kParallelElements, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) y.data[size_t(i)] += residual[size_t(i)];
+    });
   }
   for (size_t g = 0; g < groups.size(); ++g) {
     const RowGroup& rg = groups[g];
@@ -347,11 +359,16 @@ Result<std::vector<std::vector<float>>> run_pass(const Model& model, std::vector
     ProjectionInput ffn_in(in, gs);
     BITSPLIT_RETURN_IF_ERROR(project(l, g.c_str(), ffn_in, w.projection(g), no_bias, gt));
     BITSPLIT_RETURN_IF_ERROR(project(l, u.c_str(), ffn_in, w.projection(u), no_bias, upv));
-    if (c.ffn_act == FfnActivation::kGeluTanh) {
-      for (size_t e = 0; e < gt.data.size(); ++e) gt.data[e] = cpu::gelu_tanh(gt.data[e]) * upv.data[e];
-    } else {
-      for (size_t e = 0; e < gt.data.size(); ++e) gt.data[e] = cpu::silu(gt.data[e]) * upv.data[e];
-    }
+    const bool gelu = c.ffn_act == FfnActivation::kGeluTanh;
+    for_slices(model, int64_t(gt.data.size()), kParallelElements, [&](int64_t b, int64_t e) {
+      float* g = gt.data.data();
+      const float* u = upv.data.data();
+      if (gelu) {
+        for (int64_t i = b; i < e; ++i) g[i] = cpu::gelu_tanh(g[i]) * u[i];
+      } else {
+        for (int64_t i = b; i < e; ++i) g[i] = cpu::silu(g[i]) * u[i];
+      }
+    });
     observe(l, d.c_str(), gt);
     ProjectionInput down_in(gt, gs);
     return project(l, d.c_str(), down_in, w.projection(d), no_bias, out);
@@ -412,7 +429,9 @@ Result<std::vector<std::vector<float>>> run_pass(const Model& model, std::vector
                        Activations& to) {
     for (const RowGroup& g : groups) {
       const std::vector<float>& weight = pick_layer(g.variant, l, tensor, ".weight", base);
-      for (int64_t i = g.row0; i < g.row0 + g.rows; ++i) cpu::rms_norm_f32(from.row(i), weight.data(), c.n_embd, c.rms_eps, to.row(i));
+      for_slices(model, g.rows, kParallelRows, [&](int64_t b, int64_t e) {
+        for (int64_t i = g.row0 + b; i < g.row0 + e; ++i) cpu::rms_norm_f32(from.row(i), weight.data(), c.n_embd, c.rms_eps, to.row(i));
+      });
     }
   };
   for (int64_t l = 0; l < c.n_layers; ++l) {
@@ -421,7 +440,9 @@ Result<std::vector<std::vector<float>>> run_pass(const Model& model, std::vector
     // Gemma: the branch's output is normalised before it joins the residual stream.
     auto add_branch = [&](const char* post_norm, const std::vector<float>& base) {
       if (c.has_post_norms) norm_rows(l, post_norm, base, proj, proj);
-      for (size_t e = 0; e < x.data.size(); ++e) x.data[e] += proj.data[e];
+      for_slices(model, int64_t(x.data.size()), kParallelElements, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) x.data[size_t(i)] += proj.data[size_t(i)];
+      });
     };
     norm_rows(l, "attn_norm", w.attn_norm, x, h);
     observe(l, "attn_q", h);
@@ -436,7 +457,8 @@ Result<std::vector<std::vector<float>>> run_pass(const Model& model, std::vector
       const std::vector<float>& q_norm = pick_layer(s.variant, l, "attn_q_norm", ".weight", w.q_norm);
       const std::vector<float>& k_norm = pick_layer(s.variant, l, "attn_k_norm", ".weight", w.k_norm);
       const std::vector<float>& factors = model.rope_freq_factors(s.cache->context());
-      for (int64_t i = 0; i < batch.size(); ++i) {
+      for_slices(model, batch.size(), kParallelRows, [&](int64_t rb, int64_t re) {
+      for (int64_t i = rb; i < re; ++i) {
         const float pos = float(batch.positions[size_t(i)]);
         float* qr = q.row(s.row0 + i);
         float* kr = k.row(s.row0 + i);
@@ -454,6 +476,7 @@ Result<std::vector<std::vector<float>>> run_pass(const Model& model, std::vector
         const float* vr = v.row(s.row0 + i);
         std::copy(vr, vr + c.kv_dim(), s.cache->v(l, batch.slots[size_t(i)]));
       }
+      });
     }
     for (const Sequence& s : seqs) {
       attention(c, *s.cache, l, *s.batch, c.is_swa(l) ? s.swa.data() : s.batch->mask.data(), q, attn, s.row0);

@@ -205,6 +205,7 @@ class Model {
   const std::vector<uint8_t>* q8_0(const std::string& weight) const;
   bool has_q8_0() const { return !q8_0_.empty(); }
   cpu::CpuContext& cpu() const { return *cpu_; }
+  bool has_cpu() const { return cpu_ != nullptr; }  // models built in memory (f32 tests) may have none
   Backend& backend() const { return *backend_; }
   Pass default_pass() const { return default_pass_; }
   // Emulates llama.cpp-style int8 activations on the f32 path: each projection's input is
