@@ -13,6 +13,7 @@
 #include "bitsplit/attention_exp.h"
 #include "bitsplit/cpu.h"
 #include "bitsplit/status.h"
+#include "attention_tiers.h"
 
 namespace bitsplit::cpu {
 namespace {
@@ -140,15 +141,14 @@ constexpr TileFn kTiles[9] = {nullptr,
 
 }  // namespace
 
-// The block: slots in tiles of kTile, every row of the block over one tile before the next, so
-// a tile's keys and values are read from memory once and from L1 by the other rows. Per row the
-// same operations in the same order as attention_row (its dot lanes, its softmax, its sum over
-// the slots it sees in slot order, partial sums kept exactly in `out` between tiles).
-void attention_block_avx2(int nq, const float* const* q, const uint8_t* const* visible, const float* k, const float* v,
-                          int64_t stride, int64_t head_dim, int64_t kv_len, float scale, float softcap,
-                          float* const* scores, float* const* out) {
+// The block: slots in tiles of kAttentionTile, every row of the block over one tile before the
+// next, so a tile's keys and values are read from memory once and from L1 by the other rows. Per
+// row the same operations in the same order as attention_row (its dot lanes, its softmax, its sum
+// over the slots it sees in slot order, partial sums kept exactly in `out` between tiles).
+void attention_scores_avx2(int nq, const float* const* q, const uint8_t* const* visible, const float* k, int64_t stride,
+                           int64_t head_dim, int64_t kv_len, float scale, float softcap, float* const* scores) {
   BITSPLIT_CHECK(nq >= 1 && nq <= kAttentionBlock);
-  constexpr int64_t kTile = 64;
+  constexpr int64_t kTile = kAttentionTile;
   for (int64_t j0 = 0; j0 < kv_len; j0 += kTile) {
     const int64_t j1 = std::min(kv_len, j0 + kTile);
     for (int r = 0; r < nq; ++r) {
@@ -186,6 +186,13 @@ void attention_block_avx2(int nq, const float* const* q, const uint8_t* const* v
     }
   }
   for (int r = 0; r < nq; ++r) softmax_avx2(scores[r], kv_len);
+}
+
+void attention_block_avx2(int nq, const float* const* q, const uint8_t* const* visible, const float* k, const float* v,
+                          int64_t stride, int64_t head_dim, int64_t kv_len, float scale, float softcap,
+                          float* const* scores, float* const* out) {
+  attention_scores_avx2(nq, q, visible, k, stride, head_dim, kv_len, scale, softcap, scores);
+  constexpr int64_t kTile = kAttentionTile;
   const int64_t vec = head_dim / 8 * 8;
   for (int r = 0; r < nq; ++r) std::fill(out[r], out[r] + head_dim, 0.0f);
   for (int64_t j0 = 0; j0 < kv_len; j0 += kTile) {

@@ -33,8 +33,10 @@ void attention_row_ref(const float* q, const float* k, const float* v, int64_t s
 void attention_block(int nq, const float* const* q, const uint8_t* const* visible, const float* k, const float* v,
                      int64_t stride, int64_t head_dim, int64_t kv_len, float scale, float softcap, float* const* scores,
                      float* const* out) {
-  static const bool avx2 = default_isa() != Isa::kScalar;
-  if (avx2) return attention_block_avx2(nq, q, visible, k, v, stride, head_dim, kv_len, scale, softcap, scores, out);
+  static const Isa isa = default_isa();
+  if (isa == Isa::kAvx512 || isa == Isa::kAmx)
+    return attention_block_avx512(nq, q, visible, k, v, stride, head_dim, kv_len, scale, softcap, scores, out);
+  if (isa == Isa::kAvx2) return attention_block_avx2(nq, q, visible, k, v, stride, head_dim, kv_len, scale, softcap, scores, out);
   for (int r = 0; r < nq; ++r) {
     attention_row_ref(q[r], k, v, stride, head_dim, kv_len, visible[r], scale, softcap, scores[r], out[r]);
   }

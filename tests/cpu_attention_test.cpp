@@ -1,4 +1,4 @@
-// The attention block (cpu::attention_block and its AVX2 tier) against the scalar reference
+// The attention block (cpu::attention_block and its AVX2 and AVX-512 tiers) against the scalar reference
 // attention_row_ref: bit for bit on random queries, keys, values and masks, every block size,
 // head sizes with and without a tail of eight, soft caps, fully masked runs of slots.
 #include <gtest/gtest.h>
@@ -19,7 +19,10 @@ struct Case {
   bool causal;
 };
 
-void expect_block_equals_reference(const Case& c, bool avx2) {
+// Which attention_block: the dispatching one, or a tier's own.
+enum class Block { kDispatch, kAvx2, kAvx512 };
+
+void expect_block_equals_reference(const Case& c, Block block) {
   std::mt19937_64 rng(uint64_t(c.nq * 1000 + c.head_dim * 10 + c.kv_len));
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_int_distribution<int> coin(0, 3);
@@ -52,11 +55,8 @@ void expect_block_equals_reference(const Case& c, bool avx2) {
     ss[r] = s2[size_t(r)].data();
     os[r] = got[size_t(r)].data();
   }
-  if (avx2) {
-    attention_block_avx2(c.nq, qs, vs, k.data() + 7, v.data() + 7, stride, c.head_dim, c.kv_len, 0.125f, c.softcap, ss, os);
-  } else {
-    attention_block(c.nq, qs, vs, k.data() + 7, v.data() + 7, stride, c.head_dim, c.kv_len, 0.125f, c.softcap, ss, os);
-  }
+  auto* fn = block == Block::kAvx2 ? attention_block_avx2 : block == Block::kAvx512 ? attention_block_avx512 : attention_block;
+  fn(c.nq, qs, vs, k.data() + 7, v.data() + 7, stride, c.head_dim, c.kv_len, 0.125f, c.softcap, ss, os);
   for (int r = 0; r < c.nq; ++r) {
     ASSERT_EQ(std::memcmp(want[size_t(r)].data(), got[size_t(r)].data(), size_t(c.head_dim) * 4), 0)
         << "row " << r << " of " << c.nq << ", head_dim " << c.head_dim << ", kv_len " << c.kv_len;
@@ -64,21 +64,24 @@ void expect_block_equals_reference(const Case& c, bool avx2) {
 }
 
 TEST(CpuAttention, BlockEqualsTheReferenceBitForBit) {
-  const bool avx2 = isa_supported(Isa::kAvx2);
+  const bool avx2 = isa_supported(Isa::kAvx2), avx512 = isa_supported(Isa::kAvx512);
   for (int nq : {1, 3, 8, 16}) {
-    for (int64_t head_dim : {8, 12, 64, 96, 256}) {
+    // 40, 200: the AVX-512 tier's sixteen-wide chunks with an eight-wide tail (scalar there).
+    for (int64_t head_dim : {8, 12, 40, 64, 96, 128, 200, 256}) {
       for (int64_t kv_len : {1, 9, 64, 131}) {
         for (float softcap : {0.0f, 50.0f}) {
           for (bool causal : {true, false}) {
             const Case c{nq, head_dim, kv_len, softcap, causal};
-            expect_block_equals_reference(c, false);
-            if (avx2) expect_block_equals_reference(c, true);
+            expect_block_equals_reference(c, Block::kDispatch);
+            if (avx2) expect_block_equals_reference(c, Block::kAvx2);
+            if (avx512) expect_block_equals_reference(c, Block::kAvx512);
           }
         }
       }
     }
   }
   if (!avx2) GTEST_SKIP() << "no AVX2 here: only the dispatching (scalar) path was compared";
+  if (!avx512) GTEST_SKIP() << "no AVX-512 here: the AVX-512 tier was not compared";
 }
 
 // A score of -inf everywhere but one slot: p = 1 there, the output is that slot's value exactly.

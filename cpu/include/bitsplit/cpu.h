@@ -51,7 +51,8 @@ void attention_row_ref(const float* q, const float* k, const float* v, int64_t s
 // attention_row for nq <= kAttentionBlock query rows that share the keys and values (rows of a
 // batch, heads of one kv group): q[r], visible[r], scores[r] (kv_len floats each), out[r]. Each
 // row's result is attention_row_ref's bit for bit; the block reads every key and value once.
-// Runs the best tier of default_isa(); attention_block_avx2 is the AVX2 tier (for tests).
+// Runs the best tier of default_isa(); attention_block_avx2 and attention_block_avx512 are the
+// tiers (for tests; the AVX-512 one also serves the AMX tier).
 inline constexpr int kAttentionBlock = 16;
 void attention_block(int nq, const float* const* q, const uint8_t* const* visible, const float* k, const float* v,
                      int64_t stride, int64_t head_dim, int64_t kv_len, float scale, float softcap, float* const* scores,
@@ -59,6 +60,9 @@ void attention_block(int nq, const float* const* q, const uint8_t* const* visibl
 void attention_block_avx2(int nq, const float* const* q, const uint8_t* const* visible, const float* k, const float* v,
                           int64_t stride, int64_t head_dim, int64_t kv_len, float scale, float softcap,
                           float* const* scores, float* const* out);
+void attention_block_avx512(int nq, const float* const* q, const uint8_t* const* visible, const float* k,
+                            const float* v, int64_t stride, int64_t head_dim, int64_t kv_len, float scale,
+                            float softcap, float* const* scores, float* const* out);
 
 inline float silu(float x) { return x / (1.0f + __builtin_expf(-x)); }
 // GELU with the tanh approximation (PyTorch's approximate="tanh", gemma's GeGLU).
