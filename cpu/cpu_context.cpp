@@ -290,13 +290,17 @@ void quantize_activations_with_remainder(CpuContext& ctx, const float* x, int64_
   QuantizedActivations rest;
   quantize_activations(ctx, x, rows, in, group, rest);
   std::vector<float> e(size_t(rows * in));
-  for (int64_t n = 0; n < rows; ++n) {
-    const int8_t* q = rest.row_q(n);
-    for (int64_t i = 0; i < in; ++i) {
-      const float s = rest.scale[size_t(n * rest.groups + i / group)];
-      e[size_t(n * in + i)] = x[n * in + i] - s * float(q[i]);  // one rounded product, one rounded difference
+  auto remainder_rows = [&](int64_t first, int64_t last) {
+    for (int64_t n = first; n < last; ++n) {
+      const int8_t* q = rest.row_q(n);
+      for (int64_t i = 0; i < in; ++i) {
+        const float s = rest.scale[size_t(n * rest.groups + i / group)];
+        e[size_t(n * in + i)] = x[n * in + i] - s * float(q[i]);  // one rounded product, one rounded difference
+      }
     }
-  }
+  };
+  if (rows < 16) remainder_rows(0, rows);
+  else ctx.run_slices(rows, 1, remainder_rows);
   qa.resize(2 * rows, in, group);
   std::copy(rest.q.begin(), rest.q.end(), qa.q.begin());
   std::copy(rest.scale.begin(), rest.scale.end(), qa.scale.begin());

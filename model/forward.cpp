@@ -174,8 +174,10 @@ class ProjectionInput {
 
 // A product over step 1b's 2·n rows folded to n: out[i] = two[i] + two[half + i], one f32 add
 // (out may be `two`: each element is read before it is written).
-void sum_halves(const float* two, size_t half, float* out) {
-  for (size_t i = 0; i < half; ++i) out[i] = two[i] + two[half + i];
+void sum_halves(const Model& model, const float* two, size_t half, float* out) {
+  for_slices(model, int64_t(half), kParallelElements, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) out[i] = two[i] + two[int64_t(half) + i];
+  });
 }
 
 // What one row group's variant makes of a projection: the f32 weights (the f32 path), the bias,
@@ -253,9 +255,9 @@ Status linear(const Model& model, Pass pass, const std::string& name, Projection
       } else {
         BITSPLIT_RETURN_IF_ERROR(model.backend().draft_matmul(*planes, qg, out, d ? &*d : nullptr));
       }
-      if (rem_d) sum_halves(dbuf.data(), size_t(groups[g].rows * y.width), yg);
+      if (rem_d) sum_halves(model, dbuf.data(), size_t(groups[g].rows * y.width), yg);
     }
-    if (rem_r) sum_halves(residual.data(), y.data.size(), residual.data());
+    if (rem_r) sum_halves(model, residual.data(), y.data.size(), residual.data());
     for_slices(model, int64_t(y.data.size()), kParallelElements, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) y.data[size_t(i)] += residual[size_t(i)];
     });
