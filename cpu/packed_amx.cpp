@@ -5,8 +5,8 @@
 // codes of each of the 16 output rows) is B row c — unpacked once per tile into signed bytes for
 // every 16-row pass. The int32 sums are exact, so they equal the AVX-512 tier's vpdpbusd sums; the
 // float steps after them are that tier's, lane by lane, so the results equal residual_matmul_ref /
-// draft_matmul_ref bit for bit. Rows past the last whole 16, batches under 32 rows and drafts with
-// a fused sign plane run on the AVX-512 kernels.
+// draft_matmul_ref bit for bit. A last partial pass of 8+ rows is padded with zero rows; shorter
+// ones, batches under 32 rows and drafts with a fused sign plane run on the AVX-512 kernels.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -61,18 +61,19 @@ BITSPLIT_GROUP_SUMS(group_sums_even, 0, 2, 4)
 BITSPLIT_GROUP_SUMS(group_sums_odd, 1, 3, 5)
 #undef BITSPLIT_GROUP_SUMS
 
-// Output tile t (rows o0 .. o0 + valid) for activation rows r0 .. r0 + 15. codes: the tile's
-// signed codes in the B layout, group k's at k * (g / 4) * 64; a: the pass's activations and
-// fsum: float(sum(q)) beside qa.sum (amx_rows).
+// Output tile t (rows o0 .. o0 + valid) for activation rows r0 .. r0 + 15, of which the first
+// `live` are stored (the rest pad the last pass). codes: the tile's signed codes in the B layout,
+// group k's at k * (g / 4) * 64; a: the pass's activations; x_scale and fsum: s_x and
+// float(sum(q)) per (row, group) (amx_rows).
 template <int kBits, int kGroup>
-void tile_pass(const PackedPlane& p, int64_t t, const int8_t* codes, const int8_t* a, const QuantizedActivations& qa,
-               const float* fsum, int64_t r0, int valid, float* y) {
+void tile_pass(const PackedPlane& p, int64_t t, const int8_t* codes, const int8_t* a, const float* x_scale,
+               const float* fsum, int64_t r0, int live, int valid, float* y) {
   constexpr bool kDraft = kBits <= 4;
   constexpr int64_t kBlock = int64_t(kGroup / 4) * 64;
   const int64_t groups = p.groups, o0 = t * kLanes;
   const auto* sc = reinterpret_cast<const uint16_t*>(p.tile(t) + groups * p.code_block_bytes());
   const uint16_t* of = sc + groups * kLanes;
-  const float* scale = qa.scale.data() + r0 * groups;
+  const float* scale = x_scale + r0 * groups;
   const float* fs = fsum + r0 * groups;
   __m512 facc[kLanes];
   for (auto& v : facc) v = _mm512_setzero_ps();
@@ -107,7 +108,7 @@ void tile_pass(const PackedPlane& p, int64_t t, const int8_t* codes, const int8_
     }
   }
   const __mmask16 mask = __mmask16((1u << valid) - 1);
-  for (int r = 0; r < kLanes; ++r) _mm512_mask_storeu_ps(y + (r0 + r) * p.out + o0, mask, facc[r]);
+  for (int r = 0; r < live; ++r) _mm512_mask_storeu_ps(y + (r0 + r) * p.out + o0, mask, facc[r]);
 }
 
 // n elements of v's storage at a 64-byte boundary (tile rows that straddle two cache lines load at
@@ -121,6 +122,8 @@ T* aligned_storage(std::vector<T>& v, size_t n) {
 // Output tiles unpacked and multiplied together (amx_rows).
 constexpr int kBlockTiles = 4;
 
+// The activation rows in passes of 16: `whole` rows, a multiple of 16 that may pass qa.rows (the
+// last pass padded with zero rows, whose results are not stored).
 template <int kBits, int kGroup>
 void amx_rows(const PackedPlane& p, const QuantizedActivations& qa, int64_t whole, int64_t o_begin, int64_t o_end,
               float* y) {
@@ -130,22 +133,32 @@ void amx_rows(const PackedPlane& p, const QuantizedActivations& qa, int64_t whol
   thread_local std::vector<int8_t> code_storage, act_storage;
   // A draft's float(sum(q)) per (row, group), converted once per call: converting in the float
   // steps, as the AVX-512 tier does, made D2 at 256 rows ~15 % slower (4096 x 4096: 7085 vs 5997 us).
-  thread_local std::vector<float> fsum;
+  thread_local std::vector<float> fsum, scale_storage;
   // The activations of each 16-row pass group by group (16 rows x g bytes, rows g apart): read
   // in place, rows qa.padded apart, a stride of 4 KiB put all 16 rows in one L1 set.
   int8_t* acts = aligned_storage(act_storage, size_t(whole * qa.padded));
   for (int64_t r0 = 0; r0 < whole; r0 += kLanes)
     for (int64_t k = 0; k < groups; ++k)
-      for (int r = 0; r < kLanes; ++r)
-        std::memcpy(acts + (r0 * groups + k * kLanes + r) * kGroup, qa.row_q(r0 + r) + k * kGroup, kGroup);
+      for (int r = 0; r < kLanes; ++r) {
+        int8_t* to = acts + (r0 * groups + k * kLanes + r) * kGroup;
+        if (r0 + r < qa.rows) std::memcpy(to, qa.row_q(r0 + r) + k * kGroup, kGroup);
+        else std::memset(to, 0, kGroup);
+      }
+  // s_x per (row, group), zero on the padding rows.
+  const float* x_scale = qa.scale.data();
+  if (whole > qa.rows) {
+    scale_storage.assign(qa.scale.begin(), qa.scale.begin() + qa.rows * groups);
+    scale_storage.resize(size_t(whole * groups), 0.0f);
+    x_scale = scale_storage.data();
+  }
   // A tile's codes as signed bytes in the B layout, once per tile for every 16-row pass: a
   // residual's minus 2^(B-1) (so the tile product is the reference's sum(q (c - 2^(B-1))), the
   // same integer as its sum(q c) - 2^(B-1) sum(q)), a draft's (0 .. 15) as they are.
   const int64_t tile_codes = groups * kChunks * 64;
   int8_t* codes = aligned_storage(code_storage, size_t(kBlockTiles * tile_codes));
   if (kDraft) {
-    fsum.resize(size_t(whole * groups));
-    for (size_t i = 0; i < fsum.size(); ++i) fsum[i] = float(qa.sum[i]);
+    fsum.assign(size_t(whole * groups), 0.0f);  // (zero on the padding rows)
+    for (size_t i = 0; i < size_t(std::min(whole, qa.rows) * groups); ++i) fsum[i] = float(qa.sum[i]);
   }
   const __m512i half = _mm512_set1_epi8(char(kDraft ? 0 : 1 << (kBits - 1)));
   configure_tiles(kGroup < 64 ? kGroup : 64);
@@ -169,7 +182,9 @@ void amx_rows(const PackedPlane& p, const QuantizedActivations& qa, int64_t whol
       for (int i = 0; i < tiles; ++i) {
         const int64_t o0 = b0 + i * kLanes;
         const int valid = int(std::min<int64_t>(kLanes, o_end - o0));
-        tile_pass<kBits, kGroup>(p, t0 + i, codes + i * tile_codes, acts + r0 * qa.padded, qa, fsum.data(), r0, valid, y);
+        const int live = int(std::min<int64_t>(kLanes, qa.rows - r0));
+        tile_pass<kBits, kGroup>(p, t0 + i, codes + i * tile_codes, acts + r0 * qa.padded, x_scale, fsum.data(), r0,
+                                 live, valid, y);
       }
   }
   _tile_release();
@@ -197,13 +212,19 @@ void amx_any_group(const PackedPlane& p, const QuantizedActivations& qa, int64_t
 // BM_PlaneMatmulPrompt, 4096 x 4096 R8, 2 threads: 863 vs 709 us; at 32 rows 1220 vs 1480 us).
 constexpr int64_t kMinRows = 32;
 
-// Whole 16-row passes on AMX (`whole_rows`), the rest on the AVX-512 kernel (`rest`), into the same y.
+// A last partial pass of this many rows or more runs on AMX padded to 16 (a pass over the B
+// tiles already unpacked costs about what the AVX-512 kernel takes for 8 rows); fewer go to
+// the AVX-512 kernel.
+constexpr int64_t kPadRows = 8;
+
+// 16-row passes on AMX (`whole_rows`), the rows past them on the AVX-512 kernel (`rest`), into the same y.
 template <typename Whole, typename Rest>
 void split_rows(const PackedPlane& p, const QuantizedActivations& qa, float* y, Whole&& whole_rows, Rest&& rest) {
   if (qa.rows < kMinRows) return rest(qa, y);
-  const int64_t whole = qa.rows / kLanes * kLanes;
+  const int64_t partial = qa.rows % kLanes;
+  const int64_t whole = qa.rows - partial + (partial >= kPadRows ? kLanes : 0);
   whole_rows(whole);
-  if (whole == qa.rows) return;
+  if (whole >= qa.rows) return;
   thread_local QuantizedActivations tail;
   copy_rows(qa, whole, tail);
   rest(tail, y + whole * p.out);

@@ -26,8 +26,8 @@ KernelCase make(Kernel kernel, int bits, Codes codes, Signs signs, int64_t out, 
 }
 
 // Plain planes: widths below one group (1, 3, 7), one group (64) and tails (111, 1023); outputs
-// 1, 5, 17, 64 (partial 16-row tiles); batches 1, 5, 16, 17 and 37 (the AMX tier's two 16-row
-// passes and a 5-row tail). Drafts of 3 and 4 bits (packed as
+// 1, 5, 17, 64 (partial 16-row tiles); batches 1, 5, 16, 17, 37 and 45 (the AMX tier's two 16-row
+// passes and a 5-row tail on the AVX-512 kernel, or a 13-row one padded to a third pass). Drafts of 3 and 4 bits (packed as
 // nibbles; the file-layout SIMD entry points fall back to the scalar kernel) with random codes only.
 void add_plane_cases(std::vector<KernelCase>& v) {
   const std::pair<Kernel, int> kinds[] = {{Kernel::kDraft, 2}, {Kernel::kDraft, 3}, {Kernel::kDraft, 4},
@@ -38,7 +38,7 @@ void add_plane_cases(std::vector<KernelCase>& v) {
         if (kernel == Kernel::kDraft && bits != 2 && codes == Codes::kFitted) continue;
         for (int64_t in : {1, 3, 7, 64, 111, 1023})
           for (int64_t out : {1, 5, 17, 64})
-            v.push_back(make(kernel, bits, codes, Signs::kNone, out, in, group, {1, 5, 16, 17, 37}));
+            v.push_back(make(kernel, bits, codes, Signs::kNone, out, in, group, {1, 5, 16, 17, 37, 45}));
       }
 }
 
@@ -122,13 +122,13 @@ std::vector<CaseSet> tier_case_sets(CaseFilter keep) {
 }
 
 // One shape per kernel and group, 37 outputs (two 16-row tiles and a tail) and 333 weights (a
-// partial last group at every group size; Q8_0: 11 blocks), batches 1..32 and 37, 53 (the AMX
-// tier's passes of 16 with tails): a row's result must not depend on n or on where in the batch
-// it sits.
+// partial last group at every group size; Q8_0: 11 blocks), batches 1..32 and 37, 40, 53, 57 (the
+// AMX tier's passes of 16 with tails of 5 rows, and of 8 and 9 rows padded to a pass): a row's result
+// must not depend on n or on where in the batch it sits.
 std::vector<KernelCase> batch_cases(CaseFilter keep) {
   std::vector<KernelCase> v;
   std::vector<int64_t> batches = one_to(32);
-  batches.insert(batches.end(), {37, 53});
+  batches.insert(batches.end(), {37, 40, 53, 57});
   for (int group : kGroups) {
     for (int bits : {2, 3, 4}) v.push_back(make(Kernel::kDraft, bits, Codes::kRandom, Signs::kNone, 37, 333, group, batches));
     for (int bits : {8, 6}) v.push_back(make(Kernel::kResidual, bits, Codes::kRandom, Signs::kNone, 37, 333, group, batches));
