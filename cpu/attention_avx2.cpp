@@ -1,9 +1,10 @@
 // attention_block's AVX2 tier: dot_f32's eight lanes in one register (a[i..i+7] · b[i..i+7]
 // added lane by lane, then the same pairwise reduction, eight keys at once), attention_exp eight
-// lanes at a time, and the weighted sum of V eight values of d at a time; the softmax's double
-// sum stays scalar and in slot order, so every row is attention_row_ref's bit for bit. Built
-// with -mavx2 -ffp-contract=off: every multiply and add is its own instruction. (dot_f32
-// dispatches here too.)
+// lanes at a time, and the weighted sum of V eight values of d at a time (one fused multiply-add
+// per term, as the reference); the softmax's double sum stays scalar and in slot order, so every
+// row is attention_row_ref's bit for bit. Built with -mavx2 -mfma -ffp-contract=off: the
+// compiler fuses nothing by itself, the weighted sum's fma are written out. (dot_f32 dispatches
+// here too.)
 #include <immintrin.h>
 
 #include <algorithm>
@@ -113,7 +114,7 @@ void dot_f32_rows_avx2(const float* x, const float* rows, int64_t stride, int64_
 
 namespace {
 
-// acc[0..C) (C·8 values of d) += p_j · v_j[d] over the slots j in [j0, j1) the row sees.
+// acc[0..C) (C·8 values of d) = fma(p_j, v_j[d], acc) over the slots j in [j0, j1) the row sees.
 template <int C>
 void weighted_sum_tile(const float* scores, const uint8_t* visible, const float* v, int64_t stride, int64_t j0,
                        int64_t j1, float* out) {
@@ -123,7 +124,7 @@ void weighted_sum_tile(const float* scores, const uint8_t* visible, const float*
     if (!visible[j]) continue;
     const __m256 p = _mm256_set1_ps(scores[j]);
     const float* vj = v + j * stride;
-    for (int c = 0; c < C; ++c) acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(p, _mm256_loadu_ps(vj + 8 * c)));
+    for (int c = 0; c < C; ++c) acc[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8 * c), acc[c]);
   }
   for (int c = 0; c < C; ++c) _mm256_storeu_ps(out + 8 * c, acc[c]);
 }
@@ -205,7 +206,7 @@ void attention_block_avx2(int nq, const float* const* q, const uint8_t* const* v
       for (int64_t d = vec; d < head_dim; ++d) {
         float a = out[r][d];
         for (int64_t j = j0; j < j1; ++j) {
-          if (visible[r][j]) a += scores[r][j] * v[j * stride + d];
+          if (visible[r][j]) a = std::fma(scores[r][j], v[j * stride + d], a);
         }
         out[r][d] = a;
       }

@@ -26,7 +26,7 @@ void attention_row_ref(const float* q, const float* k, const float* v, int64_t s
     if (!visible[j]) continue;
     const float p = scores[j];
     const float* vj = v + j * stride;
-    for (int64_t d = 0; d < head_dim; ++d) out[d] += p * vj[d];
+    for (int64_t d = 0; d < head_dim; ++d) out[d] = std::fma(p, vj[d], out[d]);
   }
 }
 

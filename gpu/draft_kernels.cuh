@@ -539,7 +539,7 @@ BS_KERNEL void attention_rows(const float* BS_RESTRICT q, const float* BS_RESTRI
   for (int64_t d = threadIdx.x; d < head_dim; d += kBlock) {
     float acc = 0.0f;
     for (int64_t j = 0; j < kv_len; ++j) {
-      if (visible(j)) acc += BS_MUL(sc[j], v_cache[j * kv_dim + kvh * head_dim + d]);
+      if (visible(j)) acc = BS_FMA(sc[j], v_cache[j * kv_dim + kvh * head_dim + d], acc);
     }
     o[d] = acc;
   }

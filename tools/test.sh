@@ -26,5 +26,5 @@ cmake --build build-tsan -j "$jobs" --target capi_tests delta_tests serve_concur
 (cd build-tsan && TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/../tests/tsan.supp" \
   ctest --output-on-failure -j "$jobs" --no-tests=error -R 'CApi|VariantCache|ServeConcurrency|ForwardPasses|PassBatcher')
 
-echo "== libFuzzer: every parser of untrusted input, 20 s each (tools/fuzz.sh; needs clang) =="
-FUZZ_SECONDS=${FUZZ_SECONDS:-20} bash tools/fuzz.sh
+echo "== libFuzzer: every parser of untrusted input, 10 s each (tools/fuzz.sh; needs clang) =="
+FUZZ_SECONDS=${FUZZ_SECONDS:-10} bash tools/fuzz.sh

@@ -43,7 +43,8 @@ void softmax_attention_ref(float* x, int64_t n);
 
 // One query row of attention over cache slots j < kv_len: s_j = dot_f32(q, k_j) · scale, soft-
 // capped (c · tanh(s / c)) when softcap > 0, -inf where visible[j] == 0; p = softmax_attention_ref(s);
-// out[0..head_dim) = Σ_j p_j · v_j over the visible j in slot order (products, then sums), with
+// out[0..head_dim) = Σ_j p_j · v_j over the visible j in slot order, each term one fused
+// multiply-add (out = fma(p_j, v_j, out): one rounding, and half the vector operations), with
 // k_j = k + j · stride and v_j = v + j · stride. `scores` is kv_len floats of scratch. The
 // scalar reference of attention_block.
 void attention_row_ref(const float* q, const float* k, const float* v, int64_t stride, int64_t head_dim,
