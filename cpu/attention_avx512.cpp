@@ -29,8 +29,7 @@ void weighted_sum_tile(const float* scores, const uint8_t* visible, const float*
   for (int c = 0; c < C; ++c) _mm512_storeu_ps(out + 16 * c, acc[c]);
 }
 
-using TileFn = void (*)(const float*, const uint8_t*, const float*, int64_t, int64_t, int64_t, float*);
-constexpr TileFn kTiles[9] = {nullptr,
+constexpr WeightedSumTile kTiles[9] = {nullptr,
                               weighted_sum_tile<1>,
                               weighted_sum_tile<2>,
                               weighted_sum_tile<3>,
@@ -46,24 +45,7 @@ void attention_block_avx512(int nq, const float* const* q, const uint8_t* const*
                             const float* v, int64_t stride, int64_t head_dim, int64_t kv_len, float scale,
                             float softcap, float* const* scores, float* const* out) {
   attention_scores_avx2(nq, q, visible, k, stride, head_dim, kv_len, scale, softcap, scores);
-  const int64_t vec = head_dim / 16 * 16;
-  for (int r = 0; r < nq; ++r) std::fill(out[r], out[r] + head_dim, 0.0f);
-  for (int64_t j0 = 0; j0 < kv_len; j0 += kAttentionTile) {
-    const int64_t j1 = std::min(kv_len, j0 + kAttentionTile);
-    for (int r = 0; r < nq; ++r) {
-      for (int64_t d0 = 0; d0 < vec; d0 += 128) {
-        const int chunks = int(std::min<int64_t>(8, (vec - d0) / 16));
-        kTiles[chunks](scores[r], visible[r], v + d0, stride, j0, j1, out[r] + d0);
-      }
-      for (int64_t d = vec; d < head_dim; ++d) {
-        float a = out[r][d];
-        for (int64_t j = j0; j < j1; ++j) {
-          if (visible[r][j]) a = std::fma(scores[r][j], v[j * stride + d], a);
-        }
-        out[r][d] = a;
-      }
-    }
-  }
+  weighted_sum_rows(nq, scores, visible, v, stride, head_dim, kv_len, 16, kTiles, out);
 }
 
 }  // namespace bitsplit::cpu

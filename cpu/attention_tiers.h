@@ -2,6 +2,8 @@
 // softmax of a block, and the slot tile both walk the cache in.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 namespace bitsplit::cpu {
@@ -13,5 +15,40 @@ inline constexpr int64_t kAttentionTile = 64;
 // keys, attention_row_ref's bit for bit (AVX2: dot_f32's eight lanes, eight keys at once).
 void attention_scores_avx2(int nq, const float* const* q, const uint8_t* const* visible, const float* k, int64_t stride,
                            int64_t head_dim, int64_t kv_len, float scale, float softcap, float* const* scores);
+
+// A tier's weighted-sum tile: out[0 .. C * lanes) = fma(p_j, v_j[d], out) over the visible slots j
+// in [j0, j1), in slot order; tiles[C] for C = 1..8.
+using WeightedSumTile = void (*)(const float* scores, const uint8_t* visible, const float* v, int64_t stride,
+                                 int64_t j0, int64_t j1, float* out);
+
+// Unnamed on purpose (as plane_kernels.h): each tier's file, built with its own -m flags, gets
+// its own copy, so the linker never hands one tier the other's instructions.
+namespace {
+// out[r] = sum over the visible slots of p_j v_j (attention_row_ref's fma per term, slot order),
+// tile by tile of kAttentionTile slots for every row of the block: d in chunks of up to 8 * lanes
+// through the tier's tiles, the last head_dim % lanes values scalar (the same fma per value).
+inline void weighted_sum_rows(int nq, const float* const* scores, const uint8_t* const* visible, const float* v,
+                              int64_t stride, int64_t head_dim, int64_t kv_len, int lanes,
+                              const WeightedSumTile* tiles, float* const* out) {
+  const int64_t vec = head_dim / lanes * lanes;
+  for (int r = 0; r < nq; ++r) std::fill(out[r], out[r] + head_dim, 0.0f);
+  for (int64_t j0 = 0; j0 < kv_len; j0 += kAttentionTile) {
+    const int64_t j1 = std::min(kv_len, j0 + kAttentionTile);
+    for (int r = 0; r < nq; ++r) {
+      for (int64_t d0 = 0; d0 < vec; d0 += 8 * lanes) {
+        const int chunks = int(std::min<int64_t>(8, (vec - d0) / lanes));
+        tiles[chunks](scores[r], visible[r], v + d0, stride, j0, j1, out[r] + d0);
+      }
+      for (int64_t d = vec; d < head_dim; ++d) {
+        float a = out[r][d];
+        for (int64_t j = j0; j < j1; ++j) {
+          if (visible[r][j]) a = std::fma(scores[r][j], v[j * stride + d], a);
+        }
+        out[r][d] = a;
+      }
+    }
+  }
+}
+}  // namespace
 
 }  // namespace bitsplit::cpu
