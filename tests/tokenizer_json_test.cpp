@@ -201,7 +201,15 @@ TEST(TokenizerJson, UnsupportedContentIsReported) {
   EXPECT_NE(error_of(j).find("without a ByteLevel pre-tokenizer"), std::string::npos) << error_of(j);
   j = byte_level_json();
   j["model"]["vocab"]["huge"] = 1 << 30;
-  EXPECT_NE(error_of(j).find("token id 1073741824 for 'huge' is out of range"), std::string::npos) << error_of(j);
+  EXPECT_NE(error_of(j).find("token id 1073741824 is far beyond the"), std::string::npos) << error_of(j);
+  // Below the absolute id limit but sparse: two entries must not pad out 16M tokens (a fuzzer's
+  // out-of-memory find).
+  j = byte_level_json();
+  j["added_tokens"] = json::array({{{"id", (1 << 24) - 1}, {"content", "<far>"}, {"special", true}}});
+  EXPECT_NE(error_of(j).find("token id 16777215 is far beyond the"), std::string::npos) << error_of(j);
+  j = byte_level_json();
+  j["model"]["vocab"]["negative"] = -3;
+  EXPECT_NE(error_of(j).find("token id -3 for 'negative' is out of range"), std::string::npos) << error_of(j);
   j = byte_level_json();
   j["added_tokens"] = json::array({{{"content", "x"}}});
   EXPECT_NE(error_of(j).find("added_tokens has an entry without"), std::string::npos) << error_of(j);

@@ -21,6 +21,7 @@ constexpr const char* kPunctuation = R"([\p{P}!-/:-@\[-`{-~])";
 // Metaspace with split: pieces start at each "▁" (HF's MergedWithNext).
 constexpr const char* kMetaspaceSplit = R"(\x{2581}[^\x{2581}]*|[^\x{2581}]+)";
 constexpr int64_t kMaxTokenId = 1 << 24;
+constexpr uint64_t kMaxIdSlack = 1024;
 
 Result<std::string> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -200,6 +201,26 @@ Result<std::unique_ptr<Tokenizer>> build(const json& j, const std::string& path)
     }
   }
   if (!model.contains("vocab") || !model["vocab"].is_object()) return Status::error("model.vocab is not an object");
+
+  // Ids may leave holes (llama.cpp's converter pads them), but a few entries naming huge ids would
+  // otherwise allocate millions of padding tokens: the largest id must stay within twice the
+  // number of entries (plus kMaxIdSlack).
+  const bool has_added = j.contains("added_tokens") && j["added_tokens"].is_array();
+  size_t entries = model["vocab"].size() + (has_added ? j["added_tokens"].size() : 0);
+  int64_t largest = -1;
+  for (const auto& [text, id] : model["vocab"].items()) {
+    if (id.is_number_integer()) largest = std::max(largest, id.get<int64_t>());
+  }
+  if (has_added) {
+    for (const json& t : j["added_tokens"]) {
+      if (t.is_object() && t.contains("id") && t["id"].is_number_integer()) largest = std::max(largest, t["id"].get<int64_t>());
+    }
+  }
+  if (largest >= 0 && uint64_t(largest) >= 2 * uint64_t(entries) + kMaxIdSlack) {
+    return Status::error("token id " + std::to_string(largest) + " is far beyond the " + std::to_string(entries) +
+                         " vocabulary entries (ids may leave at most " + std::to_string(entries + kMaxIdSlack) +
+                         " unused; is the tokenizer.json corrupt?)");
+  }
 
   Vocabulary v;
   v.family = TokenizerFamily::kBytePairEncoding;
