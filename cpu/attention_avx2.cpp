@@ -4,7 +4,7 @@
 // per term, as the reference); the softmax's double sum stays scalar and in slot order, so every
 // row is attention_row_ref's bit for bit. Built with -mavx2 -mfma -ffp-contract=off: the
 // compiler fuses nothing by itself, the weighted sum's fma are written out. (dot_f32 dispatches
-// here too.)
+// here too, and silu_mul: silu_exp eight at a time.)
 #include <immintrin.h>
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 #include "bitsplit/cpu.h"
 #include "bitsplit/status.h"
 #include "attention_tiers.h"
+#include "exp_avx2.h"
 
 namespace bitsplit::cpu {
 namespace {
@@ -55,20 +56,6 @@ __m256 dot8_x8(const float* q, const float* k, int64_t stride, int64_t head_dim)
   const __m256 r3 = _mm256_permute2f128_ps(u3, u7, 0x20), r7 = _mm256_permute2f128_ps(u3, u7, 0x31);
   return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(r0, r4), _mm256_add_ps(r1, r5)),
                        _mm256_add_ps(_mm256_add_ps(r2, r6), _mm256_add_ps(r3, r7)));
-}
-
-// attention_exp eight at a time: the same operations on each lane (rint by the rounding mode's
-// nearest-even, Cody–Waite, Horner, times 2^n), 0 where x < −87, −inf or NaN.
-__m256 attention_exp8(__m256 x) {
-  using namespace attention_exp_constants;
-  const __m256 valid = _mm256_cmp_ps(x, _mm256_set1_ps(kMin), _CMP_GE_OQ);
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m256 r = _mm256_sub_ps(_mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(kLn2Hi))),
-                                 _mm256_mul_ps(n, _mm256_set1_ps(kLn2Lo)));
-  __m256 p = _mm256_set1_ps(kC7);
-  for (float c : {kC6, kC5, kC4, kC3, kC2, 1.0f, 1.0f}) p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(c));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(_mm256_and_ps(n, valid)), _mm256_set1_epi32(127)), 23);
-  return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), valid);
 }
 
 // softmax_attention_ref's arithmetic: the max (order-free) and the exponentials eight at a time,
@@ -192,6 +179,13 @@ void attention_block_avx2(int nq, const float* const* q, const uint8_t* const* v
                           float* const* scores, float* const* out) {
   attention_scores_avx2(nq, q, visible, k, stride, head_dim, kv_len, scale, softcap, scores);
   weighted_sum_rows(nq, scores, visible, v, stride, head_dim, kv_len, 8, kTiles, out);
+}
+
+void silu_mul_avx2(float* g, const float* u, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(g + i, _mm256_mul_ps(silu_exp8(_mm256_loadu_ps(g + i)), _mm256_loadu_ps(u + i)));
+  for (; i < n; ++i) g[i] = silu(g[i]) * u[i];
 }
 
 }  // namespace bitsplit::cpu

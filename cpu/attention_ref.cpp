@@ -1,4 +1,5 @@
-// attention_row_ref (the scalar reference) and attention_block's dispatch to the SIMD tier (cpu.h).
+// attention_row_ref (the scalar reference) and attention_block's dispatch to the SIMD tier (cpu.h);
+// silu_mul's reference and dispatch, on the same exponential.
 #include <cmath>
 
 #include "bitsplit/attention_exp.h"
@@ -40,6 +41,16 @@ void attention_block(int nq, const float* const* q, const uint8_t* const* visibl
   for (int r = 0; r < nq; ++r) {
     attention_row_ref(q[r], k, v, stride, head_dim, kv_len, visible[r], scale, softcap, scores[r], out[r]);
   }
+}
+
+void silu_mul_ref(float* g, const float* u, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) g[i] = silu(g[i]) * u[i];
+}
+
+void silu_mul(float* g, const float* u, int64_t n) {
+  static const Isa isa = default_isa();
+  if (isa != Isa::kScalar) return silu_mul_avx2(g, u, n);
+  silu_mul_ref(g, u, n);
 }
 
 }  // namespace bitsplit::cpu

@@ -425,13 +425,14 @@ BS_KERNEL void add_sigmoid_gated(float* BS_RESTRICT out, const float* BS_RESTRIC
   out[i] = out[i] + BS_MUL(gate, ys[i]);
 }
 
-// gate[i] = silu(gate[i]) · up[i] with silu(v) = v / (1 + e^-v), as the CPU forward pass.
+// gate[i] = silu(gate[i]) · up[i] with silu(v) = v / (1 + e^-v) by silu_exp, as the CPU forward
+// pass (bit for bit).
 // Launch: one thread per value.
 BS_KERNEL void silu_mul(float* BS_RESTRICT gate, const float* BS_RESTRICT up, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) {
     const float v = gate[i];
-    gate[i] = BS_MUL(v / (1.0f + expf(-v)), up[i]);
+    gate[i] = BS_MUL(silu_exp(v), up[i]);
   }
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bitsplit/attention_exp.h"
 #include "bitsplit/plane_view.h"
 #include "bitsplit/quant.h"
 
@@ -65,7 +66,14 @@ void attention_block_avx512(int nq, const float* const* q, const uint8_t* const*
                             const float* v, int64_t stride, int64_t head_dim, int64_t kv_len, float scale,
                             float softcap, float* const* scores, float* const* out);
 
-inline float silu(float x) { return x / (1.0f + __builtin_expf(-x)); }
+// SiLU by silu_exp (bitsplit/attention_exp.h): the same bits in the scalar reference, the
+// vector kernel and the device draft, unlike libm's expf.
+inline float silu(float x) { return silu_exp(x); }
+// g[i] = silu(g[i]) · u[i] for i < n, bit for bit as the scalar loop (silu_mul_ref); eight at a
+// time on the AVX2 tier and above (silu_mul_avx2, for tests).
+void silu_mul(float* g, const float* u, int64_t n);
+void silu_mul_ref(float* g, const float* u, int64_t n);
+void silu_mul_avx2(float* g, const float* u, int64_t n);
 // GELU with the tanh approximation (PyTorch's approximate="tanh", gemma's GeGLU).
 inline float gelu_tanh(float x) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f;
