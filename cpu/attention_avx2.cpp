@@ -58,33 +58,72 @@ __m256 dot8_x8(const float* q, const float* k, int64_t stride, int64_t head_dim)
                        _mm256_add_ps(_mm256_add_ps(r2, r6), _mm256_add_ps(r3, r7)));
 }
 
-// softmax_attention_ref's arithmetic: the max (order-free) and the exponentials eight at a time,
-// the sum in double in slot order, the scaling eight at a time.
-void softmax_avx2(float* x, int64_t n) {
-  __m256 m8 = _mm256_set1_ps(-INFINITY);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(x + i));
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, m8);
-  float max = -INFINITY;
-  for (float l : lanes) max = std::max(max, l);
-  for (; i < n; ++i) max = std::max(max, x[i]);
-  double sum = 0.0;
-  const __m256 max8 = _mm256_set1_ps(max);
-  for (i = 0; i + 8 <= n; i += 8) {
-    const __m256 e = attention_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), max8));
-    _mm256_storeu_ps(x + i, e);
-    _mm256_store_ps(lanes, e);
-    for (float l : lanes) sum += l;
+// sum[t] += double(x[t][j]) for j in [j0, j1), slot order within each row; the R rows' chains
+// interleaved, so the adds wait on one another's latency R times less than one row's chain does.
+template <int R>
+void sum_rows_in_order(const float* const* x, int64_t j0, int64_t j1, double* sum) {
+  double s[R];
+  for (int t = 0; t < R; ++t) s[t] = sum[t];
+  for (int64_t j = j0; j < j1; ++j) {
+    for (int t = 0; t < R; ++t) s[t] += double(x[t][j]);
   }
-  for (; i < n; ++i) {
-    x[i] = attention_exp(x[i] - max);
-    sum += x[i];
+  for (int t = 0; t < R; ++t) sum[t] = s[t];
+}
+
+void sum_rows_in_order(int rows, const float* const* x, int64_t j0, int64_t j1, double* sum) {
+  switch (rows) {
+    case 1: return sum_rows_in_order<1>(x, j0, j1, sum);
+    case 2: return sum_rows_in_order<2>(x, j0, j1, sum);
+    case 3: return sum_rows_in_order<3>(x, j0, j1, sum);
+    case 4: return sum_rows_in_order<4>(x, j0, j1, sum);
+    case 5: return sum_rows_in_order<5>(x, j0, j1, sum);
+    case 6: return sum_rows_in_order<6>(x, j0, j1, sum);
+    case 7: return sum_rows_in_order<7>(x, j0, j1, sum);
+    default: return sum_rows_in_order<8>(x, j0, j1, sum);
   }
-  const float inv = float(1.0 / sum);
-  const __m256 inv8 = _mm256_set1_ps(inv);
-  for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv8));
-  for (; i < n; ++i) x[i] *= inv;
+}
+
+// softmax_attention_ref on each row of a block (n slots each): the max (order-free), the
+// exponentials and the scaling eight at a time, the sum in double in slot order per row, with the
+// rows' sums interleaved eight at a time. A row's masked tail (its last slots, all -inf: a prompt
+// row's later positions) is 0 without exponentials — the reference's e^-inf = 0, and adding +0 to
+// the sum leaves it as it is. A row masked everywhere takes every slot, as the reference does.
+void softmax_rows_avx2(int nq, float* const* x, int64_t n) {
+  int64_t len[kAttentionBlock];
+  for (int r = 0; r < nq; ++r) {
+    float* row = x[r];
+    int64_t m = n;
+    while (m > 0 && row[m - 1] == -INFINITY) --m;
+    if (m == 0) m = n;
+    len[r] = m;
+    __m256 m8 = _mm256_set1_ps(-INFINITY);
+    int64_t i = 0;
+    for (; i + 8 <= m; i += 8) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(row + i));
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, m8);
+    float max = -INFINITY;
+    for (float l : lanes) max = std::max(max, l);
+    for (; i < m; ++i) max = std::max(max, row[i]);
+    const __m256 max8 = _mm256_set1_ps(max);
+    for (i = 0; i + 8 <= m; i += 8) _mm256_storeu_ps(row + i, attention_exp8(_mm256_sub_ps(_mm256_loadu_ps(row + i), max8)));
+    for (; i < m; ++i) row[i] = attention_exp(row[i] - max);
+    std::fill(row + m, row + n, 0.0f);
+  }
+  double sum[kAttentionBlock];
+  for (int r0 = 0; r0 < nq; r0 += 8) {
+    const int rows = std::min(8, nq - r0);
+    const int64_t common = *std::min_element(len + r0, len + r0 + rows);
+    std::fill(sum + r0, sum + r0 + rows, 0.0);
+    sum_rows_in_order(rows, x + r0, 0, common, sum + r0);
+    for (int t = 0; t < rows; ++t) sum_rows_in_order(1, x + r0 + t, common, len[r0 + t], sum + r0 + t);
+  }
+  for (int r = 0; r < nq; ++r) {
+    float* row = x[r];
+    const __m256 inv8 = _mm256_set1_ps(float(1.0 / sum[r]));
+    int64_t i = 0;
+    for (; i + 8 <= len[r]; i += 8) _mm256_storeu_ps(row + i, _mm256_mul_ps(_mm256_loadu_ps(row + i), inv8));
+    for (; i < len[r]; ++i) row[i] *= float(1.0 / sum[r]);
+  }
 }
 
 }  // namespace
@@ -171,7 +210,7 @@ void attention_scores_avx2(int nq, const float* const* q, const uint8_t* const* 
       }
     }
   }
-  for (int r = 0; r < nq; ++r) softmax_avx2(scores[r], kv_len);
+  softmax_rows_avx2(nq, scores, kv_len);
 }
 
 void attention_block_avx2(int nq, const float* const* q, const uint8_t* const* visible, const float* k, const float* v,
