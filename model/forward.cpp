@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <optional>
 
 #include "bitsplit/expert_routing.h"
@@ -172,6 +173,20 @@ class ProjectionInput {
   bool q8_ready_ = false;
 };
 
+// Grow-only float scratch of the calling thread (slot 0: R·X, slot 1: D·X of the two halves),
+// not zeroed: every element is written before it is read. A fresh vector per projection was a
+// zeroing pass and, at prompt sizes, fresh pages to fault in.
+float* scratch_floats(int slot, size_t n) {
+  thread_local std::unique_ptr<float[]> buf[2];
+  thread_local size_t capacity[2] = {0, 0};
+  if (capacity[slot] < n) {
+    buf[slot].reset();
+    buf[slot] = std::make_unique_for_overwrite<float[]>(n);
+    capacity[slot] = n;
+  }
+  return buf[slot].get();
+}
+
 // A product over step 1b's 2·n rows folded to n: out[i] = two[i] + two[half + i], one f32 add
 // (out may be `two`: each element is read before it is written).
 void sum_halves(const Model& model, const float* two, size_t half, float* out) {
@@ -238,28 +253,28 @@ Status linear(const Model& model, Pass pass, const std::string& name, Projection
     const bool rem_r = model.target_activations() == TargetActivations::kRemainder;
     const bool rem_d = rem_r || model.target_activations() == TargetActivations::kDraftRemainder;
     const cpu::QuantizedActivations& all = in.quantized(model, planes->group, rem_r);
-    std::vector<float> residual(size_t(all.rows * y.width));
-    std::vector<float> dbuf;
+    float* residual = scratch_floats(0, size_t(all.rows * y.width));
+    float* dbuf = nullptr;
     for (size_t g = 0; g < groups.size(); ++g) {
       const auto d = delta_of(g);
       const cpu::QuantizedActivations& qg = in.quantized_group(model, planes->group, g, rem_d);
       float* yg = y.row(groups[g].row0);
       float* out = yg;
       if (rem_d) {
-        dbuf.resize(size_t(qg.rows * y.width));
-        out = dbuf.data();
+        dbuf = scratch_floats(1, size_t(qg.rows * y.width));
+        out = dbuf;
       }
       if (g == 0) {
         BITSPLIT_RETURN_IF_ERROR(model.backend().target_matmul(
-            *planes, qg, out, d ? &*d : nullptr, [&] { planes->cpu_residual_matmul(model.cpu(), all, residual.data()); }));
+            *planes, qg, out, d ? &*d : nullptr, [&] { planes->cpu_residual_matmul(model.cpu(), all, residual); }));
       } else {
         BITSPLIT_RETURN_IF_ERROR(model.backend().draft_matmul(*planes, qg, out, d ? &*d : nullptr));
       }
-      if (rem_d) sum_halves(model, dbuf.data(), size_t(groups[g].rows * y.width), yg);
+      if (rem_d) sum_halves(model, dbuf, size_t(groups[g].rows * y.width), yg);
     }
-    if (rem_r) sum_halves(model, residual.data(), y.data.size(), residual.data());
+    if (rem_r) sum_halves(model, residual, y.data.size(), residual);
     for_slices(model, int64_t(y.data.size()), kParallelElements, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) y.data[size_t(i)] += residual[size_t(i)];
+      for (int64_t i = b; i < e; ++i) y.data[size_t(i)] += residual[i];
     });
   }
   for (size_t g = 0; g < groups.size(); ++g) {
@@ -350,12 +365,21 @@ Result<std::vector<std::vector<float>>> run_pass(const Model& model, std::vector
   auto observe = [&](int64_t layer, const char* weight, const Activations& a) {
     if (observer) (*observer)(name(layer, weight), a.data.data(), a.rows, a.width);
   };
+  Activations ffn_gate(0, 0), ffn_up(0, 0);  // gated_ffn's
   // out = down(act(gate(in)) ⊙ up(in)) with the projections "ffn_gate<suffix>" etc. of width ff.
   auto gated_ffn = [&](int64_t l, const std::string& suffix, const Activations& in, const std::vector<RowGroup>& gs,
                        int64_t ff, Activations& out) -> Status {
     const LayerWeights& w = model.layer(l);
     const std::string g = "ffn_gate" + suffix, u = "ffn_up" + suffix, d = "ffn_down" + suffix;
-    Activations gt(in.rows, ff), upv(in.rows, ff);
+    // The gate and up outputs: the pass's buffers when the shape is the last one's (every layer
+    // of a dense model), not fresh zeroed ones per layer; the projections write every element.
+    auto fit = [](Activations& a, int64_t rows, int64_t width) {
+      if (a.rows != rows || a.width != width) a = Activations(rows, width);
+    };
+    fit(ffn_gate, in.rows, ff);
+    fit(ffn_up, in.rows, ff);
+    Activations& gt = ffn_gate;
+    Activations& upv = ffn_up;
     observe(l, g.c_str(), in);
     observe(l, u.c_str(), in);
     ProjectionInput ffn_in(in, gs);
