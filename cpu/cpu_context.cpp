@@ -287,28 +287,30 @@ void quantize_activations(CpuContext& ctx, const float* x, int64_t rows, int64_t
 
 void quantize_activations_with_remainder(CpuContext& ctx, const float* x, int64_t rows, int64_t in, int group,
                                          QuantizedActivations& qa) {
-  QuantizedActivations rest;
-  quantize_activations(ctx, x, rows, in, group, rest);
-  std::vector<float> e(size_t(rows * in));
-  auto remainder_rows = [&](int64_t first, int64_t last) {
+  qa.resize(2 * rows, in, group);
+  const auto& k = detail::kernels_of(ctx);
+  const detail::GroupQuantizer fn = group % 16 == 0 ? k.quantize_group : detail::quantize_group_ref;
+  // The remainders, grow-only scratch of the calling thread (every element written before read).
+  thread_local std::vector<float> remainder;
+  if (remainder.size() < size_t(rows * in)) remainder.resize(size_t(rows * in));
+  float* e = remainder.data();
+  // Per row n: its int8 row (as quantize_activations), e = x - s·q group by group (one rounded
+  // product, one rounded difference), and e's int8 row at rows + n.
+  auto with_remainder = [&](int64_t first, int64_t last) {
+    detail::quantize_rows(x, last, in, group, qa, fn, first);
     for (int64_t n = first; n < last; ++n) {
-      const int8_t* q = rest.row_q(n);
-      for (int64_t i = 0; i < in; ++i) {
-        const float s = rest.scale[size_t(n * rest.groups + i / group)];
-        e[size_t(n * in + i)] = x[n * in + i] - s * float(q[i]);  // one rounded product, one rounded difference
+      const int8_t* q = qa.row_q(n);
+      const float* xn = x + n * in;
+      float* en = e + n * in;
+      for (int64_t g = 0; g < qa.groups; ++g) {
+        const float s = qa.scale[size_t(n * qa.groups + g)];
+        for (int64_t i = g * group; i < std::min<int64_t>(in, (g + 1) * group); ++i) en[i] = xn[i] - s * float(q[i]);
       }
     }
+    detail::quantize_rows(e, last, in, group, qa, fn, first, rows);
   };
-  if (rows < 16) remainder_rows(0, rows);
-  else ctx.run_slices(rows, 1, remainder_rows);
-  qa.resize(2 * rows, in, group);
-  std::copy(rest.q.begin(), rest.q.end(), qa.q.begin());
-  std::copy(rest.scale.begin(), rest.scale.end(), qa.scale.begin());
-  std::copy(rest.sum.begin(), rest.sum.end(), qa.sum.begin());
-  quantize_activations(ctx, e.data(), rows, in, group, rest);
-  std::copy(rest.q.begin(), rest.q.end(), qa.q.begin() + rows * qa.padded);
-  std::copy(rest.scale.begin(), rest.scale.end(), qa.scale.begin() + rows * qa.groups);
-  std::copy(rest.sum.begin(), rest.sum.end(), qa.sum.begin() + rows * qa.groups);
+  if (rows < 16) with_remainder(0, rows);
+  else ctx.run_slices(rows, 1, with_remainder);
 }
 
 void residual_matmul(CpuContext& ctx, const ResidualPlaneView& r, const QuantizedActivations& qa, float* y) {

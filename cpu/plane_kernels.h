@@ -59,12 +59,14 @@ inline float round_half_away(float v) {
 namespace {
 template <typename GroupQuantizer>
 void quantize_rows(const float* x, int64_t rows, int64_t in, int group, QuantizedActivations& qa,
-                   GroupQuantizer quantize_group, int64_t first = 0) {
-  for (int64_t r = first; r < rows; ++r)
+                   GroupQuantizer quantize_group, int64_t first = 0, int64_t out_row0 = 0) {
+  for (int64_t r = first; r < rows; ++r) {
+    const int64_t o = out_row0 + r;
     for (int64_t k = 0; k < qa.groups; ++k)
       quantize_group(x + r * in + k * group, std::min<int64_t>(group, in - k * group), group,
-                     qa.q.data() + r * qa.padded + k * group, &qa.scale[size_t(r * qa.groups + k)],
-                     &qa.sum[size_t(r * qa.groups + k)]);
+                     qa.q.data() + o * qa.padded + k * group, &qa.scale[size_t(o * qa.groups + k)],
+                     &qa.sum[size_t(o * qa.groups + k)]);
+  }
 }
 
 // The activations re-laid out for the AVX-512 kernels, in chunks of up to chunk_rows rows: for the
