@@ -1,10 +1,10 @@
 // attention_block's AVX2 tier: dot_f32's eight lanes in one register (a[i..i+7] · b[i..i+7]
 // added lane by lane, then the same pairwise reduction, eight keys at once), attention_exp eight
 // lanes at a time, and the weighted sum of V eight values of d at a time (one fused multiply-add
-// per term, as the reference); the softmax's double sum stays scalar and in slot order, so every
-// row is attention_row_ref's bit for bit. Built with -mavx2 -mfma -ffp-contract=off: the
-// compiler fuses nothing by itself, the weighted sum's fma are written out. (dot_f32 dispatches
-// here too, and silu_mul: silu_exp eight at a time.)
+// per term, as the reference); each row's softmax double sum stays scalar and in slot order (the
+// block's rows interleaved), so every row is attention_row_ref's bit for bit. Built with -mavx2
+// -mfma -ffp-contract=off: the compiler fuses nothing by itself, the weighted sum's fma are
+// written out. (dot_f32 dispatches here too, and silu_mul: silu_exp eight at a time.)
 #include <immintrin.h>
 
 #include <algorithm>
@@ -119,10 +119,11 @@ void softmax_rows_avx2(int nq, float* const* x, int64_t n) {
   }
   for (int r = 0; r < nq; ++r) {
     float* row = x[r];
-    const __m256 inv8 = _mm256_set1_ps(float(1.0 / sum[r]));
+    const float inv = float(1.0 / sum[r]);
+    const __m256 inv8 = _mm256_set1_ps(inv);
     int64_t i = 0;
     for (; i + 8 <= len[r]; i += 8) _mm256_storeu_ps(row + i, _mm256_mul_ps(_mm256_loadu_ps(row + i), inv8));
-    for (; i < len[r]; ++i) row[i] *= float(1.0 / sum[r]);
+    for (; i < len[r]; ++i) row[i] *= inv;
   }
 }
 

@@ -290,24 +290,20 @@ void quantize_activations_with_remainder(CpuContext& ctx, const float* x, int64_
   qa.resize(2 * rows, in, group);
   const auto& k = detail::kernels_of(ctx);
   const detail::GroupQuantizer fn = group % 16 == 0 ? k.quantize_group : detail::quantize_group_ref;
-  // The remainders, grow-only scratch of the calling thread (every element written before read).
-  thread_local std::vector<float> remainder;
-  if (remainder.size() < size_t(rows * in)) remainder.resize(size_t(rows * in));
-  float* e = remainder.data();
-  // Per row n: its int8 row (as quantize_activations), e = x - s·q group by group (one rounded
-  // product, one rounded difference), and e's int8 row at rows + n.
+  // Row by row: its int8 row (as quantize_activations), e = x - s·q group by group (one rounded
+  // product, one rounded difference) in a row of scratch, and e's int8 row at rows + n.
   auto with_remainder = [&](int64_t first, int64_t last) {
-    detail::quantize_rows(x, last, in, group, qa, fn, first);
+    std::vector<float> e(static_cast<size_t>(in));
     for (int64_t n = first; n < last; ++n) {
+      detail::quantize_rows(x, n + 1, in, group, qa, fn, n);
       const int8_t* q = qa.row_q(n);
       const float* xn = x + n * in;
-      float* en = e + n * in;
       for (int64_t g = 0; g < qa.groups; ++g) {
         const float s = qa.scale[size_t(n * qa.groups + g)];
-        for (int64_t i = g * group; i < std::min<int64_t>(in, (g + 1) * group); ++i) en[i] = xn[i] - s * float(q[i]);
+        for (int64_t i = g * group; i < std::min<int64_t>(in, (g + 1) * group); ++i) e[size_t(i)] = xn[i] - s * float(q[i]);
       }
+      detail::quantize_rows(e.data(), 1, in, group, qa, fn, 0, rows + n);
     }
-    detail::quantize_rows(e, last, in, group, qa, fn, first, rows);
   };
   if (rows < 16) with_remainder(0, rows);
   else ctx.run_slices(rows, 1, with_remainder);

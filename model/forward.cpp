@@ -173,19 +173,30 @@ class ProjectionInput {
   bool q8_ready_ = false;
 };
 
-// Grow-only float scratch of the calling thread (slot 0: R·X, slot 1: D·X of the two halves),
-// not zeroed: every element is written before it is read. A fresh vector per projection was a
-// zeroing pass and, at prompt sizes, fresh pages to fault in.
-float* scratch_floats(int slot, size_t n) {
-  thread_local std::unique_ptr<float[]> buf[2];
-  thread_local size_t capacity[2] = {0, 0};
-  if (capacity[slot] < n) {
-    buf[slot].reset();
-    buf[slot] = std::make_unique_for_overwrite<float[]>(n);
-    capacity[slot] = n;
+// linear()'s intermediate products in one pass: R·X, and D·X of step 1b's two halves. Grown as
+// the projections need, never zeroed (every element is written before it is read), freed with the
+// pass. (A fresh zeroed vector per projection was a zeroing pass and, at prompt sizes, fresh pages
+// to fault in.)
+class LinearScratch {
+ public:
+  float* residual(size_t n) { return fit(residual_, n); }
+  float* draft(size_t n) { return fit(draft_, n); }
+
+ private:
+  struct Buffer {
+    std::unique_ptr<float[]> data;
+    size_t size = 0;
+  };
+  static float* fit(Buffer& b, size_t n) {
+    if (b.size < n) {
+      b.data.reset();  // the old buffer goes before the new one is allocated
+      b.data = std::make_unique_for_overwrite<float[]>(n);
+      b.size = n;
+    }
+    return b.data.get();
   }
-  return buf[slot].get();
-}
+  Buffer residual_, draft_;
+};
 
 // A product over step 1b's 2·n rows folded to n: out[i] = two[i] + two[half + i], one f32 add
 // (out may be `two`: each element is read before it is written).
@@ -211,7 +222,7 @@ struct GroupProjection {
 // group of `in`. The residual R (the target's bulk) is streamed once for every group's rows;
 // D runs per group, with that group's signs.
 Status linear(const Model& model, Pass pass, const std::string& name, ProjectionInput& in,
-              const std::vector<GroupProjection>& parts, Activations& y) {
+              const std::vector<GroupProjection>& parts, LinearScratch& scratch, Activations& y) {
   const Activations& x = in.f32();
   const std::vector<RowGroup>& groups = in.groups();
   const SplitProjection* planes = model.split(name);
@@ -253,7 +264,7 @@ Status linear(const Model& model, Pass pass, const std::string& name, Projection
     const bool rem_r = model.target_activations() == TargetActivations::kRemainder;
     const bool rem_d = rem_r || model.target_activations() == TargetActivations::kDraftRemainder;
     const cpu::QuantizedActivations& all = in.quantized(model, planes->group, rem_r);
-    float* residual = scratch_floats(0, size_t(all.rows * y.width));
+    float* residual = scratch.residual(size_t(all.rows * y.width));
     float* dbuf = nullptr;
     for (size_t g = 0; g < groups.size(); ++g) {
       const auto d = delta_of(g);
@@ -261,7 +272,7 @@ Status linear(const Model& model, Pass pass, const std::string& name, Projection
       float* yg = y.row(groups[g].row0);
       float* out = yg;
       if (rem_d) {
-        dbuf = scratch_floats(1, size_t(qg.rows * y.width));
+        dbuf = scratch.draft(size_t(qg.rows * y.width));
         out = dbuf;
       }
       if (g == 0) {
@@ -350,6 +361,7 @@ Result<std::vector<std::vector<float>>> run_pass(const Model& model, std::vector
     }
   }
   const std::vector<float> no_bias;
+  LinearScratch scratch;  // every projection's intermediate products
   auto name = [](int64_t layer, const char* weight) { return "blk." + std::to_string(layer) + "." + weight + ".weight"; };
   // A layer's projection as each row group sees it. `base` is the base's f32 weights.
   auto project = [&](int64_t layer, const char* weight, ProjectionInput& in, const std::vector<float>& base,
@@ -360,7 +372,7 @@ Result<std::vector<std::vector<float>>> run_pass(const Model& model, std::vector
       parts.push_back({&base, &pick_layer(g.variant, layer, weight, ".bias", bias), signs_of(g.variant, n),
                        lora_of(g.variant, n)});
     }
-    return linear(model, pass, n, in, parts, y);
+    return linear(model, pass, n, in, parts, scratch, y);
   };
   auto observe = [&](int64_t layer, const char* weight, const Activations& a) {
     if (observer) (*observer)(name(layer, weight), a.data.data(), a.rows, a.width);
@@ -561,7 +573,7 @@ Result<std::vector<std::vector<float>>> run_pass(const Model& model, std::vector
       parts.push_back({&head, &no_bias, tied ? signs_of(g.variant, "token_embd.weight") : signs_of(g.variant, "output.weight"),
                        lora_of(g.variant, "output.weight")});
     }
-    BITSPLIT_RETURN_IF_ERROR(linear(model, pass, "output.weight", head_in, parts, logits));
+    BITSPLIT_RETURN_IF_ERROR(linear(model, pass, "output.weight", head_in, parts, scratch, logits));
     if (c.final_softcap > 0.0f) {
       for (float& v : logits.data) v = cpu::softcap(v, c.final_softcap);
     }

@@ -1,7 +1,7 @@
 // The exponential of the attention softmax (and of SiLU: silu_exp below), defined by its
 // operations so that every tier (the scalar reference, the AVX2 kernel eight at a time, the CUDA
-// kernel and its CPU emulation)
-// computes the same bits; std::exp is libm's and differs between libraries and vector widths.
+// kernel and its CPU emulation) computes the same bits; std::exp is libm's and differs between
+// libraries and vector widths.
 //
 // exp(x) for x <= 0 (a score minus the row's max): n = rint(x · log2 e), r = (x − n·ln2_hi) −
 // n·ln2_lo (Cody–Waite), e^r by its Taylor series to r^7 in Horner form (|r| <= ln2/2: error
