@@ -101,43 +101,10 @@ TEST(CpuAttention, OneVisibleSlotReturnsItsValue) {
   for (int64_t d = 0; d < head_dim; ++d) ASSERT_EQ(out[size_t(d)], v[size_t(17 * head_dim + d)]);
 }
 
-}  // namespace
-}  // namespace bitsplit::cpu
-
-namespace bitsplit {
-namespace {
-
-// dot_f32_rows is dot_f32 on each row, bit for bit: widths that are and are not multiples of 8,
-// row counts around the block of 8, a stride wider than the width.
-TEST(CpuDotRows, EqualsDotF32OnEveryRow) {
-  std::mt19937 rng(3);
-  std::normal_distribution<float> n;
-  for (int64_t width : {1, 7, 8, 16, 24, 576, 577}) {
-    for (int64_t count : {1, 7, 8, 9, 17}) {
-      const int64_t stride = width + 3;
-      std::vector<float> x(static_cast<size_t>(width)), rows(static_cast<size_t>(count * stride));
-      for (float& v : x) v = n(rng);
-      for (float& v : rows) v = n(rng);
-      std::vector<float> got(static_cast<size_t>(count));
-      cpu::dot_f32_rows(x.data(), rows.data(), stride, width, count, got.data());
-      for (int64_t t = 0; t < count; ++t) {
-        const float want = cpu::dot_f32(rows.data() + t * stride, x.data(), width);
-        ASSERT_EQ(std::memcmp(&got[size_t(t)], &want, 4), 0) << "width " << width << " count " << count << " row " << t;
-      }
-    }
-  }
-}
-
-}  // namespace
-}  // namespace bitsplit
-
 // silu_mul: the AVX2 kernel (and the dispatch) equal the scalar loop bit for bit on ordinary
 // values, the branch points (±0, the −87 cut-off of the exponential), huge, infinite, NaN and
 // subnormal inputs, for lengths with and without an eight-wide tail; and silu_exp stays within a
 // few ulp of libm's silu where the result is a normal number.
-namespace bitsplit::cpu {
-namespace {
-
 TEST(CpuActivations, SiluMulEqualsTheReferenceBitForBit) {
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 3.0f);
@@ -173,3 +140,30 @@ TEST(CpuActivations, SiluMulEqualsTheReferenceBitForBit) {
 
 }  // namespace
 }  // namespace bitsplit::cpu
+
+namespace bitsplit {
+namespace {
+
+// dot_f32_rows is dot_f32 on each row, bit for bit: widths that are and are not multiples of 8,
+// row counts around the block of 8, a stride wider than the width.
+TEST(CpuDotRows, EqualsDotF32OnEveryRow) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> n;
+  for (int64_t width : {1, 7, 8, 16, 24, 576, 577}) {
+    for (int64_t count : {1, 7, 8, 9, 17}) {
+      const int64_t stride = width + 3;
+      std::vector<float> x(static_cast<size_t>(width)), rows(static_cast<size_t>(count * stride));
+      for (float& v : x) v = n(rng);
+      for (float& v : rows) v = n(rng);
+      std::vector<float> got(static_cast<size_t>(count));
+      cpu::dot_f32_rows(x.data(), rows.data(), stride, width, count, got.data());
+      for (int64_t t = 0; t < count; ++t) {
+        const float want = cpu::dot_f32(rows.data() + t * stride, x.data(), width);
+        ASSERT_EQ(std::memcmp(&got[size_t(t)], &want, 4), 0) << "width " << width << " count " << count << " row " << t;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace bitsplit
