@@ -281,12 +281,23 @@ Status linear(const Model& model, Pass pass, const std::string& name, Projection
       } else {
         BITSPLIT_RETURN_IF_ERROR(model.backend().draft_matmul(*planes, qg, out, d ? &*d : nullptr));
       }
-      if (rem_d) sum_halves(model, dbuf, size_t(groups[g].rows * y.width), yg);
+      const size_t half = size_t(groups[g].rows * y.width);
+      if (rem_d && !rem_r) {
+        // The halves' sum and the residual in one pass: (D·X̂ + D·Ê) + R·X̂, the same two adds.
+        const float* r = residual + groups[g].row0 * y.width;
+        for_slices(model, int64_t(half), kParallelElements, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) yg[i] = (dbuf[i] + dbuf[int64_t(half) + i]) + r[i];
+        });
+      } else if (rem_d) {
+        sum_halves(model, dbuf, half, yg);
+      }
     }
     if (rem_r) sum_halves(model, residual, y.data.size(), residual);
-    for_slices(model, int64_t(y.data.size()), kParallelElements, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) y.data[size_t(i)] += residual[i];
-    });
+    if (!rem_d || rem_r) {
+      for_slices(model, int64_t(y.data.size()), kParallelElements, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) y.data[size_t(i)] += residual[i];
+      });
+    }
   }
   for (size_t g = 0; g < groups.size(); ++g) {
     const RowGroup& rg = groups[g];
