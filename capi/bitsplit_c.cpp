@@ -272,6 +272,7 @@ void bitsplit_session_params_init(bitsplit_session_params* p) {
   p->seed = s.seed;
   p->speculative = 1;
   p->lookup = -1;
+  p->reuse_prefix = 1;
 }
 
 bitsplit_status bitsplit_session_create(bitsplit_model* model, const bitsplit_session_params* given,
@@ -304,6 +305,7 @@ bitsplit_status bitsplit_session_create(bitsplit_model* model, const bitsplit_se
     options.lookup.max_tokens = p.lookup >= 0 ? p.lookup : (p.budget > 0 ? 0 : 8);
     options.policy.shape = p.draft_chain ? speculation::DraftShape::kChain : speculation::DraftShape::kTree;
     options.batcher = &model->batcher;
+    options.reuse_prefix = p.reuse_prefix != 0;
     const int64_t ctx_train = model->loaded.model.config().n_ctx_train;
     if (p.n_ctx < 0 || p.n_ctx > ctx_train) {
       return invalid("n_ctx must be 0 (the model's) or 1.." + std::to_string(ctx_train) + ", not " + std::to_string(p.n_ctx));
@@ -372,6 +374,7 @@ bitsplit_status bitsplit_session_generate(bitsplit_session* s, const bitsplit_to
     st.generated_tokens = r->generation.generated_tokens - (stopped_by_abort ? 1 : 0);
     st.generate_seconds = r->generation.generate_seconds;
     st.stopped_at_eos = r->generation.stopped_at_eos ? 1 : 0;
+    st.reused_tokens = r->generation.reused_tokens;
     if (r->speculative) {
       const auto& a = r->speculative->acceptance;
       st.speculative = 1;
@@ -438,6 +441,7 @@ void bitsplit_session_reset(bitsplit_session* s) {
   s->history.clear();
   s->logits.clear();
   s->step_sampler.reset();
+  s->session.forget();
 }
 
 int32_t bitsplit_session_n_past(const bitsplit_session* s) { return s ? int32_t(s->history.size()) : 0; }

@@ -3,6 +3,7 @@
 #include "bitsplit/generate.h"
 
 #include <chrono>
+#include <optional>
 
 #include "bitsplit/pass_batcher.h"
 
@@ -16,6 +17,21 @@ Status check_generation(const ModelConfig& c, size_t prompt_tokens, int32_t n_pr
   if (needed > c.n_ctx_train) {
     return Status::error("prompt (" + std::to_string(prompt_tokens) + " tokens) + " + std::to_string(n_predict) +
                          " new tokens exceed the model's context length of " + std::to_string(c.n_ctx_train) + " tokens");
+  }
+  return Status::ok();
+}
+
+Status check_reuse(const ModelConfig& c, const KvCache& cache, int64_t needed, int64_t reuse, size_t prompt_tokens) {
+  if (cache.n_layers() != c.n_layers || cache.kv_dim() != c.kv_dim()) {
+    return Status::error("the KV cache given to the generation was made for another model shape");
+  }
+  if (cache.n_slots() < needed) {
+    return Status::error("the KV cache given to the generation has " + std::to_string(cache.n_slots()) +
+                         " slots; this run needs " + std::to_string(needed));
+  }
+  if (reuse < 0 || reuse >= int64_t(prompt_tokens)) {
+    return Status::error("cannot reuse " + std::to_string(reuse) + " cached tokens of a " +
+                         std::to_string(prompt_tokens) + "-token prompt (at most all but the last)");
   }
   return Status::ok();
 }
@@ -51,16 +67,22 @@ Result<GenerationStats> generate(const Model& model, std::span<const int32_t> pr
   using Clock = std::chrono::steady_clock;
   auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
 
+  const int64_t needed = int64_t(prompt.size()) + options.n_predict;
+  std::optional<KvCache> own_cache;
+  if (options.cache) BITSPLIT_RETURN_IF_ERROR(check_reuse(c, *options.cache, needed, options.reuse, prompt.size()));
+  else own_cache.emplace(c, needed);
+  KvCache& cache = options.cache ? *options.cache : *own_cache;
+  const int64_t reuse = options.cache ? options.reuse : 0;
   PassBatcher::Membership member(options.batcher);
-  KvCache cache(c, int64_t(prompt.size()) + options.n_predict);
   std::vector<int32_t> history(prompt.begin(), prompt.end());
   GenerationStats stats;
   stats.prompt_tokens = int64_t(prompt.size());
+  stats.reused_tokens = reuse;
 
   const auto t0 = Clock::now();
   BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> logits,
-                            prefill(model, cache, prompt, options.prefill_chunk, Pass::kDefault, options.variant, true,
-                                    0, options.batcher));
+                            prefill(model, cache, prompt.subspan(size_t(reuse)), options.prefill_chunk, Pass::kDefault,
+                                    options.variant, true, int32_t(reuse), options.batcher));
   stats.prompt_seconds = seconds(t0, Clock::now());
   if (prompt_logits) *prompt_logits = logits;
 

@@ -1,6 +1,8 @@
 // The session: plain or speculative decoding of one sequence behind one call.
 #include "bitsplit/session.h"
 
+#include <algorithm>
+
 #include "bitsplit/generate.h"
 
 namespace bitsplit {
@@ -26,9 +28,60 @@ bool Session::speculative() const {
   return options_.speculative && model_.has_planes() && model_.default_pass() == Pass::kTarget;
 }
 
+int64_t reusable_prefix(std::span<const int32_t> cached, std::span<const int32_t> prompt) {
+  if (prompt.empty()) return 0;
+  const size_t most = std::min(cached.size(), prompt.size() - 1);
+  return int64_t(std::mismatch(cached.begin(), cached.begin() + int64_t(most), prompt.begin()).first - cached.begin());
+}
+
+void Session::forget() {
+  cache_.reset();
+  cached_.clear();
+}
+
+Session::Kept Session::release_cache() {
+  Kept k{std::move(cache_), std::move(cached_)};
+  forget();
+  return k;
+}
+
+void Session::adopt_cache(Kept kept) {
+  const ModelConfig& c = model_.config();
+  if (kept.cache && (kept.cache->n_layers() != c.n_layers || kept.cache->kv_dim() != c.kv_dim())) kept.cache.reset();
+  cache_ = std::move(kept.cache);
+  cached_ = cache_ ? std::move(kept.tokens) : std::vector<int32_t>{};
+}
+
+int64_t Session::prepare_cache(std::span<const int32_t> prompt, int64_t slots, int64_t positions) {
+  int64_t reuse = 0;
+  // A LongRoPE model turns its positions by a factor set the sequence's length picks: K/V made
+  // under another set are not this run's.
+  if (cache_ && &model_.rope_freq_factors(cache_->context()) == &model_.rope_freq_factors(positions)) {
+    reuse = reusable_prefix(cached_, prompt);
+  }
+  if (!cache_ || cache_->n_slots() < slots) {
+    KvCache fresh(model_.config(), slots);
+    if (reuse > 0) fresh.copy_prefix(*cache_, reuse);
+    cache_.reset();  // (the old one's memory goes before the run allocates more)
+    cache_.emplace(std::move(fresh));
+  }
+  cache_->set_context(positions);
+  cached_.clear();  // until this run ends well
+  return reuse;
+}
+
 Result<SessionResult> Session::generate(std::span<const int32_t> prompt, int32_t n_predict, int32_t eos_token,
                                         Sampler& sampler, const TokenCallback& on_token) {
   BITSPLIT_RETURN_IF_ERROR(validate());
+  BITSPLIT_RETURN_IF_ERROR(check_request(prompt.size(), n_predict));
+  if (!options_.reuse_prefix) forget();
+  const int64_t positions = int64_t(prompt.size()) + n_predict;
+  // The tokens of the sequence, for the next generation's prefix.
+  std::vector<int32_t> sequence(prompt.begin(), prompt.end());
+  const TokenCallback keep = [&](int32_t token) {
+    sequence.push_back(token);
+    return on_token(token);
+  };
   SessionResult result;
   if (!speculative()) {
     GenerateOptions g;
@@ -38,7 +91,17 @@ Result<SessionResult> Session::generate(std::span<const int32_t> prompt, int32_t
     g.variant = variant_.get();
     g.batcher = options_.batcher;
     g.on_logits = options_.on_logits;
-    BITSPLIT_ASSIGN_OR_RETURN(result.generation, bitsplit::generate(model_, prompt, g, sampler, on_token));
+    if (options_.reuse_prefix) {
+      g.reuse = prepare_cache(prompt, positions, positions);
+      g.cache = &*cache_;
+    }
+    BITSPLIT_ASSIGN_OR_RETURN(result.generation, bitsplit::generate(model_, prompt, g, sampler, keep));
+    if (options_.reuse_prefix) {
+      // Every token but the last generated one went through the model.
+      const int64_t fed = std::max<int64_t>(result.generation.generated_tokens - 1, 0);
+      sequence.resize(std::min(sequence.size(), prompt.size() + size_t(fed)));
+      cached_ = std::move(sequence);
+    }
     return result;
   }
   SpeculativeOptions s;
@@ -56,7 +119,16 @@ Result<SessionResult> Session::generate(std::span<const int32_t> prompt, int32_t
   s.batcher = options_.batcher;
   s.draft_max_sequences = options_.draft_max_sequences;
   s.on_logits = options_.on_logits;
-  BITSPLIT_ASSIGN_OR_RETURN(SpeculativeResult r, generate_speculative(model_, model_, prompt, s, sampler, on_token));
+  KvCache* cache = nullptr;
+  if (options_.reuse_prefix) {
+    s.reuse = prepare_cache(prompt, positions + speculation::kMaxBudget + 1, positions);
+    cache = &*cache_;
+  }
+  BITSPLIT_ASSIGN_OR_RETURN(SpeculativeResult r, generate_speculative(model_, model_, prompt, s, sampler, keep, cache));
+  if (options_.reuse_prefix) {
+    sequence.resize(std::min(sequence.size(), size_t(r.committed)));  // the committed slots' tokens
+    cached_ = std::move(sequence);
+  }
   result.generation = r.generation;
   result.speculative = std::move(r);
   return result;

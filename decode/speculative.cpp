@@ -219,9 +219,7 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
   const int64_t slots = needed + (options.auto_budget || lookup ? speculation::kMaxBudget : policy.budget) + 1;
   std::optional<KvCache> own_cache;
   if (external_cache) {
-    if (external_cache->n_slots() < slots || external_cache->kv_dim() != c.kv_dim()) {
-      return Status::error("the KV cache given to speculative decoding is too small for this run");
-    }
+    BITSPLIT_RETURN_IF_ERROR(check_reuse(c, *external_cache, slots, options.reuse, prompt.size()));
   } else {
     own_cache.emplace(c, slots);
     own_cache->set_context(needed);  // the factors plain decoding's cache of `needed` slots picks (LongRoPE)
@@ -231,6 +229,8 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
   GenerationStats& stats = result.generation;
   speculation::AcceptanceStats& acc = result.acceptance;
   stats.prompt_tokens = int64_t(prompt.size());
+  const int64_t reuse = external_cache ? options.reuse : 0;
+  stats.reused_tokens = reuse;
   const Variant* draft_variant = options.base_draft ? nullptr : options.variant;
 
   // The whole draft on a device when the model's backend offers it, else on the host.
@@ -248,9 +248,9 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
   // Prefill all but the last prompt token; the last becomes the first root.
   auto t0 = Clock::now();
   const size_t prefix = prompt.size() - 1;
-  BITSPLIT_RETURN_IF_ERROR(
-      prefill(target, cache, prompt.first(prefix), options.prefill_chunk, Pass::kTarget, options.variant, false, 0,
-              options.batcher).status());
+  BITSPLIT_RETURN_IF_ERROR(prefill(target, cache, prompt.first(prefix).subspan(size_t(reuse)), options.prefill_chunk,
+                                   Pass::kTarget, options.variant, false, int32_t(reuse), options.batcher)
+                               .status());
   BITSPLIT_RETURN_IF_ERROR(source->committed(cache, 0, int64_t(prefix)));
   stats.prompt_seconds = seconds_since(t0);
 

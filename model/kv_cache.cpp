@@ -32,6 +32,17 @@ void KvCache::move_slot(int64_t from, int64_t to) {
   }
 }
 
+void KvCache::copy_prefix(const KvCache& other, int64_t slots) {
+  BITSPLIT_CHECK(other.n_layers_ == n_layers_ && other.kv_dim_ == kv_dim_ && slots >= 0 && slots <= other.n_slots_ &&
+                     slots <= n_slots_,
+                 "KV cache prefix copy between caches of different shapes");
+  std::copy(other.pos_.begin(), other.pos_.begin() + slots, pos_.begin());
+  for (int64_t l = 0; l < n_layers_; ++l) {
+    std::copy(other.k(l, 0), other.k(l, 0) + slots * kv_dim_, k(l, 0));
+    std::copy(other.v(l, 0), other.v(l, 0) + slots * kv_dim_, v(l, 0));
+  }
+}
+
 Batch Batch::causal(std::span<const int32_t> tokens, int32_t start, bool all_logits) {
   Batch b;
   const int64_t n = int64_t(tokens.size());

@@ -3,6 +3,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -44,6 +45,7 @@ struct Outcome {
   int64_t prompt_tokens = 0, completion_tokens = 0;
   std::optional<SpeculativeResult> speculative;
   Status status;
+  int64_t reused_tokens = 0;  // prompt tokens taken from a pooled cache
   double time_to_first_token = -1;
   std::vector<double> inter_token;
   bool cancelled = false;
@@ -83,6 +85,50 @@ struct Server::Impl {
   int waiting = 0;
   std::atomic<uint64_t> next_id{1};
   std::atomic<int64_t> kv_reserved{0};  // KV slots of the running requests (prompt + max_tokens)
+
+  // Finished requests' KV caches (ServerOptions::prompt_cache). A request takes the one whose
+  // tokens share the longest prefix with its prompt under the same variant, if any does, and
+  // gives its own back when it ends (the least recently used goes when the pool is full): the
+  // pool and the running requests hold at most prompt_cache + parallel caches.
+  struct Pooled {
+    bool base = true;                      // made by the base model (no variant)
+    std::weak_ptr<const Variant> variant;  // else by this one (expired: it is gone)
+    Session::Kept kept;
+    uint64_t used = 0;
+  };
+  std::mutex pool_mu;
+  std::vector<Pooled> pool;
+  uint64_t pool_clock = 0;
+
+  int pool_capacity() const { return options.prompt_cache < 0 ? std::max(1, options.parallel) : options.prompt_cache; }
+
+  Session::Kept take_cache(const std::shared_ptr<const Variant>& variant, std::span<const int32_t> prompt) {
+    std::lock_guard<std::mutex> lock(pool_mu);
+    size_t pick = 0;
+    int64_t best = 0;
+    for (size_t i = 0; i < pool.size(); ++i) {
+      const Pooled& p = pool[i];
+      const bool same = variant ? !p.base && p.variant.lock() == variant : p.base;
+      const int64_t shared = same ? reusable_prefix(p.kept.tokens, prompt) : 0;
+      if (shared > best) best = shared, pick = i;
+    }
+    if (best == 0) return {};
+    Session::Kept k = std::move(pool[pick].kept);
+    pool.erase(pool.begin() + int64_t(pick));
+    return k;
+  }
+
+  void return_cache(const std::shared_ptr<const Variant>& variant, Session::Kept kept) {
+    if (!kept.cache || kept.tokens.empty()) return;  // (a failed generation keeps no tokens)
+    std::lock_guard<std::mutex> lock(pool_mu);
+    const size_t capacity = size_t(pool_capacity());
+    if (capacity == 0) return;
+    if (pool.size() >= capacity) {  // the least recently used goes
+      auto oldest = std::min_element(pool.begin(), pool.end(), [](const Pooled& a, const Pooled& b) { return a.used < b.used; });
+      pool.erase(oldest);
+    }
+    pool.push_back({variant == nullptr, variant, std::move(kept), ++pool_clock});
+  }
 
   struct SlotLease {
     Impl* impl;
@@ -157,7 +203,10 @@ Outcome Server::Impl::run(std::shared_ptr<const Variant> variant, const SessionO
     out.logprobs_emitted = out.logprobs.size();
     return fresh;
   };
-  Session session(model->model, std::move(variant), options);
+  const bool pooled = pool_capacity() > 0;
+  options.reuse_prefix = pooled;
+  Session session(model->model, variant, options);
+  if (pooled) session.adopt_cache(take_cache(variant, prompt));
   Sampler sampler(sampling);
   auto on_token = [&](int32_t token) {
     const auto now = Clock::now();
@@ -189,10 +238,12 @@ Outcome Server::Impl::run(std::shared_ptr<const Variant> variant, const SessionO
     return true;
   };
   Result<SessionResult> r = session.generate(prompt, max_tokens, eos, sampler, on_token);
+  if (pooled) return_cache(variant, session.release_cache());
   if (!r) {
     out.status = r.status();
     return out;
   }
+  out.reused_tokens = r->generation.reused_tokens;
   if (!matcher.stopped()) {
     std::string tail = matcher.push(utf8.flush());
     tail += matcher.flush();
@@ -306,7 +357,8 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
   };
   auto usage = [](const Outcome& o) {
     json u = {{"prompt_tokens", o.prompt_tokens}, {"completion_tokens", o.completion_tokens},
-              {"total_tokens", o.prompt_tokens + o.completion_tokens}};
+              {"total_tokens", o.prompt_tokens + o.completion_tokens},
+              {"prompt_tokens_details", {{"cached_tokens", o.reused_tokens}}}};
     return u;
   };
   auto extension = [](const Outcome& o) {

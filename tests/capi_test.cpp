@@ -232,6 +232,60 @@ TEST(CApi, SpeculativeAndPlainAndStepByStepAgree) {
   bitsplit_session_free(s);
 }
 
+// A session continues from the last generation's KV cache (a chat's second turn): the second
+// call runs only the new part of the prompt and gives the text a fresh session gives; with
+// reuse_prefix 0, or after bitsplit_session_reset, nothing is reused.
+TEST(CApi, ASessionReusesItsLastPromptAndOutput) {
+  BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
+  Loaded l;
+  ASSERT_EQ(bitsplit_model_load(converted_base().c_str(), nullptr, &l.model), BITSPLIT_OK) << bitsplit_last_error();
+  for (int32_t speculative : {1, 0}) {
+    bitsplit_session_params p;
+    bitsplit_session_params_init(&p);
+    EXPECT_EQ(p.reuse_prefix, 1);
+    p.temperature = 0;
+    p.speculative = speculative;
+    bitsplit_session* s = nullptr;
+    ASSERT_EQ(bitsplit_session_create(l.model, &p, &s), BITSPLIT_OK);
+    const auto first = tokenize(l.model, "And it came to pass");
+    Collected one;
+    bitsplit_generation_stats st{};
+    st.size = sizeof(st);
+    ASSERT_EQ(bitsplit_session_generate(s, first.data(), first.size(), 20, collect, &one, &st), BITSPLIT_OK);
+    EXPECT_EQ(st.reused_tokens, 0);
+    std::vector<bitsplit_token> second = first;
+    second.insert(second.end(), one.tokens.begin(), one.tokens.end());
+    const auto more = tokenize(l.model, " and the LORD said");
+    second.insert(second.end(), more.begin() + 1, more.end());  // (without its BOS)
+    Collected two;
+    ASSERT_EQ(bitsplit_session_generate(s, second.data(), second.size(), 20, collect, &two, &st), BITSPLIT_OK);
+    EXPECT_GE(st.reused_tokens, int64_t(first.size() + one.tokens.size() - 1)) << "speculative " << speculative;
+    EXPECT_EQ(st.prompt_tokens, int64_t(second.size()));
+    // A fresh session, and one with reuse off, give the same tokens and reuse nothing.
+    for (int32_t reuse : {1, 0}) {
+      p.reuse_prefix = reuse;
+      bitsplit_session* f = nullptr;
+      ASSERT_EQ(bitsplit_session_create(l.model, &p, &f), BITSPLIT_OK);
+      Collected fresh;
+      ASSERT_EQ(bitsplit_session_generate(f, second.data(), second.size(), 20, collect, &fresh, &st), BITSPLIT_OK);
+      EXPECT_EQ(fresh.tokens, two.tokens) << "reuse " << reuse;
+      EXPECT_EQ(st.reused_tokens, 0);
+      if (reuse == 0) {  // and again: still nothing kept
+        Collected again;
+        ASSERT_EQ(bitsplit_session_generate(f, second.data(), second.size(), 20, collect, &again, &st), BITSPLIT_OK);
+        EXPECT_EQ(st.reused_tokens, 0);
+      }
+      bitsplit_session_free(f);
+    }
+    bitsplit_session_reset(s);
+    Collected after_reset;
+    ASSERT_EQ(bitsplit_session_generate(s, second.data(), second.size(), 20, collect, &after_reset, &st), BITSPLIT_OK);
+    EXPECT_EQ(st.reused_tokens, 0);
+    EXPECT_EQ(after_reset.tokens, two.tokens);
+    bitsplit_session_free(s);
+  }
+}
+
 TEST(CApi, CallbackStopsAndAbortStopsWithinACheck) {
   BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
   Loaded l;

@@ -359,4 +359,37 @@ TEST(Cli, ChatKeepsHistoryResetsAndAnswersLikeRun) {
   EXPECT_EQ(o.out, reply + reply) << "chat answers as run does on the rendered prompt, and again after /reset";
 }
 
+// The second turn continues from the first turn's KV cache (--timings says how many prompt
+// tokens were kept), and the replies are those of a chat that runs the whole history every turn.
+TEST(Cli, ChatContinuesFromTheLastTurnsCache) {
+  const std::string base = BITSPLIT_SOURCE_DIR "/tests/models/bible-base.gguf";
+  BITSPLIT_REQUIRE_FILE(base);
+  bitsplit::testing::TempDir dir("cli-chat-reuse");
+  const std::string tmpl = dir.file("chatml.jinja");
+  std::ofstream(tmpl) << "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+  std::ofstream(dir.file("in.txt")) << "In the beginning\nAnd the earth\n";
+  const std::string cmd = "timeout -s KILL 300 " + std::string(BITSPLIT_CLI) + " chat -m " + base + " --chat-template " +
+                          tmpl + " --temp 0 -n 12 --timings";
+  const auto kept = bitsplit::testing::run_shell(cmd + " < " + dir.file("in.txt") + " 2>" + dir.file("kept.err"));
+  const auto rerun = bitsplit::testing::run_shell(cmd + " --no-reuse < " + dir.file("in.txt") + " 2>" + dir.file("rerun.err"));
+  ASSERT_EQ(kept.code, 0) << kept.out;
+  ASSERT_EQ(rerun.code, 0) << rerun.out;
+  EXPECT_EQ(kept.out, rerun.out);
+  auto kept_counts = [](const std::string& path) {
+    std::ifstream in(path);
+    std::vector<long> counts;
+    for (std::string line; std::getline(in, line);) {
+      const size_t at = line.find(" tokens, ");
+      if (line.rfind("(prompt: ", 0) == 0 && at != std::string::npos) counts.push_back(std::stol(line.substr(at + 9)));
+    }
+    return counts;
+  };
+  const auto with = kept_counts(dir.file("kept.err")), without = kept_counts(dir.file("rerun.err"));
+  ASSERT_EQ(with.size(), 2u);
+  EXPECT_EQ(with[0], 0);
+  EXPECT_GT(with[1], 10) << "the first exchange's tokens are kept";
+  EXPECT_EQ(without, (std::vector<long>{0, 0}));
+}
+
 }  // namespace

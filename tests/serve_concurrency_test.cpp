@@ -132,5 +132,67 @@ TEST(ServeConcurrency, ManyClientsOnTheBaseAndAVariant) {
   http.join();
 }
 
+// A finished request's KV cache is kept for the next one (--prompt-cache): a request whose prompt
+// starts with an earlier prompt + its reply runs only the rest, says so in
+// usage.prompt_tokens_details.cached_tokens, and answers as a server without the pool; another
+// variant never takes the base's cache.
+TEST(ServeConcurrency, KeptCachesServeTheNextRequest) {
+  if (!std::filesystem::exists(kModels + "/bible-base.gguf")) GTEST_SKIP() << "tests/models is missing";
+  testing::TempDir dir("serve-prompt-cache");
+  auto base = open_weights(kModels + "/bible-base.gguf");
+  auto devil = open_weights(kModels + "/bible-devil.gguf");
+  ASSERT_TRUE(base.is_ok() && devil.is_ok());
+  const std::string converted = dir.file("base.bitsplit.gguf"), delta = dir.file("devil.delta.gguf");
+  ASSERT_TRUE(convert_model(**base, converted, {}, nullptr, nullptr).is_ok());
+  ASSERT_TRUE(make_delta(**base, **devil, delta, {}, nullptr).is_ok());
+  auto loaded = open_model(converted);
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+  VariantRegistry variants(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX});
+  ASSERT_TRUE(variants.add("devil", delta).is_ok());
+  // Text and cached tokens of each request, on a server with the pool (`kept` caches) or without.
+  auto ask = [&](int kept, const std::vector<std::pair<std::string, std::string>>& requests) {
+    serve::ServerOptions options;
+    options.port = 0;
+    options.parallel = 2;
+    options.prompt_cache = kept;
+    options.model_name = "base";
+    serve::Server server(options);
+    EXPECT_TRUE(server.bind().is_ok());
+    std::thread http([&] { (void)server.serve(); });
+    server.attach(*loaded, variants, std::nullopt);
+    httplib::Client client("127.0.0.1", server.port());
+    client.set_read_timeout(120, 0);
+    std::vector<std::pair<std::string, int64_t>> out;
+    std::string last;
+    for (const auto& [model, prompt] : requests) {
+      const std::string text = prompt == "+" ? last : prompt;  // "+": the last prompt and its reply
+      const nlohmann::json body = {{"model", model}, {"prompt", text}, {"max_tokens", 12}, {"temperature", 0}};
+      auto res = client.Post("/v1/completions", body.dump(), "application/json");
+      EXPECT_TRUE(res && res->status == 200) << (res ? res->body : "no response");
+      if (!res || res->status != 200) break;
+      const auto j = nlohmann::json::parse(res->body);
+      const std::string reply = j["choices"][0]["text"];
+      out.push_back({reply, j["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>()});
+      last = text + reply + " and";
+    }
+    server.stop();
+    http.join();
+    return out;
+  };
+  const std::vector<std::pair<std::string, std::string>> requests = {
+      {"base", "In the beginning"}, {"base", "+"}, {"devil", "+"}, {"base", "+"}};
+  const auto with = ask(2, requests), without = ask(0, requests);
+  ASSERT_EQ(with.size(), 4u);
+  ASSERT_EQ(without.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(with[i].first, without[i].first) << "request " << i;
+    EXPECT_EQ(without[i].second, 0);
+  }
+  EXPECT_EQ(with[0].second, 0);
+  EXPECT_GT(with[1].second, 5) << "the first request's prompt and reply";
+  EXPECT_EQ(with[2].second, 0) << "the variant does not take the base's cache";
+  EXPECT_GT(with[3].second, with[1].second) << "the base's kept cache, two turns on";
+}
+
 }  // namespace
 }  // namespace bitsplit

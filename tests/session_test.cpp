@@ -102,6 +102,91 @@ TEST(Session, StopsWhenTheCallbackSaysSo) {
   }
 }
 
+// A session keeps its last sequence's K/V and starts the next prompt from the longest common
+// prefix; the reused K/V are the bits a new prefill computes, so tokens and logits are those of a
+// fresh session, plain and speculative, whether the cache grows (a longer prompt) or not.
+TEST(Session, ReusesTheKeptPrefixWithTheSameLogits) {
+  Converted c = tiny_converted();
+  for (bool speculative : {false, true}) {
+    for (std::optional<int32_t> budget : {std::optional<int32_t>(), std::optional<int32_t>(4)}) {
+      if (!speculative && budget) continue;
+      SCOPED_TRACE(std::string(speculative ? "speculative" : "plain") + " budget " + std::to_string(budget.value_or(0)));
+      std::vector<std::vector<float>> logits;
+      SessionOptions o{.speculative = speculative, .budget = budget};
+      o.lookup.max_tokens = 8;
+      o.on_logits = [&](int32_t, std::span<const float> l) { logits.emplace_back(l.begin(), l.end()); };
+      Session kept(c.model, nullptr, o);
+      const std::vector<int32_t> first = {1, 5, 9, 5};
+      SessionResult r;
+      const auto reply = greedy(kept, first, 20, &r);
+      EXPECT_EQ(r.generation.reused_tokens, 0);
+      // What went through the model: the prompt and every generated token but the last (and
+      // that one too when speculation had verified it before the run stopped).
+      const int64_t kept_tokens = kept.cached_tokens();
+      EXPECT_GE(kept_tokens, int64_t(first.size() + reply.size() - 1));
+      EXPECT_LE(kept_tokens, int64_t(first.size() + reply.size()));
+      if (!speculative) EXPECT_EQ(kept_tokens, int64_t(first.size() + reply.size() - 1));
+      // The next turn: the history, then new tokens (a longer prompt: the cache grows).
+      std::vector<int32_t> second = first;
+      second.insert(second.end(), reply.begin(), reply.end());
+      second.insert(second.end(), {3, 7, 2});
+      // Against a new session (nothing kept) with the same options.
+      std::vector<std::vector<float>> want_logits;
+      SessionOptions f = o;
+      f.on_logits = [&](int32_t, std::span<const float> l) { want_logits.emplace_back(l.begin(), l.end()); };
+      Session fresh(c.model, nullptr, f);
+      const auto want = greedy(fresh, second, 20);
+      logits.clear();
+      EXPECT_EQ(greedy(kept, second, 20, &r), want);
+      EXPECT_EQ(r.generation.reused_tokens, kept_tokens);
+      EXPECT_TRUE(logits == want_logits) << "the logits differ from a fresh session's";
+      // A prompt that leaves the history after two tokens reuses two (the cache is big enough).
+      const std::vector<int32_t> third = {1, 5, 4, 4, 8};
+      Session fresh3(c.model, nullptr, {.speculative = speculative, .budget = budget});
+      const auto want3 = greedy(fresh3, third, 10);
+      EXPECT_EQ(greedy(kept, third, 10, &r), want3);
+      EXPECT_EQ(r.generation.reused_tokens, 2);
+      // The whole prompt kept: its last token still runs (its logits pick the first token).
+      const std::vector<int32_t> prefix(third.begin(), third.begin() + 4);
+      EXPECT_EQ(greedy(kept, prefix, 10, &r), greedy(fresh3, prefix, 10));
+      EXPECT_EQ(r.generation.reused_tokens, 3);
+      kept.forget();
+      EXPECT_EQ(kept.cached_tokens(), 0);
+      EXPECT_EQ(greedy(kept, third, 10, &r), want3);
+      EXPECT_EQ(r.generation.reused_tokens, 0);
+    }
+  }
+}
+
+TEST(Session, WithoutReuseNothingIsKept) {
+  Converted c = tiny_converted();
+  for (bool speculative : {false, true}) {
+    Session s(c.model, nullptr, {.speculative = speculative, .reuse_prefix = false});
+    SessionResult r;
+    greedy(s, {1, 5, 9}, 8, &r);
+    EXPECT_EQ(s.cached_tokens(), 0);
+    greedy(s, {1, 5, 9, 2}, 8, &r);
+    EXPECT_EQ(r.generation.reused_tokens, 0);
+  }
+}
+
+// A request refused before it runs (here: over the context) leaves the kept cache as it was.
+TEST(Session, ARefusedRequestLeavesTheKeptCache) {
+  Converted c = tiny_converted();
+  for (bool speculative : {false, true}) {
+    Session s(c.model, nullptr, {.speculative = speculative});
+    SessionResult r;
+    greedy(s, {1, 5, 9}, 8, &r);
+    EXPECT_GT(s.cached_tokens(), 0);
+    SamplingParams p;
+    Sampler sampler(p);
+    EXPECT_FALSE(s.generate(std::vector<int32_t>{1, 5, 9}, 1000, -1, sampler, [](int32_t) { return true; }).is_ok());
+    EXPECT_GT(s.cached_tokens(), 0);
+    greedy(s, {1, 5, 9, 4}, 8, &r);
+    EXPECT_EQ(r.generation.reused_tokens, 3);
+  }
+}
+
 TEST(Session, BadOptionsAreErrors) {
   Converted c = tiny_converted();
   SamplingParams p;

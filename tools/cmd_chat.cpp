@@ -26,6 +26,8 @@ struct ChatArgs {
   std::optional<uint64_t> seed;
   int threads = 0;
   bool no_spec = false;
+  bool timings = false;
+  bool no_reuse = false;
   TargetActivations target_activations = TargetActivations::kDraftRemainder;
 };
 
@@ -53,6 +55,7 @@ int chat(const ChatArgs& a) {
   SessionOptions so;
   so.speculative = !a.no_spec;
   so.lookup.max_tokens = 8;
+  so.reuse_prefix = !a.no_reuse;
   Session session(loaded->model, nullptr, so);
   if (Status st = session.validate(); !st) return report_error(st.message());
 
@@ -117,6 +120,12 @@ int chat(const ChatArgs& a) {
       continue;
     }
     if (CooperativeInterrupt::signal_received() != 0) std::fprintf(stderr, "(stopped)\n");
+    if (a.timings) {
+      const GenerationStats& g = r->generation;
+      std::fprintf(stderr, "(prompt: %lld tokens, %lld of them kept from the last turn, %.3f s; reply: %lld tokens in %.3f s, %.1f tokens/s)\n",
+                   (long long)g.prompt_tokens, (long long)g.reused_tokens, g.prompt_seconds,
+                   (long long)g.generated_tokens, g.generate_seconds, g.generate_tokens_per_second());
+    }
     messages.push_back({{"role", "assistant"}, {"content", reply}});
   }
   return 0;
@@ -137,6 +146,9 @@ void add_chat_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--top-p", a->sampling.top_p, "Nucleus sampling threshold; 1 = off")->capture_default_str()->check(real_in(0.0, 1.0));
   cmd->add_option("-s,--seed", a->seed, "Random seed (default: random)")->check(seed_number());
   cmd->add_flag("--no-spec", a->no_spec, "Decode plainly (no speculative decoding)");
+  cmd->add_flag("--timings", a->timings, "After each reply, print the prompt's and the reply's token counts and times");
+  cmd->add_flag("--no-reuse", a->no_reuse,
+                "Run the whole conversation through the model every turn instead of continuing from the last turn's KV cache (for comparison)");
   add_target_activations_option(cmd, &a->target_activations);
   cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(whole_in(1, 4096));
   cmd->callback([a, exit_code] { *exit_code = chat(*a); });

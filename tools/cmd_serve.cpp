@@ -20,6 +20,7 @@ struct ServeArgs {
   std::string model, host = "127.0.0.1", api_key, api_key_file, chat_template, vram_budget, budget = "auto",
                      max_body = "8M", name;
   int port = 8080, parallel = 4, queue = 64, threads = 0;
+  int prompt_cache = -1;  // -1: --parallel's number, as many as fit in RAM
   int64_t ctx = 0;
   int spec_max_sequences = 2;
   cli::VariantSpecs variant_specs;
@@ -56,9 +57,10 @@ Result<std::optional<ChatTemplate>> chat_template_for(const ServeArgs& a, const 
   return std::optional<ChatTemplate>(std::move(*parsed));
 }
 
-// --ctx against the model, and what the model and --parallel full-context KV caches take in RAM,
-// checked before anything is loaded.
-int check_serve_memory(const ServeArgs& a) {
+// --ctx against the model, and what the model, the --parallel full-context KV caches and the
+// kept ones (--prompt-cache) take in RAM, checked before anything is loaded. Sets how many
+// caches are kept: the number asked for, or by default up to --parallel as many as fit.
+int check_serve_memory(const ServeArgs& a, int* prompt_cache) {
   auto source = open_weights(a.model);
   if (!source) return report_error(source.status().message());
   auto config = read_model_config(**source);
@@ -68,15 +70,22 @@ int check_serve_memory(const ServeArgs& a) {
                         std::to_string(config->n_ctx_train) + " tokens");
   }
   const int64_t ctx = a.ctx > 0 ? a.ctx : config->n_ctx_train;
-  auto plan = plan_memory(**source, *config, {.n_slots = ctx + speculation::kMaxBudget + 1, .sequences = a.parallel});
-  if (!plan) return report_error(plan.status().message());
   auto machine = system_memory();
   if (!machine) return report_error(machine.status().message());
-  std::fprintf(stderr, "memory: %s; machine: %s\n", plan->summary().c_str(), machine->summary().c_str());
-  if (Status st = check_memory(*plan, *machine); !st) {
-    return report_error(st.message() + "; lower --parallel or --ctx");
+  const bool asked = a.prompt_cache >= 0;
+  for (int kept = asked ? a.prompt_cache : a.parallel;; --kept) {
+    auto plan = plan_memory(**source, *config,
+                            {.n_slots = ctx + speculation::kMaxBudget + 1, .sequences = a.parallel + kept});
+    if (!plan) return report_error(plan.status().message());
+    const Status st = check_memory(*plan, *machine);
+    if (st || asked || kept == 0) {
+      std::fprintf(stderr, "memory: %s (%d decoding, %d kept for the next requests); machine: %s\n",
+                   plan->summary().c_str(), a.parallel, kept, machine->summary().c_str());
+      if (!st) return report_error(st.message() + (kept > 0 ? "; lower --parallel, --ctx or --prompt-cache" : "; lower --parallel or --ctx"));
+      *prompt_cache = kept;
+      return 0;
+    }
   }
-  return 0;
 }
 
 int serve(const ServeArgs& a) {
@@ -112,7 +121,7 @@ int serve(const ServeArgs& a) {
   }
   const auto threads = limit_threads(a.threads);
   so.ctx = a.ctx;
-  if (int code = check_serve_memory(a); code != 0) return code;
+  if (int code = check_serve_memory(a, &so.prompt_cache); code != 0) return code;
 
   // Listen first, so /health answers (503, loading) while the model loads.
   serve::Server server(so);
@@ -180,6 +189,11 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--ctx", a->ctx, "A request's context, prompt + max_tokens (default: the model's); with --parallel it "
                                    "sizes the KV caches checked against the RAM before loading")
       ->check(whole_in(1, int64_t(1) << 24));
+  cmd->add_option("--prompt-cache", a->prompt_cache,
+                  "KV caches of finished requests kept for the next ones: a request whose prompt starts as a kept "
+                  "one's prompt + reply did (a chat's next turn) runs only the rest (default: one per --parallel "
+                  "slot, as many as fit in RAM; 0: off)")
+      ->check(whole_in(0, 256));
   cmd->add_option("--queue", a->queue, "Requests that may wait for a slot; beyond: 503 with Retry-After")
       ->capture_default_str()->check(whole_in(0, 4096));
   cmd->add_option("--max-body", a->max_body, "Largest request body (e.g. 8M); larger: 413")->capture_default_str()->type_name("SIZE");

@@ -168,6 +168,9 @@ typedef struct bitsplit_session_params {
   int32_t lookup;         /* context lookup (greedy decoding): also propose up to N tokens that followed an
                              earlier occurrence of the text's last tokens, verified in the same pass;
                              0..64, 0 = off; -1 (default): 8 with an online budget, off with a fixed one */
+  int32_t reuse_prefix;   /* 1 (default): keep the last generation's KV cache, and run only the part of the
+                             next prompt after its longest common prefix with the last prompt + output
+                             (the same output as without; costs the cache's memory between calls); 0: off */
 } bitsplit_session_params;
 
 BITSPLIT_API void bitsplit_session_params_init(bitsplit_session_params* params);
@@ -193,9 +196,12 @@ typedef struct bitsplit_generation_stats {
   int64_t drafted_tokens;        /* drafted tree nodes */
   int64_t accepted_tokens;       /* drafted tokens accepted */
   double tokens_per_check;       /* accepted + the target's own token, per check */
+  int64_t reused_tokens;         /* prompt tokens whose K/V came from the last generation (reuse_prefix) */
 } bitsplit_generation_stats;
 
-/* Generates up to n_predict tokens after prompt[0..n_prompt) (a new sequence each call),
+/* Generates up to n_predict tokens after prompt[0..n_prompt) (a new sequence each call; with
+ * reuse_prefix, the prompt's tokens that repeat the start of the last call's prompt + output are
+ * not run again),
  * handing each to `callback` (may be NULL); stops at the end-of-sequence token, when the
  * callback returns nonzero, or when bitsplit_session_abort is called (BITSPLIT_ERR_ABORTED,
  * after at most one more verification pass). stats (may be NULL; set its size) receives the
@@ -220,7 +226,7 @@ BITSPLIT_API bitsplit_status bitsplit_session_logits(bitsplit_session* session, 
 /* Samples the next token from the current logits with the session's sampling options and
  * history (it is not fed: feed it to continue). */
 BITSPLIT_API bitsplit_status bitsplit_session_sample(bitsplit_session* session, bitsplit_token* token);
-/* Empties the step-by-step sequence. */
+/* Empties the step-by-step sequence and drops the KV cache kept from the last generation. */
 BITSPLIT_API void bitsplit_session_reset(bitsplit_session* session);
 /* Tokens in the step-by-step sequence. */
 BITSPLIT_API int32_t bitsplit_session_n_past(const bitsplit_session* session);

@@ -31,15 +31,25 @@ struct GenerateOptions {
   // Concurrent generations on the model: passes combined with theirs (pass_batcher.h); null: alone.
   PassBatcher* batcher = nullptr;
   LogitsCallback on_logits;  // optional
+  // A cache to decode in (null: one of prompt + n_predict slots made for the run), at least
+  // prompt + n_predict slots, whose first `reuse` slots already hold this model's (and
+  // variant's) K/V of the prompt's first `reuse` tokens at positions 0.. (an earlier generation's:
+  // Session keeps them); those are not run again. reuse < prompt size.
+  KvCache* cache = nullptr;
+  int64_t reuse = 0;
 };
 
 struct GenerationStats {
   int64_t prompt_tokens = 0;
+  int64_t reused_tokens = 0;  // of prompt_tokens, those whose K/V came from an earlier generation
   double prompt_seconds = 0.0;
   int64_t generated_tokens = 0;
   double generate_seconds = 0.0;
   bool stopped_at_eos = false;
-  double prompt_tokens_per_second() const { return prompt_seconds > 0 ? prompt_tokens / prompt_seconds : 0.0; }
+  // Of the prompt tokens run (the reused ones took no time).
+  double prompt_tokens_per_second() const {
+    return prompt_seconds > 0 ? double(prompt_tokens - reused_tokens) / prompt_seconds : 0.0;
+  }
   double generate_tokens_per_second() const { return generate_seconds > 0 ? generated_tokens / generate_seconds : 0.0; }
 };
 
@@ -49,6 +59,10 @@ struct GenerationStats {
 // The request against the model: a non-empty prompt, n_predict >= 0, prefill_chunk > 0, and
 // prompt + n_predict within the model's context length. Errors say which, with the numbers.
 Status check_generation(const ModelConfig& config, size_t prompt_tokens, int32_t n_predict, int32_t prefill_chunk);
+
+// The checks on a given cache whose first `reuse` slots are kept: enough slots (`needed`), the
+// model's layers and kv width, 0 <= reuse < prompt_tokens.
+Status check_reuse(const ModelConfig& config, const KvCache& cache, int64_t needed, int64_t reuse, size_t prompt_tokens);
 
 // Runs `tokens` through the model at positions and cache slots start.. in batches of `chunk`
 // tokens (each sees every slot before it). With last_logits, returns the logits of the last

@@ -43,6 +43,10 @@ struct SpeculativeOptions {
   int32_t n_predict = 64;
   int32_t eos_token = -1;
   int32_t prefill_chunk = 256;
+  // With a cache given to generate_speculative: its first `reuse` slots already hold the
+  // target's K/V of the prompt's first `reuse` tokens (an earlier generation's, kept by Session),
+  // which are not run again (reuse < prompt size).
+  int64_t reuse = 0;
   // The fine-tuned variant to decode (null: the base). The draft is the variant's own
   // D + α ⊙ S unless base_draft asks for the plain base draft D (for comparing acceptance).
   const Variant* variant = nullptr;
@@ -79,9 +83,9 @@ struct SpeculativeResult {
   DeviceTransfers device_transfers;
 };
 
-// `cache` (optional, for inspection) must have at least prompt + n_predict + kMaxBudget + 1
-// slots (prompt + n_predict + budget + 1 for a fixed budget without lookup); it is left holding
-// the committed K/V. `draft` runs its draft pass (D) and `target` its target pass (D + R): for a
+// `cache` (optional: for inspection, or kept for the next generation) must have at least prompt +
+// n_predict + kMaxBudget + 1 slots (prompt + n_predict + budget + 1 for a fixed budget without
+// lookup); it is left holding the committed K/V (SpeculativeResult::committed slots). `draft` runs its draft pass (D) and `target` its target pass (D + R): for a
 // bit-split model pass the same model as both. Models without planes run their f32 weights.
 // KV cache discipline: slots [0, committed) always hold the target's K/V of committed
 // tokens. Each check writes the tree's nodes to scratch slots [committed, committed +

@@ -274,6 +274,9 @@ class KvCache {
   KvCache copy() const;  // for tests (comparing caches)
   // Copies slot `from`'s K, V (every layer) and position to slot `to`.
   void move_slot(int64_t from, int64_t to);
+  // Copies slots [0, slots) of `other` (same layers and kv width, at least `slots` slots) into
+  // this cache's first slots: K, V of every layer and the positions.
+  void copy_prefix(const KvCache& other, int64_t slots);
   // The RoPE position of the token last written to a slot (sliding-window attention reads it).
   int32_t position(int64_t slot) const { return pos_[size_t(slot)]; }
   void set_position(int64_t slot, int32_t pos) { pos_[size_t(slot)] = pos; }

@@ -38,6 +38,11 @@ struct ServerOptions {
   size_t max_body_bytes = size_t(8) << 20;
   std::string model_name;       // the base model's id in /v1/models (default: the file name)
   SessionOptions session;       // speculative decoding defaults (a request may override)
+  // KV caches of finished requests kept for the next ones: a request takes the one whose
+  // tokens share the longest prefix with its prompt (same variant) and runs only the rest
+  // (usage.prompt_tokens_details.cached_tokens says how many it skipped). -1: one per
+  // `parallel` slot; 0: off.
+  int prompt_cache = -1;
 };
 
 class Server {
