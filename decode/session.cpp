@@ -60,9 +60,10 @@ int64_t Session::prepare_cache(std::span<const int32_t> prompt, int64_t slots, i
     reuse = reusable_prefix(cached_, prompt);
   }
   if (!cache_ || cache_->n_slots() < slots) {
+    if (reuse == 0) cache_.reset();  // (nothing to copy: the old memory goes first)
     KvCache fresh(model_.config(), slots);
     if (reuse > 0) fresh.copy_prefix(*cache_, reuse);
-    cache_.reset();  // (the old one's memory goes before the run allocates more)
+    cache_.reset();
     cache_.emplace(std::move(fresh));
   }
   cache_->set_context(positions);

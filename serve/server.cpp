@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <random>
 
 #include "bitsplit/chat_prompt.h"
@@ -103,7 +104,15 @@ struct Server::Impl {
   int pool_capacity() const { return options.prompt_cache < 0 ? std::max(1, options.parallel) : options.prompt_cache; }
 
   Session::Kept take_cache(const std::shared_ptr<const Variant>& variant, std::span<const int32_t> prompt) {
+    std::vector<Pooled> gone;  // freed after the lock (a cache can be hundreds of MB)
     std::lock_guard<std::mutex> lock(pool_mu);
+    // Caches of variants that no longer exist can never be taken.
+    for (size_t i = pool.size(); i-- > 0;) {
+      if (!pool[i].base && pool[i].variant.expired()) {
+        gone.push_back(std::move(pool[i]));
+        pool.erase(pool.begin() + int64_t(i));
+      }
+    }
     size_t pick = 0;
     int64_t best = 0;
     for (size_t i = 0; i < pool.size(); ++i) {
@@ -120,11 +129,13 @@ struct Server::Impl {
 
   void return_cache(const std::shared_ptr<const Variant>& variant, Session::Kept kept) {
     if (!kept.cache || kept.tokens.empty()) return;  // (a failed generation keeps no tokens)
+    std::optional<Pooled> gone;  // freed after the lock
     std::lock_guard<std::mutex> lock(pool_mu);
     const size_t capacity = size_t(pool_capacity());
     if (capacity == 0) return;
     if (pool.size() >= capacity) {  // the least recently used goes
       auto oldest = std::min_element(pool.begin(), pool.end(), [](const Pooled& a, const Pooled& b) { return a.used < b.used; });
+      gone.emplace(std::move(*oldest));
       pool.erase(oldest);
     }
     pool.push_back({variant == nullptr, variant, std::move(kept), ++pool_clock});

@@ -10,6 +10,7 @@
 #include <tbb/global_control.h>
 
 #include <atomic>
+#include <cstddef>
 #include <string>
 #include <thread>
 #include <vector>
@@ -235,6 +236,11 @@ TEST(CApi, SpeculativeAndPlainAndStepByStepAgree) {
 // A session continues from the last generation's KV cache (a chat's second turn): the second
 // call runs only the new part of the prompt and gives the text a fresh session gives; with
 // reuse_prefix 0, or after bitsplit_session_reset, nothing is reused.
+// A caller built against the header before reuse_prefix passes size 72 (its last field ended at
+// 68, padded to 8): the new field must lie past that, so such a caller gets the default.
+static_assert(offsetof(bitsplit_session_params, reuse_prefix) >= 72, "reuse_prefix inside the older struct's size");
+static_assert(offsetof(bitsplit_generation_stats, reused_tokens) >= 80, "reused_tokens inside the older struct's size");
+
 TEST(CApi, ASessionReusesItsLastPromptAndOutput) {
   BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
   Loaded l;

@@ -9,6 +9,8 @@
 #include "gguf_testing.h"
 #include "test_paths.h"
 
+#include <optional>
+
 namespace bitsplit {
 namespace {
 
@@ -154,6 +156,69 @@ TEST(Session, ReusesTheKeptPrefixWithTheSameLogits) {
       EXPECT_EQ(kept.cached_tokens(), 0);
       EXPECT_EQ(greedy(kept, third, 10, &r), want3);
       EXPECT_EQ(r.generation.reused_tokens, 0);
+    }
+  }
+}
+
+// A fixture from tests/models converted to a bit-split file.
+std::optional<Converted> converted_fixture(const std::string& name) {
+  const std::string path = testing::source_dir() + "/tests/models/" + name;
+  if (!fs::exists(path)) return std::nullopt;
+  auto source = open_weights(path);
+  BITSPLIT_CHECK(source.is_ok(), source.status().message());
+  const fs::path out = fs::temp_directory_path() / ("bitsplit_session_" + std::to_string(::getpid()) + "_" + name);
+  BITSPLIT_CHECK(convert_model(**source, out.string(), {}, nullptr, nullptr).is_ok());
+  auto w = open_weights(out.string());
+  BITSPLIT_CHECK(w.is_ok());
+  auto m = Model::load(**w);
+  BITSPLIT_CHECK(m.is_ok(), m.status().message());
+  fs::remove(out);
+  return Converted{std::move(*w), std::move(*m)};
+}
+
+// Logits of a greedy generation of `n` tokens after `prompt` on `s`.
+std::vector<std::vector<float>> greedy_logits(const Model& m, Session* kept, const std::vector<int32_t>& prompt, int n,
+                                              int64_t* reused) {
+  std::vector<std::vector<float>> logits;
+  SessionOptions o;
+  o.on_logits = [&](int32_t, std::span<const float> l) { logits.emplace_back(l.begin(), l.end()); };
+  Session fresh(m, nullptr, o);
+  SessionResult r;
+  greedy(kept ? *kept : fresh, prompt, n, &r);
+  if (reused) *reused = r.generation.reused_tokens;
+  return logits;
+}
+
+// LongRoPE (Phi-3, trained for 32 positions) turns positions by a factor set the sequence's
+// length picks: K/V kept from a sequence under 32 positions are not reused by one past them (nor
+// the other way), and the logits stay a fresh session's. Sliding-window attention (Gemma 2)
+// reads the positions of the reused slots: a history longer than the window reuses exactly.
+TEST(Session, ReuseKeepsLongRopeFactorsAndSlidingWindows) {
+  for (const char* name : {"phi3-longrope-tiny.gguf", "gemma2-tiny.gguf"}) {
+    SCOPED_TRACE(name);
+    auto c = converted_fixture(name);
+    if (!c) GTEST_SKIP() << "tests/models is missing";
+    const bool longrope = c->model.config().rope_original_context > 0;
+    std::vector<std::vector<float>> logits;
+    SessionOptions o;
+    o.on_logits = [&](int32_t, std::span<const float> l) { logits.emplace_back(l.begin(), l.end()); };
+    Session kept(c->model, nullptr, o);
+    std::vector<int32_t> prompt = {1, 5, 9, 5};
+    int64_t reused = -1;
+    // Short (4 + 10 positions), then past 32 (with 20 new tokens), then short again.
+    for (int n : {10, 20, 4}) {
+      SCOPED_TRACE(n);
+      logits.clear();
+      SessionResult r;
+      const auto out = greedy(kept, prompt, n, &r);
+      EXPECT_TRUE(logits == greedy_logits(c->model, nullptr, prompt, n, &reused)) << "the logits differ from a fresh session's";
+      const bool crosses = longrope && n != 10;  // the factor set changed since the last sequence
+      if (n == 10) EXPECT_EQ(r.generation.reused_tokens, 0);
+      else if (crosses) EXPECT_EQ(r.generation.reused_tokens, 0);
+      else EXPECT_GT(r.generation.reused_tokens, int64_t(prompt.size()) / 2);
+      prompt.insert(prompt.end(), out.begin(), out.end());
+      prompt.insert(prompt.end(), {3, 7});
+      if (n == 20) prompt.resize(12);  // back under 32 positions with the 4 new tokens
     }
   }
 }

@@ -168,6 +168,7 @@ typedef struct bitsplit_session_params {
   int32_t lookup;         /* context lookup (greedy decoding): also propose up to N tokens that followed an
                              earlier occurrence of the text's last tokens, verified in the same pass;
                              0..64, 0 = off; -1 (default): 8 with an online budget, off with a fixed one */
+  int32_t reserved0;      /* ignored (it keeps reuse_prefix past the 72 bytes of the struct before it) */
   int32_t reuse_prefix;   /* 1 (default): keep the last generation's KV cache, and run only the part of the
                              next prompt after its longest common prefix with the last prompt + output
                              (the same output as without; costs the cache's memory between calls); 0: off */

@@ -34,7 +34,9 @@ struct GenerateOptions {
   // A cache to decode in (null: one of prompt + n_predict slots made for the run), at least
   // prompt + n_predict slots, whose first `reuse` slots already hold this model's (and
   // variant's) K/V of the prompt's first `reuse` tokens at positions 0.. (an earlier generation's:
-  // Session keeps them); those are not run again. reuse < prompt size.
+  // Session keeps them); those are not run again. reuse < prompt size. Its context()
+  // (KvCache::set_context) must be prompt + n_predict, as a cache made for the run has: a
+  // LongRoPE model picks its factors by it. Session::generate does all this.
   KvCache* cache = nullptr;
   int64_t reuse = 0;
 };
