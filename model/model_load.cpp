@@ -112,9 +112,16 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
   if (keep_planes && embd && embd->type == gguf::TensorType::Q8_0 && c.n_embd % quant::BlockQ8_0::kWeights == 0 &&
       embd->dims == std::vector<int64_t>{c.n_embd, c.n_vocab}) {
     BITSPLIT_ASSIGN_OR_RETURN(auto bytes, source.raw_bytes(*embd));
-    model.token_embd_q8_0_.assign(bytes.begin(), bytes.end());
+    // Lookups read a row per token: from the map when the container keeps it alive (pages come
+    // in as tokens need them; no copy), else from a copy.
+    if (auto owner = source.keep_alive()) {
+      model.token_embd_q8_0_map_ = bytes;
+      model.token_embd_q8_0_owner_ = std::move(owner);
+    } else {
+      model.token_embd_q8_0_copy_.assign(bytes.begin(), bytes.end());
+      source.release(*embd);
+    }
     model.token_embd_lazy_ = std::make_shared<LazyEmbedding>();
-    source.release(*embd);
   } else {
     BITSPLIT_RETURN_IF_ERROR(t.load("token_embd.weight", {c.n_embd, c.n_vocab}, &model.token_embd_));
   }
@@ -216,7 +223,7 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
 }
 
 const std::vector<float>& Model::token_embd() const {
-  if (token_embd_q8_0_.empty()) return token_embd_;
+  if (!embedding_in_q8_0()) return token_embd_;
   std::call_once(token_embd_lazy_->once, [&] {
     std::vector<float>& v = token_embd_lazy_->values;
     v.resize(size_t(config_.n_vocab * config_.n_embd));
@@ -227,13 +234,14 @@ const std::vector<float>& Model::token_embd() const {
 
 void Model::embed_row(int64_t token, float* out) const {
   const int64_t n = config_.n_embd;
-  if (token_embd_q8_0_.empty()) {
+  const std::span<const uint8_t> blocks = embedding_q8_0();
+  if (blocks.empty()) {
     std::copy_n(token_embd_.data() + token * n, n, out);
     return;
   }
   const size_t row_bytes = size_t(n / quant::BlockQ8_0::kWeights) * sizeof(quant::BlockQ8_0);
   const Status st = quant::dequantize_ggml_row(uint32_t(gguf::TensorType::Q8_0),
-                                               std::span<const uint8_t>(token_embd_q8_0_.data() + size_t(token) * row_bytes, row_bytes),
+                                               blocks.subspan(size_t(token) * row_bytes, row_bytes),
                                                std::span<float>(out, size_t(n)));
   BITSPLIT_CHECK(st.is_ok(), st.message());
 }

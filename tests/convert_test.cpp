@@ -463,6 +463,7 @@ TEST_F(ConvertTest, ConvertedModelKeepsItsQ8_0EmbeddingAsBlocks) {
   auto m = Model::load(**converted, {});
   ASSERT_TRUE(m.is_ok());
   EXPECT_TRUE(m->embedding_in_q8_0());
+  EXPECT_TRUE(m->embedding_mapped()) << "a file's embedding is read from its map, not copied";
   KvCache cache(m->config(), 5);
   auto before = forward_pass(*m, cache, Batch::causal(std::vector<int32_t>{1, 7, 3, 9, 4}, 0, true));
   ASSERT_TRUE(before.is_ok());
@@ -481,6 +482,25 @@ TEST_F(ConvertTest, ConvertedModelKeepsItsQ8_0EmbeddingAsBlocks) {
   auto after = forward_pass(*m, cache2, Batch::causal(std::vector<int32_t>{1, 7, 3, 9, 4}, 0, true));
   ASSERT_TRUE(after.is_ok());
   EXPECT_EQ(*after, *before);
+  // A container that cannot keep its bytes alive gets a copy: the same rows and logits, also
+  // from a copy of the model after the loaded one (and the source) are gone.
+  std::optional<Model> copied;
+  {
+    NoSharing no_sharing(**converted);
+    auto c = Model::load(no_sharing, {});
+    ASSERT_TRUE(c.is_ok()) << c.status().message();
+    EXPECT_TRUE(c->embedding_in_q8_0());
+    EXPECT_FALSE(c->embedding_mapped());
+    copied.emplace(*c);
+  }
+  for (int64_t token : {int64_t(0), int64_t(7), spec.vocab - 1}) {
+    copied->embed_row(token, row.data());
+    EXPECT_TRUE(std::equal(row.begin(), row.end(), all.begin() + token * spec.embd)) << token;
+  }
+  KvCache cache3(copied->config(), 5);
+  auto from_copy = forward_pass(*copied, cache3, Batch::causal(std::vector<int32_t>{1, 7, 3, 9, 4}, 0, true));
+  ASSERT_TRUE(from_copy.is_ok());
+  EXPECT_EQ(*from_copy, *before);
 }
 
 // On a machine with several NUMA nodes (a synthetic hwloc topology: two nodes of one core) the

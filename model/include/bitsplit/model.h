@@ -225,7 +225,10 @@ class Model {
   // same values the f32 copy holds).
   void embed_row(int64_t token, float* out) const;
   // The embedding is held as Q8_0 blocks (token_embd() not made yet or not at all).
-  bool embedding_in_q8_0() const { return !token_embd_q8_0_.empty(); }
+  bool embedding_in_q8_0() const { return !embedding_q8_0().empty(); }
+  // Whether those blocks are read in place from the file's memory map (no copy in the process's
+  // own memory; the container keeps the map alive), rather than copied at load.
+  bool embedding_mapped() const { return token_embd_q8_0_owner_ != nullptr; }
   const std::vector<float>& output_norm() const { return output_norm_; }
   // The output head (token_embd when tied), [n_vocab x n_embd].
   const std::vector<float>& output() const { return config_.tied_output ? token_embd() : output_; }
@@ -244,9 +247,15 @@ class Model {
  private:
   ModelConfig config_;
   std::vector<float> token_embd_, output_norm_, output_, rope_freqs_, rope_freqs_long_;
-  // The embedding as Q8_0 blocks (n_vocab rows of n_embd / 32 blocks) when held so, and its f32
-  // copy made on demand (shared by copies of the model: the same values).
-  std::vector<uint8_t> token_embd_q8_0_;
+  // The embedding as Q8_0 blocks (n_vocab rows of n_embd / 32 blocks) when held so: in the
+  // file's map (token_embd_q8_0_map_, kept valid by the owner) or copied; and its f32 copy made
+  // on demand (shared by copies of the model: the same values).
+  std::span<const uint8_t> embedding_q8_0() const {
+    return token_embd_q8_0_owner_ ? token_embd_q8_0_map_ : std::span<const uint8_t>(token_embd_q8_0_copy_);
+  }
+  std::span<const uint8_t> token_embd_q8_0_map_;
+  std::shared_ptr<const void> token_embd_q8_0_owner_;
+  std::vector<uint8_t> token_embd_q8_0_copy_;
   struct LazyEmbedding {
     std::once_flag once;
     std::vector<float> values;
