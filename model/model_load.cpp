@@ -113,8 +113,8 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
       embd->dims == std::vector<int64_t>{c.n_embd, c.n_vocab}) {
     BITSPLIT_ASSIGN_OR_RETURN(auto bytes, source.raw_bytes(*embd));
     // Lookups read a row per token: from the map when the container keeps it alive (pages come
-    // in as tokens need them; no copy), else from a copy.
-    if (auto owner = source.keep_alive()) {
+    // in as tokens need them; no copy), else (or with copy_residual: `--no-mmap`) from a copy.
+    if (auto owner = options.copy_residual ? nullptr : source.keep_alive()) {
       model.token_embd_q8_0_map_ = bytes;
       model.token_embd_q8_0_owner_ = std::move(owner);
     } else {

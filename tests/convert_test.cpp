@@ -530,6 +530,8 @@ TEST_F(ConvertTest, OnSeveralNumaNodesTheResidualIsCopiedInterleaved) {
   const SplitProjection* c = copied->split("blk.0.ffn_down.weight");
   ASSERT_TRUE(c && c->packed_residual);
   EXPECT_FALSE(c->packed_residual->borrowed());
+  EXPECT_FALSE(copied->embedding_mapped()) << "--no-mmap copies the embedding too";
+  EXPECT_TRUE(one->embedding_mapped());
   EXPECT_EQ(std::memcmp(c->packed_residual->data(), b->packed_residual->data(), c->packed_residual->size_bytes()), 0);
   EXPECT_EQ(std::memcmp(a->packed_residual->data(), b->packed_residual->data(), a->packed_residual->size_bytes()), 0);
   KvCache ca(numa->config(), 5), cb(one->config(), 5);

@@ -165,8 +165,9 @@ struct ModelLoadOptions {
   // cancels the load (Model::load then fails with "loading cancelled").
   std::function<bool(int64_t done, int64_t total)> progress;
   // A format-3 residual is copied into the process's own plane buffers (huge pages requested,
-  // interleaved over NUMA nodes) instead of being used from the file map (`--no-mmap`). Always
-  // done on a machine with several NUMA nodes.
+  // interleaved over NUMA nodes) instead of being used from the file map (`--no-mmap`), and the
+  // Q8_0 embedding into the model's memory. The residual's copy is always made on a machine
+  // with several NUMA nodes.
   bool copy_residual = false;
 };
 
