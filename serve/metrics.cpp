@@ -92,6 +92,11 @@ void Metrics::add_speculative(const SpeculativeCounts& s) {
   if (spec_.accepted_per_pos.size() < s.accepted_per_pos.size()) spec_.accepted_per_pos.resize(s.accepted_per_pos.size());
   for (size_t i = 0; i < s.accepted_per_pos.size(); ++i) spec_.accepted_per_pos[i] += s.accepted_per_pos[i];
 }
+void Metrics::add_prefix_cache(int64_t queried_tokens, int64_t hit_tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  prefix_queries_ += queried_tokens;
+  prefix_hits_ += hit_tokens;
+}
 void Metrics::set_kv_cache_usage(double fraction) {
   std::lock_guard<std::mutex> lock(mu_);
   kv_usage_ = fraction;
@@ -150,6 +155,9 @@ std::string Metrics::render() const {
   sample("bitsplit:forward_pass_rows_total", "counter", "Token rows run through those forward passes.", std::to_string(pass_rows_));
   sample("bitsplit:forward_pass_shared_sequences_total", "counter", "Sequence passes that shared a forward pass (one stream of the weights) with another sequence.", std::to_string(pass_shared_));
   sample("vllm:kv_cache_usage_perc", "gauge", "Fraction of the KV cache in use (1 = full).", number(kv_usage_));
+  sample("vllm:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the kept KV caches (--prompt-cache).",
+         std::to_string(prefix_queries_));
+  sample("vllm:prefix_cache_hits_total", "counter", "Prompt tokens found there (not run again).", std::to_string(prefix_hits_));
   header(out, "vllm:lora_requests_info", "gauge", "Variants: registered, and resident (loaded) now.");
   std::string resident, registered;
   for (const auto& v : resident_) resident += (resident.empty() ? "" : ",") + v;

@@ -255,6 +255,7 @@ Outcome Server::Impl::run(std::shared_ptr<const Variant> variant, const SessionO
     return out;
   }
   out.reused_tokens = r->generation.reused_tokens;
+  if (pooled) metrics.add_prefix_cache(int64_t(prompt.size()), out.reused_tokens);
   if (!matcher.stopped()) {
     std::string tail = matcher.push(utf8.flush());
     tail += matcher.flush();

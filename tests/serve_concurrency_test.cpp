@@ -175,6 +175,11 @@ TEST(ServeConcurrency, KeptCachesServeTheNextRequest) {
       out.push_back({reply, j["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>()});
       last = text + reply + " and";
     }
+    // /metrics counts the prompt tokens looked up and found (vLLM's prefix-cache counters).
+    const std::string metrics = server.metrics().render();
+    const bool found = metrics.find("vllm:prefix_cache_hits_total{model_name=\"base\"} 0\n") == std::string::npos;
+    EXPECT_EQ(found, kept > 0) << metrics;
+    EXPECT_EQ(metrics.find("vllm:prefix_cache_queries_total{model_name=\"base\"} 0\n") == std::string::npos, kept > 0);
     server.stop();
     http.join();
     return out;

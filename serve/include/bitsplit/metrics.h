@@ -45,6 +45,9 @@ class Metrics {
   void request_rejected(int status);
   void add_speculative(const SpeculativeCounts& s);
   void set_kv_cache_usage(double fraction);
+  // A request's prompt looked up in the kept caches (--prompt-cache): its tokens, and how many
+  // of them were found (vLLM's prefix_cache counters, in tokens).
+  void add_prefix_cache(int64_t queried_tokens, int64_t hit_tokens);
   void set_variants(std::vector<std::string> resident, std::vector<std::string> registered);
   // The combined forward passes so far (PassBatcher::Stats): passes, the sequence passes in them,
   // their rows, and the sequence passes that shared a pass with another sequence.
@@ -60,6 +63,7 @@ class Metrics {
   std::map<int, int64_t> rejected_;          // by HTTP status
   Histogram ttft_, itl_, e2e_;
   SpeculativeCounts spec_;
+  int64_t prefix_queries_ = 0, prefix_hits_ = 0;
   double kv_usage_ = 0;
   std::vector<std::string> resident_, registered_;
   int64_t passes_ = 0, pass_sequences_ = 0, pass_rows_ = 0, pass_shared_ = 0;
