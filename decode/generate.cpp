@@ -21,19 +21,25 @@ Status check_generation(const ModelConfig& c, size_t prompt_tokens, int32_t n_pr
   return Status::ok();
 }
 
-Status check_reuse(const ModelConfig& c, const KvCache& cache, int64_t needed, int64_t reuse, size_t prompt_tokens) {
-  if (cache.n_layers() != c.n_layers || cache.kv_dim() != c.kv_dim()) {
+Result<GenerationCache> generation_cache(const ModelConfig& c, KvCache* given, int64_t reuse, int64_t slots,
+                                         int64_t positions, size_t prompt_tokens, std::optional<KvCache>& own) {
+  if (!given) {
+    own.emplace(c, slots);
+    own->set_context(positions);
+    return GenerationCache{&*own, 0};
+  }
+  if (given->n_layers() != c.n_layers || given->kv_dim() != c.kv_dim()) {
     return Status::error("the KV cache given to the generation was made for another model shape");
   }
-  if (cache.n_slots() < needed) {
-    return Status::error("the KV cache given to the generation has " + std::to_string(cache.n_slots()) +
-                         " slots; this run needs " + std::to_string(needed));
+  if (given->n_slots() < slots) {
+    return Status::error("the KV cache given to the generation has " + std::to_string(given->n_slots()) +
+                         " slots; this run needs " + std::to_string(slots));
   }
   if (reuse < 0 || reuse >= int64_t(prompt_tokens)) {
     return Status::error("cannot reuse " + std::to_string(reuse) + " cached tokens of a " +
                          std::to_string(prompt_tokens) + "-token prompt (at most all but the last)");
   }
-  return Status::ok();
+  return GenerationCache{given, reuse};
 }
 
 Result<std::vector<float>> prefill(const Model& model, KvCache& cache, std::span<const int32_t> tokens, int32_t chunk,
@@ -69,10 +75,10 @@ Result<GenerationStats> generate(const Model& model, std::span<const int32_t> pr
 
   const int64_t needed = int64_t(prompt.size()) + options.n_predict;
   std::optional<KvCache> own_cache;
-  if (options.cache) BITSPLIT_RETURN_IF_ERROR(check_reuse(c, *options.cache, needed, options.reuse, prompt.size()));
-  else own_cache.emplace(c, needed);
-  KvCache& cache = options.cache ? *options.cache : *own_cache;
-  const int64_t reuse = options.cache ? options.reuse : 0;
+  BITSPLIT_ASSIGN_OR_RETURN(const GenerationCache gc, generation_cache(c, options.cache, options.reuse, needed, needed,
+                                                                        prompt.size(), own_cache));
+  KvCache& cache = *gc.cache;
+  const int64_t reuse = gc.reuse;
   PassBatcher::Membership member(options.batcher);
   std::vector<int32_t> history(prompt.begin(), prompt.end());
   GenerationStats stats;

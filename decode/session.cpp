@@ -2,6 +2,7 @@
 #include "bitsplit/session.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "bitsplit/generate.h"
 
@@ -34,40 +35,32 @@ int64_t reusable_prefix(std::span<const int32_t> cached, std::span<const int32_t
   return int64_t(std::mismatch(cached.begin(), cached.begin() + int64_t(most), prompt.begin()).first - cached.begin());
 }
 
-void Session::forget() {
-  cache_.reset();
-  cached_.clear();
-}
+void Session::forget() { kept_ = {}; }
 
-Session::Kept Session::release_cache() {
-  Kept k{std::move(cache_), std::move(cached_)};
-  forget();
-  return k;
-}
+Session::Kept Session::release_cache() { return std::exchange(kept_, {}); }
 
 void Session::adopt_cache(Kept kept) {
-  const ModelConfig& c = model_.config();
-  if (kept.cache && (kept.cache->n_layers() != c.n_layers || kept.cache->kv_dim() != c.kv_dim())) kept.cache.reset();
-  cache_ = std::move(kept.cache);
-  cached_ = cache_ ? std::move(kept.tokens) : std::vector<int32_t>{};
+  kept_ = std::move(kept);
+  if (!kept_.cache) kept_.tokens.clear();  // tokens without their K/V say nothing
 }
 
 int64_t Session::prepare_cache(std::span<const int32_t> prompt, int64_t slots, int64_t positions) {
-  int64_t reuse = 0;
-  // A LongRoPE model turns its positions by a factor set the sequence's length picks: K/V made
-  // under another set are not this run's.
-  if (cache_ && &model_.rope_freq_factors(cache_->context()) == &model_.rope_freq_factors(positions)) {
-    reuse = reusable_prefix(cached_, prompt);
+  std::optional<KvCache>& cache = kept_.cache;
+  const ModelConfig& c = model_.config();
+  // A cache adopted from elsewhere may be of another model's shape. A LongRoPE model turns its
+  // positions by a factor set the sequence's length picks: K/V made under another set are not
+  // this run's.
+  if (cache && (cache->n_layers() != c.n_layers || cache->kv_dim() != c.kv_dim())) cache.reset();
+  const bool same_factors = cache && &model_.rope_freq_factors(cache->context()) == &model_.rope_freq_factors(positions);
+  const int64_t reuse = same_factors ? reusable_prefix(kept_.tokens, prompt) : 0;
+  kept_.tokens.clear();  // until this run ends well
+  if (!cache || cache->n_slots() < slots) {
+    if (reuse == 0) cache.reset();  // (nothing to copy: the old memory goes first)
+    KvCache fresh(c, slots);
+    if (reuse > 0) fresh.copy_prefix(*cache, reuse);
+    cache = std::move(fresh);
   }
-  if (!cache_ || cache_->n_slots() < slots) {
-    if (reuse == 0) cache_.reset();  // (nothing to copy: the old memory goes first)
-    KvCache fresh(model_.config(), slots);
-    if (reuse > 0) fresh.copy_prefix(*cache_, reuse);
-    cache_.reset();
-    cache_.emplace(std::move(fresh));
-  }
-  cache_->set_context(positions);
-  cached_.clear();  // until this run ends well
+  cache->set_context(positions);
   return reuse;
 }
 
@@ -75,13 +68,19 @@ Result<SessionResult> Session::generate(std::span<const int32_t> prompt, int32_t
                                         Sampler& sampler, const TokenCallback& on_token) {
   BITSPLIT_RETURN_IF_ERROR(validate());
   BITSPLIT_RETURN_IF_ERROR(check_request(prompt.size(), n_predict));
-  if (!options_.reuse_prefix) forget();
+  const bool reuse = options_.reuse_prefix;
+  if (!reuse) forget();
   const int64_t positions = int64_t(prompt.size()) + n_predict;
-  // The tokens of the sequence, for the next generation's prefix.
+  // The tokens of the sequence, for the next generation's prefix: the first `valid` are kept.
   std::vector<int32_t> sequence(prompt.begin(), prompt.end());
   const TokenCallback keep = [&](int32_t token) {
     sequence.push_back(token);
     return on_token(token);
+  };
+  auto keep_tokens = [&](int64_t valid) {
+    if (!reuse) return;
+    sequence.resize(std::min(sequence.size(), size_t(valid)));
+    kept_.tokens = std::move(sequence);
   };
   SessionResult result;
   if (!speculative()) {
@@ -92,17 +91,13 @@ Result<SessionResult> Session::generate(std::span<const int32_t> prompt, int32_t
     g.variant = variant_.get();
     g.batcher = options_.batcher;
     g.on_logits = options_.on_logits;
-    if (options_.reuse_prefix) {
+    if (reuse) {
       g.reuse = prepare_cache(prompt, positions, positions);
-      g.cache = &*cache_;
+      g.cache = &*kept_.cache;
     }
     BITSPLIT_ASSIGN_OR_RETURN(result.generation, bitsplit::generate(model_, prompt, g, sampler, keep));
-    if (options_.reuse_prefix) {
-      // Every token but the last generated one went through the model.
-      const int64_t fed = std::max<int64_t>(result.generation.generated_tokens - 1, 0);
-      sequence.resize(std::min(sequence.size(), prompt.size() + size_t(fed)));
-      cached_ = std::move(sequence);
-    }
+    // Every token but the last generated one went through the model.
+    keep_tokens(int64_t(prompt.size()) + std::max<int64_t>(result.generation.generated_tokens - 1, 0));
     return result;
   }
   SpeculativeOptions s;
@@ -121,15 +116,12 @@ Result<SessionResult> Session::generate(std::span<const int32_t> prompt, int32_t
   s.draft_max_sequences = options_.draft_max_sequences;
   s.on_logits = options_.on_logits;
   KvCache* cache = nullptr;
-  if (options_.reuse_prefix) {
-    s.reuse = prepare_cache(prompt, positions + speculation::kMaxBudget + 1, positions);
-    cache = &*cache_;
+  if (reuse) {
+    s.reuse = prepare_cache(prompt, speculative_cache_slots(s, prompt.size(), sampler.params().greedy()), positions);
+    cache = &*kept_.cache;
   }
   BITSPLIT_ASSIGN_OR_RETURN(SpeculativeResult r, generate_speculative(model_, model_, prompt, s, sampler, keep, cache));
-  if (options_.reuse_prefix) {
-    sequence.resize(std::min(sequence.size(), size_t(r.committed)));  // the committed slots' tokens
-    cached_ = std::move(sequence);
-  }
+  keep_tokens(r.committed);  // the committed slots' tokens
   result.generation = r.generation;
   result.speculative = std::move(r);
   return result;

@@ -191,6 +191,18 @@ struct Decoder {
 
 }  // namespace
 
+namespace {
+
+// Whether context lookup runs: greedy decoding only (sampling: see SpeculativeOptions).
+bool lookup_runs(const SpeculativeOptions& options, bool greedy) { return options.lookup.max_tokens > 0 && greedy; }
+
+}  // namespace
+
+int64_t speculative_cache_slots(const SpeculativeOptions& options, size_t prompt_tokens, bool greedy) {
+  const bool lookup = lookup_runs(options, greedy);
+  return int64_t(prompt_tokens) + options.n_predict + (options.auto_budget || lookup ? speculation::kMaxBudget : options.policy.budget) + 1;
+}
+
 Result<SpeculativeResult> generate_speculative(const Model& target, const Model& draft, std::span<const int32_t> prompt,
                                                const SpeculativeOptions& options, Sampler& sampler,
                                                const TokenCallback& on_token, KvCache* external_cache) {
@@ -204,7 +216,7 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
   const int64_t needed = int64_t(prompt.size()) + options.n_predict;
   BITSPLIT_RETURN_IF_ERROR(options.lookup.validate());
   const bool greedy = sampler.params().greedy();
-  const bool lookup = options.lookup.max_tokens > 0 && greedy;  // sampling: see SpeculativeOptions
+  const bool lookup = lookup_runs(options, greedy);
   speculation::DraftPolicy policy = options.policy;
   std::optional<speculation::BudgetController> controller;
   if (options.auto_budget) {
@@ -216,20 +228,16 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
     controller.emplace(policy, co);
   }
   std::mt19937_64 rng(sampler.params().seed ^ 0x9e3779b97f4a7c15ull);
-  const int64_t slots = needed + (options.auto_budget || lookup ? speculation::kMaxBudget : policy.budget) + 1;
+  const int64_t slots = speculative_cache_slots(options, prompt.size(), greedy);
   std::optional<KvCache> own_cache;
-  if (external_cache) {
-    BITSPLIT_RETURN_IF_ERROR(check_reuse(c, *external_cache, slots, options.reuse, prompt.size()));
-  } else {
-    own_cache.emplace(c, slots);
-    own_cache->set_context(needed);  // the factors plain decoding's cache of `needed` slots picks (LongRoPE)
-  }
-  KvCache& cache = external_cache ? *external_cache : *own_cache;
+  BITSPLIT_ASSIGN_OR_RETURN(const GenerationCache gc, generation_cache(c, external_cache, options.reuse, slots, needed,
+                                                                        prompt.size(), own_cache));
+  KvCache& cache = *gc.cache;
   SpeculativeResult result;
   GenerationStats& stats = result.generation;
   speculation::AcceptanceStats& acc = result.acceptance;
   stats.prompt_tokens = int64_t(prompt.size());
-  const int64_t reuse = external_cache ? options.reuse : 0;
+  const int64_t reuse = gc.reuse;
   stats.reused_tokens = reuse;
   const Variant* draft_variant = options.base_draft ? nullptr : options.variant;
 

@@ -198,11 +198,16 @@ class LinearScratch {
   Buffer residual_, draft_;
 };
 
-// A product over step 1b's 2·n rows folded to n: out[i] = two[i] + two[half + i], one f32 add
-// (out may be `two`: each element is read before it is written).
-void sum_halves(const Model& model, const float* two, size_t half, float* out) {
+// A product over step 1b's 2·n rows folded to n: out[i] = two[i] + two[half + i], one f32 add,
+// then `plus[i]` added when given (the residual term, in the same pass: (D·X̂ + D·Ê) + R·X̂).
+// out may be `two`: each element is read before it is written.
+void sum_halves(const Model& model, const float* two, size_t half, float* out, const float* plus = nullptr) {
   for_slices(model, int64_t(half), kParallelElements, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) out[i] = two[i] + two[int64_t(half) + i];
+    if (plus) {
+      for (int64_t i = b; i < e; ++i) out[i] = (two[i] + two[int64_t(half) + i]) + plus[i];
+    } else {
+      for (int64_t i = b; i < e; ++i) out[i] = two[i] + two[int64_t(half) + i];
+    }
   });
 }
 
@@ -281,19 +286,14 @@ Status linear(const Model& model, Pass pass, const std::string& name, Projection
       } else {
         BITSPLIT_RETURN_IF_ERROR(model.backend().draft_matmul(*planes, qg, out, d ? &*d : nullptr));
       }
-      const size_t half = size_t(groups[g].rows * y.width);
-      if (rem_d && !rem_r) {
-        // The halves' sum and the residual in one pass: (D·X̂ + D·Ê) + R·X̂, the same two adds.
-        const float* r = residual + groups[g].row0 * y.width;
-        for_slices(model, int64_t(half), kParallelElements, [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) yg[i] = (dbuf[i] + dbuf[int64_t(half) + i]) + r[i];
-        });
-      } else if (rem_d) {
-        sum_halves(model, dbuf, half, yg);
+      // With the residual's halves still to be summed, R·X is added after the loop.
+      if (rem_d) {
+        sum_halves(model, dbuf, size_t(groups[g].rows * y.width), yg,
+                   rem_r ? nullptr : residual + groups[g].row0 * y.width);
       }
     }
     if (rem_r) sum_halves(model, residual, y.data.size(), residual);
-    if (!rem_d || rem_r) {
+    if (!rem_d || rem_r) {  // (else added with D's halves above)
       for_slices(model, int64_t(y.data.size()), kParallelElements, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) y.data[size_t(i)] += residual[i];
       });

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -62,9 +63,17 @@ struct GenerationStats {
 // prompt + n_predict within the model's context length. Errors say which, with the numbers.
 Status check_generation(const ModelConfig& config, size_t prompt_tokens, int32_t n_predict, int32_t prefill_chunk);
 
-// The checks on a given cache whose first `reuse` slots are kept: enough slots (`needed`), the
-// model's layers and kv width, 0 <= reuse < prompt_tokens.
-Status check_reuse(const ModelConfig& config, const KvCache& cache, int64_t needed, int64_t reuse, size_t prompt_tokens);
+// The cache a generation of `positions` positions decodes in, and how many of the prompt's first
+// tokens it already holds: `given` with its first `reuse` slots kept (checked: the model's layers
+// and kv width, at least `slots` slots, 0 <= reuse < prompt_tokens), or, when null, a fresh
+// cache of `slots` slots made in `own` for `positions` positions (its context: the LongRoPE
+// factor set plain decoding of that sequence picks) with nothing kept.
+struct GenerationCache {
+  KvCache* cache = nullptr;
+  int64_t reuse = 0;
+};
+Result<GenerationCache> generation_cache(const ModelConfig& config, KvCache* given, int64_t reuse, int64_t slots,
+                                         int64_t positions, size_t prompt_tokens, std::optional<KvCache>& own);
 
 // Runs `tokens` through the model at positions and cache slots start.. in batches of `chunk`
 // tokens (each sees every slot before it). With last_logits, returns the logits of the last

@@ -84,7 +84,7 @@ class Session {
                                  Sampler& sampler, const TokenCallback& on_token);
 
   // Tokens whose K/V the session holds from its last generation (0: none kept).
-  int64_t cached_tokens() const { return int64_t(cached_.size()); }
+  int64_t cached_tokens() const { return int64_t(kept_.tokens.size()); }
   // Drops the kept KV cache (its memory with it).
   void forget();
 
@@ -102,15 +102,14 @@ class Session {
 
  private:
   // Prompt tokens of the kept cache a generation of `prompt` needing `slots` slots (and
-  // `positions` positions) can start from; makes the cache (copying those) when it is missing
-  // or too small.
+  // `positions` positions) can start from; makes the cache (copying those) when it is missing,
+  // too small or made for another model shape.
   int64_t prepare_cache(std::span<const int32_t> prompt, int64_t slots, int64_t positions);
 
   const Model& model_;
   std::shared_ptr<const Variant> variant_;
   SessionOptions options_;
-  std::optional<KvCache> cache_;
-  std::vector<int32_t> cached_;  // the tokens of cache_'s first slots
+  Kept kept_;
 };
 
 }  // namespace bitsplit

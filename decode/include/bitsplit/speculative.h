@@ -92,6 +92,11 @@ struct SpeculativeResult {
 // nodes) — the draft's K/V during drafting (reusing the target's prefix), the target's
 // during verification — then moves the accepted path's target K/V down to the committed
 // positions; everything else is dropped.
+// The cache slots generate_speculative needs for a prompt of `prompt_tokens` tokens: the sequence
+// (prompt + n_predict) and the largest tree a check may grow (kMaxBudget under an online budget
+// or greedy lookup, else the budget) plus its root.
+int64_t speculative_cache_slots(const SpeculativeOptions& options, size_t prompt_tokens, bool greedy);
+
 Result<SpeculativeResult> generate_speculative(const Model& target, const Model& draft, std::span<const int32_t> prompt,
                                                const SpeculativeOptions& options, Sampler& sampler,
                                                const TokenCallback& on_token, KvCache* cache = nullptr);
