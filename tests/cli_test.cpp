@@ -336,13 +336,19 @@ TEST(Cli, ConvertWithADraftBudgetReportsTheMixAndRuns) {
   EXPECT_EQ(generated_text(spec.out, "And it came to pass"), plain_text);
 }
 
+// A ChatML template (the shape SmolLM2's and Qwen2.5's use) written into `dir`; its path.
+std::string write_chatml_template(bitsplit::testing::TempDir& dir) {
+  const std::string path = dir.file("chatml.jinja");
+  std::ofstream(path) << "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+  return path;
+}
+
 TEST(Cli, ChatKeepsHistoryResetsAndAnswersLikeRun) {
   const std::string base = BITSPLIT_SOURCE_DIR "/tests/models/bible-base.gguf";
   BITSPLIT_REQUIRE_FILE(base);
   bitsplit::testing::TempDir dir("cli-chat");
-  const std::string tmpl = dir.file("chatml.jinja");
-  std::ofstream(tmpl) << "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-                         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+  const std::string tmpl = write_chatml_template(dir);
   // Replies to the same question: fresh, after /reset (the same), and with history (the prompt
   // then holds the first exchange).
   std::ofstream(dir.file("in.txt")) << "In the beginning\n/reset\nIn the beginning\n/exit\nnever read\n";
@@ -365,9 +371,7 @@ TEST(Cli, ChatContinuesFromTheLastTurnsCache) {
   const std::string base = BITSPLIT_SOURCE_DIR "/tests/models/bible-base.gguf";
   BITSPLIT_REQUIRE_FILE(base);
   bitsplit::testing::TempDir dir("cli-chat-reuse");
-  const std::string tmpl = dir.file("chatml.jinja");
-  std::ofstream(tmpl) << "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-                         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+  const std::string tmpl = write_chatml_template(dir);
   std::ofstream(dir.file("in.txt")) << "In the beginning\nAnd the earth\n";
   const std::string cmd = "timeout -s KILL 300 " + std::string(BITSPLIT_CLI) + " chat -m " + base + " --chat-template " +
                           tmpl + " --temp 0 -n 12 --timings";

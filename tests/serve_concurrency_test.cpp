@@ -29,15 +29,22 @@ const std::string kModels = BITSPLIT_SOURCE_DIR "/tests/models";
 const tbb::global_control serial_tbb(tbb::global_control::max_allowed_parallelism, 1);
 #endif
 
+// bible-base converted to a bit-split file and bible-devil as its BitDelta variant, in `dir`:
+// {the converted base, the delta}.
+std::pair<std::string, std::string> base_and_devil(testing::TempDir& dir) {
+  auto base = open_weights(kModels + "/bible-base.gguf");
+  auto devil = open_weights(kModels + "/bible-devil.gguf");
+  BITSPLIT_CHECK(base.is_ok() && devil.is_ok());
+  const std::string converted = dir.file("base.bitsplit.gguf"), delta = dir.file("devil.delta.gguf");
+  BITSPLIT_CHECK(convert_model(**base, converted, {}, nullptr, nullptr).is_ok());
+  BITSPLIT_CHECK(make_delta(**base, **devil, delta, {}, nullptr).is_ok());
+  return {converted, delta};
+}
+
 TEST(ServeConcurrency, ManyClientsOnTheBaseAndAVariant) {
   if (!std::filesystem::exists(kModels + "/bible-base.gguf")) GTEST_SKIP() << "tests/models is missing";
   testing::TempDir dir("serve-concurrency");
-  auto base = open_weights(kModels + "/bible-base.gguf");
-  auto devil = open_weights(kModels + "/bible-devil.gguf");
-  ASSERT_TRUE(base.is_ok() && devil.is_ok());
-  const std::string converted = dir.file("base.bitsplit.gguf"), delta = dir.file("devil.delta.gguf");
-  ASSERT_TRUE(convert_model(**base, converted, {}, nullptr, nullptr).is_ok());
-  ASSERT_TRUE(make_delta(**base, **devil, delta, {}, nullptr).is_ok());
+  const auto [converted, delta] = base_and_devil(dir);
   auto loaded = open_model(converted);
   ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
   VariantRegistry variants(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX});
@@ -139,12 +146,7 @@ TEST(ServeConcurrency, ManyClientsOnTheBaseAndAVariant) {
 TEST(ServeConcurrency, KeptCachesServeTheNextRequest) {
   if (!std::filesystem::exists(kModels + "/bible-base.gguf")) GTEST_SKIP() << "tests/models is missing";
   testing::TempDir dir("serve-prompt-cache");
-  auto base = open_weights(kModels + "/bible-base.gguf");
-  auto devil = open_weights(kModels + "/bible-devil.gguf");
-  ASSERT_TRUE(base.is_ok() && devil.is_ok());
-  const std::string converted = dir.file("base.bitsplit.gguf"), delta = dir.file("devil.delta.gguf");
-  ASSERT_TRUE(convert_model(**base, converted, {}, nullptr, nullptr).is_ok());
-  ASSERT_TRUE(make_delta(**base, **devil, delta, {}, nullptr).is_ok());
+  const auto [converted, delta] = base_and_devil(dir);
   auto loaded = open_model(converted);
   ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
   VariantRegistry variants(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX});
