@@ -43,6 +43,39 @@ void transpose_signs(const SignPlaneView& s, int64_t o0, int valid, int64_t dwor
   }
 }
 
+// 2-bit codes for a few activation rows: chunk c sits at bits 2t (t = c / kV) of its vector, and
+// instead of shifting it down (chunk()), the vector is only masked, so its bytes are 4^t times
+// the codes. Each t has its own accumulator (which also gives the few rows independent vpdpbusd
+// chains), and the four exact int32 sums are brought back to scale with arithmetic shifts before
+// they are added: the reference's Sq, with one vector operation fewer per chunk (from t = 1 on).
+// Bounds: |4^t · partial| <= 32 · 192 · 127 < 2^20 for groups up to 128. With more rows the
+// accumulators would not fit the registers, and the shift is a smaller share of the work.
+template <int kBits, int NR>
+inline constexpr bool kShiftFree = kBits == 2 && NR <= 4;
+
+template <int NR, int kGroup>
+inline void sums_2bit_unshifted(const uint8_t* block, const int32_t* q, __m512i* sums) {
+  constexpr int kV = kGroup / 16;
+  __m512i part[4][NR];
+  for (auto& t : part)
+    for (auto& v : t) v = _mm512_setzero_si512();
+#pragma GCC unroll 8
+  for (int v = 0; v < kV; ++v) {
+    const __m512i codes = _mm512_load_si512(block + 64 * v);
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; ++t) {
+      const __m512i w = _mm512_and_si512(codes, _mm512_set1_epi8(char(3 << (2 * t))));
+      const int c = t * kV + v;
+      for (int r = 0; r < NR; ++r) part[t][r] = _mm512_dpbusd_epi32(part[t][r], w, _mm512_set1_epi32(q[c * NR + r]));
+    }
+  }
+  for (int r = 0; r < NR; ++r) {
+    const __m512i lo = _mm512_add_epi32(part[0][r], _mm512_srai_epi32(part[1][r], 2));
+    const __m512i hi = _mm512_add_epi32(_mm512_srai_epi32(part[2][r], 4), _mm512_srai_epi32(part[3][r], 6));
+    sums[r] = _mm512_add_epi32(lo, hi);
+  }
+}
+
 // One tile (output rows o0 .. o0 + valid) for the NR activation rows of a row chunk.
 template <int NR, int kBits, int kGroup, bool kDelta>
 void tile_rows(const PackedPlane& p, int64_t t, const RowChunk& rc, int valid, int64_t r0, float* y,
@@ -69,21 +102,29 @@ void tile_rows(const PackedPlane& p, int64_t t, const RowChunk& rc, int valid, i
     const int32_t* sum = rc.sum + k * NR;
     const float* scale = rc.scale + k * NR;
     const int32_t* q = rc.q + k * kChunks * NR;
-    __m512i acc[kSplit][NR];
-    for (int r = 0; r < NR; ++r) {
-      acc[0][r] = kDraft ? _mm512_setzero_si512() : _mm512_set1_epi32(-half * sum[r]);
-      for (int s = 1; s < kSplit; ++s) acc[s][r] = _mm512_setzero_si512();
-    }
+    __m512i sums[NR];
+    if constexpr (kShiftFree<kBits, NR>) {
+      sums_2bit_unshifted<NR, kGroup>(block, q, sums);
+    } else {
+      __m512i acc[kSplit][NR];
+      for (int r = 0; r < NR; ++r) {
+        acc[0][r] = kDraft ? _mm512_setzero_si512() : _mm512_set1_epi32(-half * sum[r]);
+        for (int s = 1; s < kSplit; ++s) acc[s][r] = _mm512_setzero_si512();
+      }
 #pragma GCC unroll 32
-    for (int c = 0; c < kChunks; ++c) {
-      const __m512i w = chunk<kBits, kGroup>(block, c);
-      for (int r = 0; r < NR; ++r)
-        acc[c % kSplit][r] = _mm512_dpbusd_epi32(acc[c % kSplit][r], w, _mm512_set1_epi32(q[c * NR + r]));
+      for (int c = 0; c < kChunks; ++c) {
+        const __m512i w = chunk<kBits, kGroup>(block, c);
+        for (int r = 0; r < NR; ++r)
+          acc[c % kSplit][r] = _mm512_dpbusd_epi32(acc[c % kSplit][r], w, _mm512_set1_epi32(q[c * NR + r]));
+      }
+      for (int r = 0; r < NR; ++r) {
+        sums[r] = acc[0][r];
+        for (int s = 1; s < kSplit; ++s) sums[r] = _mm512_add_epi32(sums[r], acc[s][r]);
+      }
     }
     const __m512 tv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc + k * kLanes)));
     for (int r = 0; r < NR; ++r) {
-      __m512i a = acc[0][r];
-      for (int s = 1; s < kSplit; ++s) a = _mm512_add_epi32(a, acc[s][r]);
+      const __m512i a = sums[r];
       if constexpr (kDraft) {
         const __m512 mv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(of + k * kLanes)));
         const __m512 msx = _mm512_mul_ps(mv, _mm512_set1_ps(float(sum[r])));
