@@ -72,11 +72,14 @@ Result<SessionResult> Session::generate(std::span<const int32_t> prompt, int32_t
   if (!reuse) forget();
   const int64_t positions = int64_t(prompt.size()) + n_predict;
   // The tokens of the sequence, for the next generation's prefix: the first `valid` are kept.
-  std::vector<int32_t> sequence(prompt.begin(), prompt.end());
-  const TokenCallback keep = [&](int32_t token) {
+  // Without reuse the caller's callback is passed on as it is.
+  std::vector<int32_t> sequence;
+  if (reuse) sequence.assign(prompt.begin(), prompt.end());
+  const TokenCallback recording = [&](int32_t token) {
     sequence.push_back(token);
     return on_token(token);
   };
+  const TokenCallback& keep = reuse ? recording : on_token;
   auto keep_tokens = [&](int64_t valid) {
     if (!reuse) return;
     sequence.resize(std::min(sequence.size(), size_t(valid)));

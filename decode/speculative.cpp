@@ -189,10 +189,6 @@ struct Decoder {
   }
 };
 
-}  // namespace
-
-namespace {
-
 // Whether context lookup runs: greedy decoding only (sampling: see SpeculativeOptions).
 bool lookup_runs(const SpeculativeOptions& options, bool greedy) { return options.lookup.max_tokens > 0 && greedy; }
 
