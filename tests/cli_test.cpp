@@ -373,10 +373,13 @@ TEST(Cli, ChatContinuesFromTheLastTurnsCache) {
   bitsplit::testing::TempDir dir("cli-chat-reuse");
   const std::string tmpl = write_chatml_template(dir);
   std::ofstream(dir.file("in.txt")) << "In the beginning\nAnd the earth\n";
-  const std::string cmd = "timeout -s KILL 300 " + std::string(BITSPLIT_CLI) + " chat -m " + base + " --chat-template " +
-                          tmpl + " --temp 0 -n 12 --timings";
-  const auto kept = bitsplit::testing::run_shell(cmd + " < " + dir.file("in.txt") + " 2>" + dir.file("kept.err"));
-  const auto rerun = bitsplit::testing::run_shell(cmd + " --no-reuse < " + dir.file("in.txt") + " 2>" + dir.file("rerun.err"));
+  const std::string args = "chat -m " + base + " --chat-template " + tmpl + " --temp 0 -n 12 --timings";
+  // stdout (the replies) compared, stderr (the timings) read from a file.
+  auto chat = [&](const std::string& more, const std::string& err) {
+    return bitsplit::testing::run_shell(bitsplit::testing::cli_command(args + more + " < " + dir.file("in.txt")) + " 2>" +
+                                        dir.file(err));
+  };
+  const auto kept = chat("", "kept.err"), rerun = chat(" --no-reuse", "rerun.err");
   ASSERT_EQ(kept.code, 0) << kept.out;
   ASSERT_EQ(rerun.code, 0) << rerun.out;
   EXPECT_EQ(kept.out, rerun.out);

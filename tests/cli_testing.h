@@ -34,11 +34,16 @@ inline CliOutput run_shell(const std::string& cmd) {
   return o;
 }
 
-// `bitsplit ARGS` through the shell (ARGS are shell words), killed after `seconds` (a hang
-// is then code 124 from timeout(1)); `out` holds stdout and stderr, or stdout alone.
+// The shell command for `bitsplit ARGS` (ARGS are shell words) killed after `seconds` (a hang
+// is then code 124 from timeout(1)), with no redirection of its own: for a caller that sends
+// stderr elsewhere.
+inline std::string cli_command(const std::string& args, int seconds = 300) {
+  return "timeout -s KILL " + std::to_string(seconds) + " " + std::string(BITSPLIT_CLI) + " " + args;
+}
+
+// cli_command run through the shell; `out` holds stdout and stderr, or stdout alone.
 inline CliOutput run_cli(const std::string& args, int seconds = 300, bool with_stderr = true) {
-  return run_shell("timeout -s KILL " + std::to_string(seconds) + " " + std::string(BITSPLIT_CLI) + " " + args +
-                   (with_stderr ? " 2>&1" : " 2>/dev/null"));
+  return run_shell(cli_command(args, seconds) + (with_stderr ? " 2>&1" : " 2>/dev/null"));
 }
 
 // A whole file as text ("" when it cannot be read).

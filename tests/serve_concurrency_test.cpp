@@ -31,7 +31,7 @@ const tbb::global_control serial_tbb(tbb::global_control::max_allowed_parallelis
 
 // bible-base converted to a bit-split file and bible-devil as its BitDelta variant, in `dir`:
 // {the converted base, the delta}.
-std::pair<std::string, std::string> base_and_devil(testing::TempDir& dir) {
+std::pair<std::string, std::string> convert_base_and_devil(testing::TempDir& dir) {
   auto base = open_weights(kModels + "/bible-base.gguf");
   auto devil = open_weights(kModels + "/bible-devil.gguf");
   BITSPLIT_CHECK(base.is_ok() && devil.is_ok());
@@ -41,26 +41,62 @@ std::pair<std::string, std::string> base_and_devil(testing::TempDir& dir) {
   return {converted, delta};
 }
 
+LoadedModel open_or_die(const std::string& path) {
+  auto loaded = open_model(path);
+  BITSPLIT_CHECK(loaded.is_ok(), loaded.status().message());
+  return std::move(*loaded);
+}
+
+// The converted bible-base loaded, with bible-devil registered as its variant "devil", in a
+// temporary folder named after `tag` (the caller skips when tests/models is missing).
+struct BaseAndDevil {
+  explicit BaseAndDevil(const std::string& tag)
+      : dir(tag), files(convert_base_and_devil(dir)), loaded(open_or_die(files.first)),
+        variants(loaded.model, *loaded.source, {.budget_bytes = UINT64_MAX}) {
+    BITSPLIT_CHECK(variants.add("devil", files.second).is_ok());
+  }
+  testing::TempDir dir;
+  std::pair<std::string, std::string> files;  // the converted base, the delta
+  LoadedModel loaded;
+  VariantRegistry variants;
+};
+
+// A server (options.port 0: an ephemeral port) for `b`'s model and variants, serving HTTP on its
+// own thread; stopped and joined when it goes out of scope, also when an assertion returns early.
+class RunningServer {
+ public:
+  RunningServer(const serve::ServerOptions& options, BaseAndDevil& b) : server_(options) {
+    const Status bound = server_.bind();
+    EXPECT_TRUE(bound.is_ok()) << bound.message();
+    http_ = std::thread([this] { (void)server_.serve(); });
+    server_.attach(b.loaded, b.variants, std::nullopt);
+  }
+  ~RunningServer() {
+    server_.stop();
+    http_.join();
+  }
+  RunningServer(const RunningServer&) = delete;
+  RunningServer& operator=(const RunningServer&) = delete;
+  serve::Server& server() { return server_; }
+
+ private:
+  serve::Server server_;
+  std::thread http_;
+};
+
 TEST(ServeConcurrency, ManyClientsOnTheBaseAndAVariant) {
   if (!std::filesystem::exists(kModels + "/bible-base.gguf")) GTEST_SKIP() << "tests/models is missing";
-  testing::TempDir dir("serve-concurrency");
-  const auto [converted, delta] = base_and_devil(dir);
-  auto loaded = open_model(converted);
-  ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
-  VariantRegistry variants(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX});
-  ASSERT_TRUE(variants.add("devil", delta).is_ok());
-  ASSERT_TRUE(variants.add("unused", delta).is_ok());  // registered, never requested: not resident
-  ASSERT_TRUE(variants.add("lora", kModels + "/bible-devil-lora.gguf").is_ok());  // a LoRA adapter beside the delta
+  BaseAndDevil b("serve-concurrency");
+  ASSERT_TRUE(b.variants.add("unused", b.files.second).is_ok());  // registered, never requested: not resident
+  ASSERT_TRUE(b.variants.add("lora", kModels + "/bible-devil-lora.gguf").is_ok());  // a LoRA adapter beside the delta
 
   serve::ServerOptions options;
   options.port = 0;
   options.parallel = 3;
   options.queue = 64;
   options.model_name = "base";
-  serve::Server server(options);
-  ASSERT_TRUE(server.bind().is_ok());
-  std::thread http([&] { (void)server.serve(); });
-  server.attach(*loaded, variants, std::nullopt);
+  RunningServer running(options, b);
+  serve::Server& server = running.server();
 
   const std::vector<std::string> prompts = {"And God said", "In the beginning", "The LORD is my"};
   std::mutex mu;
@@ -135,8 +171,6 @@ TEST(ServeConcurrency, ManyClientsOnTheBaseAndAVariant) {
   }
   EXPECT_NE(metrics.find("vllm:num_requests_running{model_name=\"base\"} 0"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("vllm:num_requests_waiting{model_name=\"base\"} 0"), std::string::npos) << metrics;
-  server.stop();
-  http.join();
 }
 
 // A finished request's KV cache is kept for the next one (--prompt-cache): a request whose prompt
@@ -145,12 +179,7 @@ TEST(ServeConcurrency, ManyClientsOnTheBaseAndAVariant) {
 // variant never takes the base's cache.
 TEST(ServeConcurrency, KeptCachesServeTheNextRequest) {
   if (!std::filesystem::exists(kModels + "/bible-base.gguf")) GTEST_SKIP() << "tests/models is missing";
-  testing::TempDir dir("serve-prompt-cache");
-  const auto [converted, delta] = base_and_devil(dir);
-  auto loaded = open_model(converted);
-  ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
-  VariantRegistry variants(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX});
-  ASSERT_TRUE(variants.add("devil", delta).is_ok());
+  BaseAndDevil b("serve-prompt-cache");
   // Text and cached tokens of each request, on a server with the pool (`kept` caches) or without.
   auto ask = [&](int kept, const std::vector<std::pair<std::string, std::string>>& requests) {
     serve::ServerOptions options;
@@ -158,10 +187,8 @@ TEST(ServeConcurrency, KeptCachesServeTheNextRequest) {
     options.parallel = 2;
     options.prompt_cache = kept;
     options.model_name = "base";
-    serve::Server server(options);
-    EXPECT_TRUE(server.bind().is_ok());
-    std::thread http([&] { (void)server.serve(); });
-    server.attach(*loaded, variants, std::nullopt);
+    RunningServer running(options, b);
+    serve::Server& server = running.server();
     httplib::Client client("127.0.0.1", server.port());
     client.set_read_timeout(120, 0);
     std::vector<std::pair<std::string, int64_t>> out;
@@ -182,8 +209,6 @@ TEST(ServeConcurrency, KeptCachesServeTheNextRequest) {
     const bool found = metrics.find("vllm:prefix_cache_hits_total{model_name=\"base\"} 0\n") == std::string::npos;
     EXPECT_EQ(found, kept > 0) << metrics;
     EXPECT_EQ(metrics.find("vllm:prefix_cache_queries_total{model_name=\"base\"} 0\n") == std::string::npos, kept > 0);
-    server.stop();
-    http.join();
     return out;
   };
   const std::vector<std::pair<std::string, std::string>> requests = {
