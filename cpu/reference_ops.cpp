@@ -4,6 +4,7 @@
 #include <tbb/parallel_for.h>
 
 #include <cmath>
+#include <vector>
 
 #include "bitsplit/cpu.h"
 #include "bitsplit/status.h"
@@ -77,19 +78,34 @@ void softmax_f32(float* x, int64_t n) {
   softmax_with(x, n, [](float v) { return std::exp(v); });
 }
 
-void rope_f32(float* head, int64_t n_rot, RopeOrder order, float pos, float base, float freq_scale,
-              std::span<const float> freq_factors, float mscale) {
-  const int64_t half = n_rot / 2;
-  for (int64_t i = 0; i < half; ++i) {
+void rope_table(int64_t n_rot, float pos, float base, float freq_scale, std::span<const float> freq_factors,
+                float mscale, float* cs) {
+  for (int64_t i = 0; i < n_rot / 2; ++i) {
     float theta = pos * freq_scale * std::pow(base, -2.0f * float(i) / float(n_rot));
     if (!freq_factors.empty()) theta /= freq_factors[i];
-    const float c = std::cos(theta) * mscale, s = std::sin(theta) * mscale;
+    cs[2 * i] = std::cos(theta) * mscale;
+    cs[2 * i + 1] = std::sin(theta) * mscale;
+  }
+}
+
+void rope_apply(float* head, int64_t n_rot, RopeOrder order, const float* cs) {
+  const int64_t half = n_rot / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const float c = cs[2 * i], s = cs[2 * i + 1];
     const int64_t a = order == RopeOrder::kNormal ? 2 * i : i;
     const int64_t b = order == RopeOrder::kNormal ? 2 * i + 1 : i + half;
     const float x0 = head[a], x1 = head[b];
     head[a] = x0 * c - x1 * s;
     head[b] = x0 * s + x1 * c;
   }
+}
+
+void rope_f32(float* head, int64_t n_rot, RopeOrder order, float pos, float base, float freq_scale,
+              std::span<const float> freq_factors, float mscale) {
+  thread_local std::vector<float> cs;
+  cs.resize(size_t(n_rot));
+  rope_table(n_rot, pos, base, freq_scale, freq_factors, mscale, cs.data());
+  rope_apply(head, n_rot, order, cs.data());
 }
 
 }  // namespace bitsplit::cpu

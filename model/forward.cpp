@@ -507,19 +507,22 @@ Result<std::vector<std::vector<float>>> run_pass(const Model& model, std::vector
       const std::vector<float>& k_norm = pick_layer(s.variant, l, "attn_k_norm", ".weight", w.k_norm);
       const std::vector<float>& factors = model.rope_freq_factors(s.cache->context());
       for_slices(model, batch.size(), kParallelRows, [&](int64_t rb, int64_t re) {
+        // The position's rotation, once for all its heads (rope_f32's values).
+        std::vector<float> rotation(size_t(c.n_rot));
         for (int64_t i = rb; i < re; ++i) {
           const float pos = float(batch.positions[size_t(i)]);
+          cpu::rope_table(c.n_rot, pos, rope_base, rope_scale, factors, c.rope_attn_factor, rotation.data());
           float* qr = q.row(s.row0 + i);
           float* kr = k.row(s.row0 + i);
           for (int64_t hd = 0; hd < c.n_heads; ++hd) {
             float* qh = qr + hd * c.head_dim;
             if (c.has_qk_norm) cpu::rms_norm_f32(qh, q_norm.data(), c.head_dim, c.rms_eps, qh);
-            cpu::rope_f32(qh, c.n_rot, c.rope_order, pos, rope_base, rope_scale, factors, c.rope_attn_factor);
+            cpu::rope_apply(qh, c.n_rot, c.rope_order, rotation.data());
           }
           for (int64_t hd = 0; hd < c.n_kv_heads; ++hd) {
             float* kh = kr + hd * c.head_dim;
             if (c.has_qk_norm) cpu::rms_norm_f32(kh, k_norm.data(), c.head_dim, c.rms_eps, kh);
-            cpu::rope_f32(kh, c.n_rot, c.rope_order, pos, rope_base, rope_scale, factors, c.rope_attn_factor);
+            cpu::rope_apply(kh, c.n_rot, c.rope_order, rotation.data());
           }
           std::copy(kr, kr + c.kv_dim(), s.cache->k(l, batch.slots[size_t(i)]));
           const float* vr = v.row(s.row0 + i);

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <span>
+#include <vector>
 
 #include "bitsplit/cpu.h"
 
@@ -136,6 +138,46 @@ TEST(CpuActivations, SiluMulEqualsTheReferenceBitForBit) {
     EXPECT_NEAR(double(silu(x)), want, 4e-7 * std::fabs(want)) << "x " << x;
   }
   if (!isa_supported(Isa::kAvx2)) GTEST_SKIP() << "no AVX2 here: only the dispatching (scalar) path was compared";
+}
+
+// The rotation table (computed once per position for all its heads in model/forward.cpp) applied
+// to a head equals the documented rotation written out here in the same float steps, for both
+// pair orders, with LongRoPE's per-pair factors and attention factor and without them; a slip
+// between cos and sin, or between a pair's two positions, changes the bits.
+TEST(Rope, TableAppliedToEachHeadIsTheDocumentedRotation) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  constexpr int64_t kHeadDim = 64, kRot = 48;  // a partial rotation: the last 16 dims stay
+  std::vector<float> factors(kRot / 2);
+  for (size_t i = 0; i < factors.size(); ++i) factors[i] = 1.0f + 0.37f * float(i);
+  for (RopeOrder order : {RopeOrder::kNormal, RopeOrder::kNeox}) {
+    for (bool longrope : {false, true}) {
+      const std::span<const float> f = longrope ? std::span<const float>(factors) : std::span<const float>();
+      const float pos = 1234.0f, base = 10000.0f, freq_scale = 0.5f, mscale = longrope ? 1.19f : 1.0f;
+      std::vector<float> cs(kRot);
+      rope_table(kRot, pos, base, freq_scale, f, mscale, cs.data());
+      for (int head = 0; head < 3; ++head) {
+        std::vector<float> x(kHeadDim);
+        for (float& v : x) v = normal(rng);
+        std::vector<float> want = x, table = x, whole = x;
+        for (int64_t i = 0; i < kRot / 2; ++i) {
+          float theta = pos * freq_scale * std::pow(base, -2.0f * float(i) / float(kRot));
+          if (longrope) theta /= factors[size_t(i)];
+          const float c = std::cos(theta) * mscale, s = std::sin(theta) * mscale;
+          const int64_t a = order == RopeOrder::kNormal ? 2 * i : i;
+          const int64_t b = order == RopeOrder::kNormal ? 2 * i + 1 : i + kRot / 2;
+          const float x0 = x[size_t(a)] * c, x1s = x[size_t(b)] * s, x0s = x[size_t(a)] * s, x1c = x[size_t(b)] * c;
+          want[size_t(a)] = x0 - x1s;
+          want[size_t(b)] = x0s + x1c;
+        }
+        rope_apply(table.data(), kRot, order, cs.data());
+        rope_f32(whole.data(), kRot, order, pos, base, freq_scale, f, mscale);
+        EXPECT_EQ(0, std::memcmp(want.data(), table.data(), sizeof(float) * kHeadDim))
+            << "order " << int(order) << " longrope " << longrope << " head " << head;
+        EXPECT_EQ(0, std::memcmp(want.data(), whole.data(), sizeof(float) * kHeadDim));
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -93,6 +93,14 @@ enum class RopeOrder {
 void rope_f32(float* head, int64_t n_rot, RopeOrder order, float pos, float base, float freq_scale,
               std::span<const float> freq_factors, float mscale = 1.0f);
 
+// rope_f32 in two steps, for the heads of one position: the cos and sin of every pair, computed
+// once (the same expressions, so the same values), then applied to each head. rope_f32(head, ...)
+// equals rope_table(...) followed by rope_apply(head, ...) bit for bit. cs: n_rot floats (cos of
+// pair i at 2i, sin at 2i + 1).
+void rope_table(int64_t n_rot, float pos, float base, float freq_scale, std::span<const float> freq_factors,
+                float mscale, float* cs);
+void rope_apply(float* head, int64_t n_rot, RopeOrder order, const float* cs);
+
 }  // namespace bitsplit::cpu
 
 // ==== bit-split plane kernels =====================================================================
