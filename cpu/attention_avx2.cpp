@@ -83,6 +83,8 @@ void sum_rows_in_order(int rows, const float* const* x, int64_t j0, int64_t j1, 
   }
 }
 
+}  // namespace
+
 // softmax_attention_ref on each row of a block (n slots each): the max (order-free), the
 // exponentials and the scaling eight at a time, the sum in double in slot order per row, with the
 // rows' sums interleaved eight at a time. A row's masked tail (its last slots, all -inf: a prompt
@@ -126,8 +128,6 @@ void softmax_rows_avx2(int nq, float* const* x, int64_t n) {
     for (; i < len[r]; ++i) row[i] *= inv;
   }
 }
-
-}  // namespace
 
 float dot_f32_avx2(const float* a, const float* b, int64_t n) { return dot8(a, b, n); }
 

@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "attention_tiers.h"
 #include "bitsplit/cpu.h"
+#include "bitsplit/status.h"
 
 namespace bitsplit::cpu {
 namespace {
@@ -39,12 +41,112 @@ constexpr WeightedSumTile kTiles[9] = {nullptr,
                               weighted_sum_tile<7>,
                               weighted_sum_tile<8>};
 
+// 256 bits of memory in both halves of a 512-bit register (vbroadcastf64x4: a load, no shuffle).
+inline __m512 both_halves(const float* p) {
+  return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(p))));
+}
+
+// Eight dot products for each of two query rows a and b at once, q · k_{t} for the keys
+// k + t * stride (t < 8), head_dim % 8 == 0: lanes 0..7 of the result are row a's, 8..15 row b's.
+// Each half is the AVX2 tier's dot8_x8 (attention_avx2.cpp) for its row, the same operations on
+// the same values: lane l of key t accumulates q[i+l]·k[i+l] (a multiply, then an add) over the
+// chunks i in order, then the 8 x 8 transpose (within each half) and the sum
+// ((0+4)+(1+5))+((2+6)+(3+7)). Each key chunk is loaded into both halves, so one multiply and one
+// add serve both rows: half the vector operations of two dot8_x8 calls.
+__m512 dot8_x8_pair(const float* qa, const float* qb, const float* k, int64_t stride, int64_t head_dim) {
+  __m512 acc[8];
+  for (auto& a : acc) a = _mm512_setzero_ps();
+  for (int64_t i = 0; i < head_dim; i += 8) {
+    const __m512 qc = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_loadu_ps(qa + i))),
+                                                          _mm256_castps_pd(_mm256_loadu_ps(qb + i)), 1));
+    for (int t = 0; t < 8; ++t) acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(qc, both_halves(k + t * stride + i)));
+  }
+  // The AVX2 transpose in each half: unpack and shuffle act within 128-bit lanes already; the
+  // 128-bit lane exchange of permute2f128 is a two-source permute of whole 128-bit lanes.
+  const __m512 t0 = _mm512_unpacklo_ps(acc[0], acc[1]), t1 = _mm512_unpackhi_ps(acc[0], acc[1]);
+  const __m512 t2 = _mm512_unpacklo_ps(acc[2], acc[3]), t3 = _mm512_unpackhi_ps(acc[2], acc[3]);
+  const __m512 t4 = _mm512_unpacklo_ps(acc[4], acc[5]), t5 = _mm512_unpackhi_ps(acc[4], acc[5]);
+  const __m512 t6 = _mm512_unpacklo_ps(acc[6], acc[7]), t7 = _mm512_unpackhi_ps(acc[6], acc[7]);
+  const __m512 u0 = _mm512_shuffle_ps(t0, t2, 0x44), u1 = _mm512_shuffle_ps(t0, t2, 0xEE);
+  const __m512 u2 = _mm512_shuffle_ps(t1, t3, 0x44), u3 = _mm512_shuffle_ps(t1, t3, 0xEE);
+  const __m512 u4 = _mm512_shuffle_ps(t4, t6, 0x44), u5 = _mm512_shuffle_ps(t4, t6, 0xEE);
+  const __m512 u6 = _mm512_shuffle_ps(t5, t7, 0x44), u7 = _mm512_shuffle_ps(t5, t7, 0xEE);
+  // Per half: lo = (x.lo128, y.lo128) (permute2f128 0x20), hi = (x.hi128, y.hi128) (0x31).
+  const __m512i lo = _mm512_set_epi32(27, 26, 25, 24, 11, 10, 9, 8, 19, 18, 17, 16, 3, 2, 1, 0);
+  const __m512i hi = _mm512_set_epi32(31, 30, 29, 28, 15, 14, 13, 12, 23, 22, 21, 20, 7, 6, 5, 4);
+  const __m512 r0 = _mm512_permutex2var_ps(u0, lo, u4), r4 = _mm512_permutex2var_ps(u0, hi, u4);
+  const __m512 r1 = _mm512_permutex2var_ps(u1, lo, u5), r5 = _mm512_permutex2var_ps(u1, hi, u5);
+  const __m512 r2 = _mm512_permutex2var_ps(u2, lo, u6), r6 = _mm512_permutex2var_ps(u2, hi, u6);
+  const __m512 r3 = _mm512_permutex2var_ps(u3, lo, u7), r7 = _mm512_permutex2var_ps(u3, hi, u7);
+  return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(r0, r4), _mm512_add_ps(r1, r5)),
+                       _mm512_add_ps(_mm512_add_ps(r2, r6), _mm512_add_ps(r3, r7)));
+}
+
+// One row's scores for keys j .. j + 7 from its eight dot products (raw, not yet scaled), as the
+// AVX2 tier finishes them: times scale, then -inf where the row does not see the slot, else the
+// soft cap if there is one.
+inline void finish_scores8(__m256 dots, const uint8_t* vis, float scale, float softcap, float* sc) {
+  _mm256_storeu_ps(sc, _mm256_mul_ps(dots, _mm256_set1_ps(scale)));
+  for (int t = 0; t < 8; ++t) {
+    if (!vis[t]) {
+      sc[t] = -INFINITY;
+    } else if (softcap > 0.0f) {
+      sc[t] = cpu::softcap(sc[t], softcap);
+    }
+  }
+}
+
+// attention_scores_avx2 with the block's rows taken two at a time (dot8_x8_pair); an odd last row
+// is paired with itself. Same scores bit for bit, then the same softmax.
+void attention_scores_avx512(int nq, const float* const* q, const uint8_t* const* visible, const float* k,
+                             int64_t stride, int64_t head_dim, int64_t kv_len, float scale, float softcap,
+                             float* const* scores) {
+  if (head_dim % 8 != 0) return attention_scores_avx2(nq, q, visible, k, stride, head_dim, kv_len, scale, softcap, scores);
+  BITSPLIT_CHECK(nq >= 1 && nq <= kAttentionBlock);
+  for (int64_t j0 = 0; j0 < kv_len; j0 += kAttentionTile) {
+    const int64_t j1 = std::min(kv_len, j0 + kAttentionTile);
+    for (int r = 0; r < nq; r += 2) {
+      const int rb = std::min(r + 1, nq - 1);  // the pair's second row (r itself when r is last)
+      const uint8_t *va = visible[r], *vb = visible[rb];
+      float *sa = scores[r], *sb = scores[rb];
+      int64_t j = j0;
+      for (; j + 8 <= j1; j += 8) {
+        uint64_t seen_a, seen_b;
+        std::memcpy(&seen_a, va + j, 8);
+        std::memcpy(&seen_b, vb + j, 8);
+        if ((seen_a | seen_b) == 0) {
+          for (int t = 0; t < 8; ++t) sa[j + t] = sb[j + t] = -INFINITY;
+          continue;
+        }
+        const __m512 dots = dot8_x8_pair(q[r], q[rb], k + j * stride, stride, head_dim);
+        finish_scores8(_mm512_castps512_ps256(dots), va + j, scale, softcap, sa + j);
+        if (rb != r) finish_scores8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(dots), 1)), vb + j, scale,
+                                    softcap, sb + j);
+      }
+      const int rows[2] = {r, rb};
+      for (int n = 0; n < (rb == r ? 1 : 2); ++n) {  // the slots past the last whole 8
+        const int row = rows[n];
+        for (int64_t i = j; i < j1; ++i) {
+          if (!visible[row][i]) {
+            scores[row][i] = -INFINITY;
+            continue;
+          }
+          float s = dot_f32(q[row], k + i * stride, head_dim) * scale;
+          if (softcap > 0.0f) s = cpu::softcap(s, softcap);
+          scores[row][i] = s;
+        }
+      }
+    }
+  }
+  softmax_rows_avx2(nq, scores, kv_len);
+}
+
 }  // namespace
 
 void attention_block_avx512(int nq, const float* const* q, const uint8_t* const* visible, const float* k,
                             const float* v, int64_t stride, int64_t head_dim, int64_t kv_len, float scale,
                             float softcap, float* const* scores, float* const* out) {
-  attention_scores_avx2(nq, q, visible, k, stride, head_dim, kv_len, scale, softcap, scores);
+  attention_scores_avx512(nq, q, visible, k, stride, head_dim, kv_len, scale, softcap, scores);
   weighted_sum_rows(nq, scores, visible, v, stride, head_dim, kv_len, 16, kTiles, out);
 }
 

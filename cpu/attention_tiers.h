@@ -20,6 +20,10 @@ inline constexpr int64_t kAttentionTile = 32;
 void attention_scores_avx2(int nq, const float* const* q, const uint8_t* const* visible, const float* k, int64_t stride,
                            int64_t head_dim, int64_t kv_len, float scale, float softcap, float* const* scores);
 
+// softmax_attention_ref on each of a block's nq rows of n scores, in place (the AVX2 tier's; the
+// AVX-512 tier's scores end with it too).
+void softmax_rows_avx2(int nq, float* const* x, int64_t n);
+
 // A tier's weighted-sum tile: out[0 .. C * lanes) = fma(p_j, v_j[d], out) over the visible slots j
 // in [j0, j1), in slot order; tiles[C] for C = 1..8.
 using WeightedSumTile = void (*)(const float* scores, const uint8_t* visible, const float* v, int64_t stride,
