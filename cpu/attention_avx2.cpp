@@ -182,7 +182,6 @@ void attention_scores_avx2(int nq, const float* const* q, const uint8_t* const* 
       float* sc = scores[r];
       int64_t j = j0;
       if (head_dim % 8 == 0) {
-        const __m256 scale8 = _mm256_set1_ps(scale);
         for (; j + 8 <= j1; j += 8) {
           uint64_t seen;
           std::memcpy(&seen, vis + j, 8);
@@ -190,25 +189,10 @@ void attention_scores_avx2(int nq, const float* const* q, const uint8_t* const* 
             for (int t = 0; t < 8; ++t) sc[j + t] = -INFINITY;
             continue;
           }
-          _mm256_storeu_ps(sc + j, _mm256_mul_ps(dot8_x8(q[r], k + j * stride, stride, head_dim), scale8));
-          for (int t = 0; t < 8; ++t) {
-            if (!vis[j + t]) {
-              sc[j + t] = -INFINITY;
-            } else if (softcap > 0.0f) {
-              sc[j + t] = cpu::softcap(sc[j + t], softcap);
-            }
-          }
+          finish_scores8(dot8_x8(q[r], k + j * stride, stride, head_dim), vis + j, scale, softcap, sc + j);
         }
       }
-      for (; j < j1; ++j) {
-        if (!vis[j]) {
-          sc[j] = -INFINITY;
-          continue;
-        }
-        float s = dot8(q[r], k + j * stride, head_dim) * scale;
-        if (softcap > 0.0f) s = cpu::softcap(s, softcap);
-        sc[j] = s;
-      }
+      scores_one_by_one(q[r], vis, k, stride, head_dim, j, j1, scale, softcap, sc);
     }
   }
   softmax_rows_avx2(nq, scores, kv_len);

@@ -82,20 +82,6 @@ __m512 dot8_x8_pair(const float* qa, const float* qb, const float* k, int64_t st
                        _mm512_add_ps(_mm512_add_ps(r2, r6), _mm512_add_ps(r3, r7)));
 }
 
-// One row's scores for keys j .. j + 7 from its eight dot products (raw, not yet scaled), as the
-// AVX2 tier finishes them: times scale, then -inf where the row does not see the slot, else the
-// soft cap if there is one.
-inline void finish_scores8(__m256 dots, const uint8_t* vis, float scale, float softcap, float* sc) {
-  _mm256_storeu_ps(sc, _mm256_mul_ps(dots, _mm256_set1_ps(scale)));
-  for (int t = 0; t < 8; ++t) {
-    if (!vis[t]) {
-      sc[t] = -INFINITY;
-    } else if (softcap > 0.0f) {
-      sc[t] = cpu::softcap(sc[t], softcap);
-    }
-  }
-}
-
 // attention_scores_avx2 with the block's rows taken two at a time (dot8_x8_pair); an odd last row
 // is paired with itself. Same scores bit for bit, then the same softmax.
 void attention_scores_avx512(int nq, const float* const* q, const uint8_t* const* visible, const float* k,
@@ -123,19 +109,8 @@ void attention_scores_avx512(int nq, const float* const* q, const uint8_t* const
         if (rb != r) finish_scores8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(dots), 1)), vb + j, scale,
                                     softcap, sb + j);
       }
-      const int rows[2] = {r, rb};
-      for (int n = 0; n < (rb == r ? 1 : 2); ++n) {  // the slots past the last whole 8
-        const int row = rows[n];
-        for (int64_t i = j; i < j1; ++i) {
-          if (!visible[row][i]) {
-            scores[row][i] = -INFINITY;
-            continue;
-          }
-          float s = dot_f32(q[row], k + i * stride, head_dim) * scale;
-          if (softcap > 0.0f) s = cpu::softcap(s, softcap);
-          scores[row][i] = s;
-        }
-      }
+      scores_one_by_one(q[r], va, k, stride, head_dim, j, j1, scale, softcap, sa);
+      if (rb != r) scores_one_by_one(q[rb], vb, k, stride, head_dim, j, j1, scale, softcap, sb);
     }
   }
   softmax_rows_avx2(nq, scores, kv_len);

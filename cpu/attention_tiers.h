@@ -1,10 +1,14 @@
-// What the attention tiers share (attention_avx2.cpp, attention_avx512.cpp): the scores and
-// softmax of a block, and the slot tile both walk the cache in.
+// What the attention tiers share (attention_avx2.cpp, attention_avx512.cpp): the slot tile both
+// walk the cache in, how a row's scores are finished, and the softmax and weighted sum of a block.
 #pragma once
+
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+
+#include "bitsplit/cpu.h"
 
 namespace bitsplit::cpu {
 
@@ -32,6 +36,34 @@ using WeightedSumTile = void (*)(const float* scores, const uint8_t* visible, co
 // Unnamed on purpose (as plane_kernels.h): each tier's file, built with its own -m flags, gets
 // its own copy, so the linker never hands one tier the other's instructions.
 namespace {
+// A row's scores for slots j .. j + 7 from its eight dot products (attention_row_ref's): times
+// scale, then -inf where the row does not see the slot, else the soft cap if there is one.
+inline void finish_scores8(__m256 dots, const uint8_t* vis, float scale, float softcap, float* sc) {
+  _mm256_storeu_ps(sc, _mm256_mul_ps(dots, _mm256_set1_ps(scale)));
+  for (int t = 0; t < 8; ++t) {
+    if (!vis[t]) {
+      sc[t] = -INFINITY;
+    } else if (softcap > 0.0f) {
+      sc[t] = cpu::softcap(sc[t], softcap);
+    }
+  }
+}
+
+// A row's scores for slots [j, j1) one at a time (the slots past the tiers' whole eights, or
+// every slot of a head size the eight-key kernels do not take), as attention_row_ref.
+inline void scores_one_by_one(const float* q, const uint8_t* vis, const float* k, int64_t stride, int64_t head_dim,
+                              int64_t j, int64_t j1, float scale, float softcap, float* sc) {
+  for (; j < j1; ++j) {
+    if (!vis[j]) {
+      sc[j] = -INFINITY;
+      continue;
+    }
+    float s = dot_f32(q, k + j * stride, head_dim) * scale;
+    if (softcap > 0.0f) s = cpu::softcap(s, softcap);
+    sc[j] = s;
+  }
+}
+
 // out[r] = sum over the visible slots of p_j v_j (attention_row_ref's fma per term, slot order),
 // tile by tile of kAttentionTile slots for every row of the block: d in chunks of up to 8 * lanes
 // through the tier's tiles, the last head_dim % lanes values scalar (the same fma per value).
