@@ -1,5 +1,5 @@
 // The attention block of a prompt (cpu::attention_block) on one thread: 16 (row, head) pairs of
-// one kv head over kv_len cached slots, as model/forward.cpp runs it in prefill — the rows are
+// one kv head over kv_len cached slots, as engine/model/forward.cpp runs it in prefill — the rows are
 // consecutive positions (`group` heads each) at the end of the cache, so each sees all but its
 // later neighbours' slots. Keys and values are rows `kv_heads * head_dim` floats apart, the
 // cache's layout. Reports the multiply-adds of Q·K and P·V per second (FLOP = 2 per MAC).

@@ -140,7 +140,7 @@ TEST(CpuActivations, SiluMulEqualsTheReferenceBitForBit) {
   if (!isa_supported(Isa::kAvx2)) GTEST_SKIP() << "no AVX2 here: only the dispatching (scalar) path was compared";
 }
 
-// The rotation table (computed once per position for all its heads in model/forward.cpp) applied
+// The rotation table (computed once per position for all its heads in engine/model/forward.cpp) applied
 // to a head equals the documented rotation written out here in the same float steps, for both
 // pair orders, with LongRoPE's per-pair factors and attention factor and without them; a slip
 // between cos and sin, or between a pair's two positions, changes the bits.

@@ -35,7 +35,7 @@ inline std::vector<Batch> prompt_then_tree_level(const std::vector<int32_t>& pro
 }
 
 // The whole draft of `m` (with a variant) on m's backend device, as speculative decoding asks
-// for it (decode/draft_source.cpp), for a sequence of `slots` positions (a KvCache of that size).
+// for it (engine/decode/draft_source.cpp), for a sequence of `slots` positions (a KvCache of that size).
 inline Result<std::shared_ptr<DeviceDraft>> device_draft_of(const Model& m, int64_t slots, const Variant* variant = nullptr) {
   return m.backend().make_device_draft([&] { return describe_device_draft(m, variant, slots); }, slots,
                                        variant ? nullptr : &m);

@@ -13,7 +13,7 @@
 #include "bitsplit/model.h"
 #include "bitsplit/planes.h"
 #include "bitsplit/sampling.h"
-#include "bitsplit/speculation.h"
+#include "bitsplit/spec.h"
 #include "fuzz/harnesses.h"
 #include "fuzz/seeds.h"
 #include "test_paths.h"
@@ -166,8 +166,8 @@ TEST(FuzzFindings, RepetitionPenaltyThatOverflowsLogitsIsRejected) {
 // with top_k near 2^30 passes validate(), and DraftPolicy::level_sizes multiplied the frontier by
 // it in int32 (signed overflow; a wrapped product of 0 gave empty levels). Now in 64 bits.
 TEST(FuzzFindings, TreeLevelSizesWithAHugeTopK) {
-  speculation::DraftPolicy p;
-  p.shape = speculation::DraftShape::kTree;
+  spec::DraftPolicy p;
+  p.shape = spec::DraftShape::kTree;
   p.budget = 16;
   p.max_depth = 8;
   p.top_k = 1 << 30;

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "../text/tokenizer_pretok.h"
+#include "../engine/text/tokenizer_pretok.h"
 #include "bitsplit/gguf.h"
 #include "bitsplit/weights.h"
 

@@ -1,4 +1,4 @@
-// The draft fitted with error feedback (backend/gptq.cpp): what it buys on correlated inputs, that
+// The draft fitted with error feedback (engine/backend/gptq.cpp): what it buys on correlated inputs, that
 // it changes nothing where inputs are uncorrelated, where it is not used, and its errors.
 #include <gtest/gtest.h>
 

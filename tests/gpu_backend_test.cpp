@@ -286,12 +286,12 @@ TEST(GpuDeviceDraft, SpeculativeIsLosslessAndOnlyActivationsMove) {
   REQUIRE_GPU();
   BITSPLIT_REQUIRE_FILE(testing::source_dir() + "/tests/models/bible-base.gguf");
   auto s = device_draft_setup();
-  for (auto shape : {speculation::DraftShape::kChain, speculation::DraftShape::kTree}) {
+  for (auto shape : {spec::DraftShape::kChain, spec::DraftShape::kTree}) {
     SpeculativeOptions o;
     o.n_predict = 64;
     o.policy.shape = shape;
-    o.policy.budget = shape == speculation::DraftShape::kChain ? 4 : 16;
-    o.policy.max_depth = shape == speculation::DraftShape::kChain ? 4 : 6;
+    o.policy.budget = shape == spec::DraftShape::kChain ? 4 : 16;
+    o.policy.max_depth = shape == spec::DraftShape::kChain ? 4 : 6;
     const auto tier_before = s->gpu_model->backend().transfers();
     auto r = expect_gpu_greedy_equals_cpu(*s, o);
     ASSERT_TRUE(r.has_value());
@@ -319,7 +319,7 @@ TEST(GpuDeviceDraft, MixtureOfExpertsRunsOnTheDeviceLosslessly) {
   testing::expect_device_draft_matches_cpu(*s->cpu_model, **dev, s->prompt, slots, 2e-3f);
   SpeculativeOptions o;
   o.n_predict = 48;
-  o.policy.shape = speculation::DraftShape::kTree;
+  o.policy.shape = spec::DraftShape::kTree;
   o.policy.budget = 8;
   o.policy.max_depth = 4;
   EXPECT_TRUE(expect_gpu_greedy_equals_cpu(*s, o).has_value());

@@ -200,7 +200,7 @@ using testing::plain_greedy;
 
 // Greedy speculative decoding of m (and the variant) by itself with a fixed setting.
 Result<SpeculativeResult> spec_greedy(const Model& m, const std::vector<int32_t>& prompt, int n,
-                                      speculation::DraftShape shape, int budget, int depth, const Variant* variant,
+                                      spec::DraftShape shape, int budget, int depth, const Variant* variant,
                                       std::vector<int32_t>* out) {
   SpeculativeOptions o;
   o.n_predict = n;
@@ -283,14 +283,14 @@ TEST(EmulatedDraftPass, SpeculativeDecodingThroughTheDeviceDraftIsLossless) {
   const Model& m = *f->model;
   const int n = 24;
   const std::vector<int32_t> plain = plain_greedy(m, f->prompt, n);
-  for (auto shape : {speculation::DraftShape::kChain, speculation::DraftShape::kTree}) {
-    const bool chain = shape == speculation::DraftShape::kChain;
+  for (auto shape : {spec::DraftShape::kChain, spec::DraftShape::kTree}) {
+    const bool chain = shape == spec::DraftShape::kChain;
     const int depth = chain ? 4 : 3;
     std::vector<int32_t> out;
     auto r = spec_greedy(m, f->prompt, n, shape, chain ? 4 : 8, depth, nullptr, &out);
     ASSERT_TRUE(r.is_ok()) << r.status().message();
     EXPECT_EQ(r->draft_pass, "device (emulated)");
-    EXPECT_EQ(out, plain) << (shape == speculation::DraftShape::kChain ? "chain" : "tree");
+    EXPECT_EQ(out, plain) << (shape == spec::DraftShape::kChain ? "chain" : "tree");
     EXPECT_GT(r->acceptance.accepted, 0) << "the device draft should agree with the target sometimes";
     // Each committed slot's K/V went to the device once: the prompt's prefix, then per check
     // the root and the accepted tokens.
@@ -320,7 +320,7 @@ void expect_device_pass_equals_cpu_and_decodes_losslessly(const Model& m, const 
   testing::expect_device_draft_matches_cpu(m, **dev, prompt, slots, 0.0f);
   const std::vector<int32_t> plain = plain_greedy(m, prompt, 24);
   std::vector<int32_t> spec_out;
-  auto r = spec_greedy(m, prompt, 24, speculation::DraftShape::kTree, 8, 3, nullptr, &spec_out);
+  auto r = spec_greedy(m, prompt, 24, spec::DraftShape::kTree, 8, 3, nullptr, &spec_out);
   ASSERT_TRUE(r.is_ok()) << r.status().message();
   EXPECT_EQ(r->draft_pass, "device (emulated)");
   EXPECT_EQ(spec_out, plain);
@@ -405,7 +405,7 @@ TEST(EmulatedDraftPass, LongRopeDraftMatchesTheCpuForEitherFactors) {
     const int64_t needed = int64_t(f->prompt.size()) + n;
     const std::vector<int32_t> plain = plain_greedy(m, f->prompt, n);
     std::vector<int32_t> spec_out;
-    auto r = spec_greedy(m, f->prompt, n, speculation::DraftShape::kTree, 8, 3, nullptr, &spec_out);
+    auto r = spec_greedy(m, f->prompt, n, spec::DraftShape::kTree, 8, 3, nullptr, &spec_out);
     ASSERT_TRUE(r.is_ok()) << r.status().message();
     EXPECT_EQ(r->draft_pass, "device (emulated)");
     EXPECT_EQ(spec_out, plain);
@@ -467,7 +467,7 @@ TEST(EmulatedDraftPass, VariantDraftMatchesTheCpuAndDecodesLosslessly) {
 
   const std::vector<int32_t> plain = plain_greedy(m, f->prompt, 24, v.get());
   std::vector<int32_t> spec_out;
-  auto r = spec_greedy(m, f->prompt, 24, speculation::DraftShape::kChain, 4, 4, v.get(), &spec_out);
+  auto r = spec_greedy(m, f->prompt, 24, spec::DraftShape::kChain, 4, 4, v.get(), &spec_out);
   ASSERT_TRUE(r.is_ok()) << r.status().message();
   EXPECT_EQ(r->draft_pass, "device (emulated)");
   EXPECT_EQ(spec_out, plain);
@@ -532,7 +532,7 @@ TEST(EmulatedDraftPass, LoraDraftMatchesTheCpuAndDecodesLosslessly) {
     if (v != trained->get()) continue;  // the emulated decode is slow: once is enough
     const std::vector<int32_t> plain = plain_greedy(m, f->prompt, 16, v);
     std::vector<int32_t> spec_out;
-    auto r = spec_greedy(m, f->prompt, 16, speculation::DraftShape::kChain, 4, 4, v, &spec_out);
+    auto r = spec_greedy(m, f->prompt, 16, spec::DraftShape::kChain, 4, 4, v, &spec_out);
     ASSERT_TRUE(r.is_ok()) << r.status().message();
     EXPECT_EQ(r->draft_pass, "device (emulated)");
     EXPECT_EQ(spec_out, plain);

@@ -245,14 +245,14 @@ TEST(Lora, OnTheBitSplitBaseBatchInvariantAndSpeculativeIsLossless) {
     const auto plain_out = testing::plain_greedy(*split, prompt, 96, v.get());
     const auto base_out = testing::plain_greedy(*split, prompt, 96);
     EXPECT_NE(plain_out, base_out) << "the adapter should write something else than the base";
-    for (auto shape : {speculation::DraftShape::kChain, speculation::DraftShape::kTree}) {
+    for (auto shape : {spec::DraftShape::kChain, spec::DraftShape::kTree}) {
       for (int budget : {1, 4, 16}) {
         for (bool base_draft : {false, true}) {
           SpeculativeOptions o;
           o.n_predict = 96;
           o.policy.shape = shape;
           o.policy.budget = budget;
-          o.policy.max_depth = shape == speculation::DraftShape::kChain ? budget : 8;
+          o.policy.max_depth = shape == spec::DraftShape::kChain ? budget : 8;
           o.variant = v.get();
           o.base_draft = base_draft;
           std::vector<int32_t> out;

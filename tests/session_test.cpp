@@ -106,7 +106,7 @@ TEST(Session, AutoShapeAndLookupGiveTheSameGreedyText) {
   for (bool auto_shape : {false, true}) {
     for (int lookup : {0, 8}) {
       SessionOptions o{.auto_shape = auto_shape};
-      o.policy.shape = speculation::DraftShape::kChain;
+      o.policy.shape = spec::DraftShape::kChain;
       o.lookup.max_tokens = lookup;
       Session spec(c.model, nullptr, o);
       SessionResult sr;
@@ -253,9 +253,9 @@ TEST(Session, BadOptionsAreErrors) {
   auto none = [](int32_t) { return true; };
   EXPECT_FALSE(Session(c.model, nullptr, {.base_draft = true}).validate().is_ok()) << "a base draft without a variant";
   EXPECT_FALSE(Session(c.model, nullptr, {.budget = 0}).validate().is_ok());
-  EXPECT_FALSE(Session(c.model, nullptr, {.budget = speculation::kMaxBudget + 1}).validate().is_ok());
+  EXPECT_FALSE(Session(c.model, nullptr, {.budget = spec::kMaxBudget + 1}).validate().is_ok());
   SessionOptions bad_lookup;
-  bad_lookup.lookup.max_tokens = speculation::kMaxBudget + 1;
+  bad_lookup.lookup.max_tokens = spec::kMaxBudget + 1;
   EXPECT_FALSE(Session(c.model, nullptr, bad_lookup).validate().is_ok());
   bad_lookup.lookup = {4, 3, 0};
   EXPECT_FALSE(Session(c.model, nullptr, bad_lookup).validate().is_ok()) << "n-grams of 0 tokens";

@@ -1,4 +1,4 @@
-// speculation/: token trees, proposals, greedy verification (duplicate children included),
+// spec/: token trees, proposals, greedy verification (duplicate children included),
 // context lookup, the budget controller on synthetic checks, and the statistical proof that
 // sampling verification leaves the target distribution unchanged (and that the test can tell
 // when it does not).
@@ -9,9 +9,9 @@
 #include <random>
 #include <set>
 
-#include "bitsplit/speculation.h"
+#include "bitsplit/spec.h"
 
-namespace bitsplit::speculation {
+namespace bitsplit::spec {
 namespace {
 
 TEST(TokenTree, PathsAncestorsAndChildren) {
@@ -667,4 +667,4 @@ TEST(AcceptanceStats, Histogram) {
 }
 
 }  // namespace
-}  // namespace bitsplit::speculation
+}  // namespace bitsplit::spec

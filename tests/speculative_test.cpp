@@ -45,7 +45,7 @@ Pair converted(const WeightSource& source, int residual_bits = 8, bool planes = 
 using testing::plain_greedy;
 
 std::vector<int32_t> spec_greedy_with(const Pair& p, const std::vector<int32_t>& prompt, int n, SpeculativeOptions o,
-                                      speculation::AcceptanceStats* stats = nullptr, SpeculativeResult* result = nullptr) {
+                                      spec::AcceptanceStats* stats = nullptr, SpeculativeResult* result = nullptr) {
   o.n_predict = n;
   std::vector<int32_t> out;
   auto r = testing::speculative_greedy(p.target, p.draft, prompt, o, &out);
@@ -55,12 +55,12 @@ std::vector<int32_t> spec_greedy_with(const Pair& p, const std::vector<int32_t>&
   return out;
 }
 
-std::vector<int32_t> spec_greedy(const Pair& p, const std::vector<int32_t>& prompt, int n, speculation::DraftShape shape,
-                                 int budget, speculation::AcceptanceStats* stats = nullptr) {
+std::vector<int32_t> spec_greedy(const Pair& p, const std::vector<int32_t>& prompt, int n, spec::DraftShape shape,
+                                 int budget, spec::AcceptanceStats* stats = nullptr) {
   SpeculativeOptions o;
   o.policy.shape = shape;
   o.policy.budget = budget;
-  o.policy.max_depth = shape == speculation::DraftShape::kChain ? budget : 8;
+  o.policy.max_depth = shape == spec::DraftShape::kChain ? budget : 8;
   return spec_greedy_with(p, prompt, n, o, stats);
 }
 
@@ -70,15 +70,15 @@ void expect_lossless_auto_and_lookup(const Pair& p, const std::vector<std::vecto
   struct Mode {
     const char* name;
     bool auto_budget, auto_shape;
-    speculation::DraftShape shape;
+    spec::DraftShape shape;
     int budget, lookup;
   };
   const Mode modes[] = {
-      {"auto", true, true, speculation::DraftShape::kTree, 16, 0},
-      {"auto+lookup", true, true, speculation::DraftShape::kTree, 16, 8},
-      {"auto chain+lookup 3", true, false, speculation::DraftShape::kChain, 4, 3},
-      {"tree-16+lookup", false, false, speculation::DraftShape::kTree, 16, 8},
-      {"chain-2+lookup", false, false, speculation::DraftShape::kChain, 2, 8},
+      {"auto", true, true, spec::DraftShape::kTree, 16, 0},
+      {"auto+lookup", true, true, spec::DraftShape::kTree, 16, 8},
+      {"auto chain+lookup 3", true, false, spec::DraftShape::kChain, 4, 3},
+      {"tree-16+lookup", false, false, spec::DraftShape::kTree, 16, 8},
+      {"chain-2+lookup", false, false, spec::DraftShape::kChain, 2, 8},
   };
   for (size_t i = 0; i < prompts.size(); ++i) {
     const auto plain = plain_greedy(p.target, prompts[i], n);
@@ -113,11 +113,11 @@ void expect_lossless(const Pair& p, const std::vector<std::vector<int32_t>>& pro
                      const std::vector<int>& budgets = {1, 4, 16, 32}) {
   for (size_t i = 0; i < prompts.size(); ++i) {
     const auto plain = plain_greedy(p.target, prompts[i], n);
-    for (auto shape : {speculation::DraftShape::kChain, speculation::DraftShape::kTree}) {
+    for (auto shape : {spec::DraftShape::kChain, spec::DraftShape::kTree}) {
       for (int budget : budgets) {
-        speculation::AcceptanceStats stats;
+        spec::AcceptanceStats stats;
         const auto fast = spec_greedy(p, prompts[i], n, shape, budget, &stats);
-        ASSERT_EQ(fast, plain) << "prompt " << i << (shape == speculation::DraftShape::kChain ? " chain" : " tree")
+        ASSERT_EQ(fast, plain) << "prompt " << i << (shape == spec::DraftShape::kChain ? " chain" : " tree")
                                << " budget " << budget;
         ASSERT_GT(stats.checks, 0);
       }
@@ -255,7 +255,7 @@ TEST(Speculative, ReportedLogitsAreThePlainPassLogits) {
   }
   ASSERT_EQ(plain_tokens.size(), 60u);
   for (size_t i = 0; i < plain_rows.size(); ++i) EXPECT_EQ(argmax(plain_rows[i]), plain_tokens[i]);
-  for (auto shape : {speculation::DraftShape::kChain, speculation::DraftShape::kTree}) {
+  for (auto shape : {spec::DraftShape::kChain, spec::DraftShape::kTree}) {
     SpeculativeOptions o;
     o.n_predict = 60;
     o.policy.shape = shape;
@@ -338,12 +338,12 @@ TEST(Speculative, LookupIsAcceptedOnRepetitiveText) {
   text += "And God said,";
   const auto prompt = tok->encode(text);
   const auto plain = plain_greedy(p.target, prompt, 120);
-  for (auto shape : {speculation::DraftShape::kChain, speculation::DraftShape::kTree}) {
+  for (auto shape : {spec::DraftShape::kChain, spec::DraftShape::kTree}) {
     SpeculativeOptions o;
     o.policy.shape = shape;
-    o.policy.set_budget(shape == speculation::DraftShape::kChain ? 1 : 4);
+    o.policy.set_budget(shape == spec::DraftShape::kChain ? 1 : 4);
     o.lookup.max_tokens = 8;
-    speculation::AcceptanceStats stats;
+    spec::AcceptanceStats stats;
     EXPECT_EQ(spec_greedy_with(p, prompt, 120, o, &stats), plain);
     EXPECT_GT(stats.lookup_drafted, 0);
     EXPECT_GT(stats.lookup_accepted, 0) << "the lookup chain was never accepted";
@@ -389,8 +389,8 @@ TEST(Speculative, AcceptsMoreThanOneTokenPerCheckWhenDraftIsTheTarget) {
             {}};
   same.draft = same.target.transformed([](const std::string&, const std::vector<float>& w, int64_t, int64_t) { return w; },
                                        [](const std::string&, const std::vector<float>& w, int64_t, int64_t) { return w; });
-  speculation::AcceptanceStats stats;
-  const auto out = spec_greedy(same, {1, 5, 9}, 30, speculation::DraftShape::kChain, 4, &stats);
+  spec::AcceptanceStats stats;
+  const auto out = spec_greedy(same, {1, 5, 9}, 30, spec::DraftShape::kChain, 4, &stats);
   EXPECT_EQ(out, plain_greedy(same.target, {1, 5, 9}, 30));
   // Every check but the last (cut short by n_predict) accepts its whole chain of 4.
   EXPECT_GE(stats.accepted, 4 * (stats.checks - 1));
@@ -469,7 +469,7 @@ TEST(Speculative, SamplingFollowsTargetDistributionUnderTheOnlineController) {
   o.auto_shape = true;
   o.policy.top_k = 2;
   o.policy.width = 2;
-  speculation::ControllerOptions schedule;
+  spec::ControllerOptions schedule;
   schedule.warmup = 1;      // the least it takes
   schedule.probe_every = 2;
   o.controller_schedule = schedule;
@@ -492,7 +492,7 @@ TEST(Speculative, CommittedKvEqualsPlainPass) {
   const Pair p = converted(*source);
   const std::vector<int32_t> prompt = {1, 5, 9, 2};
   for (int mode = 0; mode < 4; ++mode) {
-    const auto shape = mode % 2 ? speculation::DraftShape::kTree : speculation::DraftShape::kChain;
+    const auto shape = mode % 2 ? spec::DraftShape::kTree : spec::DraftShape::kChain;
     SamplingParams sp;
     sp.temperature = 0;
     Sampler s(sp);
@@ -582,7 +582,7 @@ TEST(Speculative, RejectsBadOptions) {
   EXPECT_NE(r.status().message().find("context length"), std::string::npos);
   // A zero prefill chunk with a multi-token prompt was an endless prefill loop; now an error.
   o.n_predict = 4;
-  o.lookup.max_tokens = speculation::kMaxBudget + 1;
+  o.lookup.max_tokens = spec::kMaxBudget + 1;
   r = generate_speculative(p.target, p.draft, std::vector<int32_t>{1}, o, s, [](int32_t) { return true; });
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("lookup"), std::string::npos) << r.status().message();

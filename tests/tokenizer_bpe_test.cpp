@@ -5,8 +5,8 @@
 #include <chrono>
 #include <random>
 
-#include "../text/tokenizer_bpe.h"
-#include "../text/tokenizer_pretok.h"
+#include "../engine/text/tokenizer_bpe.h"
+#include "../engine/text/tokenizer_pretok.h"
 #include "bitsplit/gguf.h"
 #include "bitsplit/tokenizer.h"
 #include "gguf_testing.h"

@@ -78,13 +78,13 @@ std::vector<float> logits(const Model& m, const std::vector<int32_t>& tokens, Pa
 
 // Greedy speculative decoding of the variant on the split base; fills the acceptance stats.
 std::vector<int32_t> spec_greedy(const Setup& s, const Variant* v, const std::vector<int32_t>& prompt, int n,
-                                 speculation::DraftShape shape, int budget, bool base_draft,
-                                 speculation::AcceptanceStats* stats = nullptr) {
+                                 spec::DraftShape shape, int budget, bool base_draft,
+                                 spec::AcceptanceStats* stats = nullptr) {
   SpeculativeOptions o;
   o.n_predict = n;
   o.policy.shape = shape;
   o.policy.budget = budget;
-  o.policy.max_depth = shape == speculation::DraftShape::kChain ? budget : 8;
+  o.policy.max_depth = shape == spec::DraftShape::kChain ? budget : 8;
   o.variant = v;
   o.base_draft = base_draft;
   std::vector<int32_t> out;
@@ -173,7 +173,7 @@ TEST(Variant, SpeculativeGreedyEqualsPlainGreedyOfTheVariant) {
     Sampler base_sampler(sp);
     ASSERT_TRUE(generate(*s->split, prompt, g, base_sampler, [&](int32_t t) { base_out.push_back(t); return true; }).is_ok());
     EXPECT_NE(plain, base_out) << "the variant should write something else than the base";
-    for (auto shape : {speculation::DraftShape::kChain, speculation::DraftShape::kTree}) {
+    for (auto shape : {spec::DraftShape::kChain, spec::DraftShape::kTree}) {
       for (int budget : {1, 4, 16}) {
         for (bool base_draft : {false, true}) {
           ASSERT_EQ(spec_greedy(*s, v.get(), prompt, 160, shape, budget, base_draft), plain)
@@ -192,8 +192,8 @@ TEST(Variant, VariantAwareDraftAcceptsMoreThanTheBaseDraft) {
   for (const std::string text : {"The devil said unto", "And it came to pass", "Hell is", "The LORD"}) {
     const auto prompt = encode(*s, text);
     for (int base_draft = 0; base_draft < 2; ++base_draft) {
-      speculation::AcceptanceStats stats;
-      spec_greedy(*s, v.get(), prompt, 120, speculation::DraftShape::kChain, 4, base_draft == 1, &stats);
+      spec::AcceptanceStats stats;
+      spec_greedy(*s, v.get(), prompt, 120, spec::DraftShape::kChain, 4, base_draft == 1, &stats);
       per_check[base_draft] += stats.tokens_per_check();
     }
   }

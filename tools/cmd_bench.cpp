@@ -60,7 +60,7 @@ enum class SettingKind { kPlain, kFixed, kAuto };
 struct Setting {
   std::string name;
   SettingKind kind = SettingKind::kFixed;
-  speculation::DraftPolicy policy;
+  spec::DraftPolicy policy;
   int lookup = 0;  // context-lookup tokens per check (greedy only)
 };
 
@@ -76,7 +76,7 @@ bool ends_with(const std::string& s, const std::string& tail) {
 
 Setting chain_setting(int k) {
   Setting s{"chain-" + std::to_string(k), SettingKind::kFixed, {}};
-  s.policy.shape = speculation::DraftShape::kChain;
+  s.policy.shape = spec::DraftShape::kChain;
   s.policy.budget = k;
   s.policy.max_depth = k;
   return s;
@@ -108,9 +108,9 @@ Result<Setting> parse_setting(const std::string& text) {
     const bool whole = !digits.empty() && digits.size() <= 3 &&
                        std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
     const int n = whole ? std::stoi(digits) : 0;
-    if (n < 1 || n > speculation::kMaxBudget) {
+    if (n < 1 || n > spec::kMaxBudget) {
       return Status::error("'" + text + "': the budget after '" + prefix + "' must be a whole number 1.." +
-                           std::to_string(speculation::kMaxBudget));
+                           std::to_string(spec::kMaxBudget));
     }
     return prefix == "chain-" ? chain_setting(n) : tree_setting(n);
   }
@@ -122,7 +122,7 @@ Result<Setting> parse_setting(const std::string& text) {
 
 // One (setting, model, category) cell, or a setting and model over all categories.
 struct Cell {
-  speculation::AcceptanceStats acc;  // speculative rows
+  spec::AcceptanceStats acc;  // speculative rows
   int64_t tokens = 0, prompts = 0;
   double seconds = 0;
   void add(const Cell& o) {
@@ -431,7 +431,7 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   // Given with no values, --chains / --budgets have one empty result (no default string to fill
   // in): no rows of that kind.
   const CLI::Validator budget_or_nothing(
-      [](std::string& s) { return s.empty() ? std::string() : whole_in(1, speculation::kMaxBudget)(s); }, "INT");
+      [](std::string& s) { return s.empty() ? std::string() : whole_in(1, spec::kMaxBudget)(s); }, "INT");
   auto* chains = cmd->add_option("--chains", a->chains, "Chain lengths to try (default 1 2 4 8; given with no values: none)")
                      ->check(budget_or_nothing)->expected(0, CLI::detail::expected_max_vector_size);
   auto* budgets = cmd->add_option("--budgets", a->budgets, "Tree budgets to try (default 4 8 16 32; given with no values: none)")
@@ -450,7 +450,7 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--lookup", a->lookup,
                   "Context lookup in every speculative row (instead of +lookup's 8): up to N tokens that followed an earlier occurrence of the text's "
                   "last tokens (greedy only; 0 = off)")
-      ->capture_default_str()->check(whole_in(0, speculation::kMaxBudget));
+      ->capture_default_str()->check(whole_in(0, spec::kMaxBudget));
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Generate all -n tokens of ChatML prompts (do not stop at <|im_end|>)");
   auto* json = cmd->add_flag("--json", a->json,
                 "Print JSON instead of tables: a row per setting, model and category (\"results\"), and \"summary\": "

@@ -50,7 +50,7 @@ struct RunOptions {
   bool host_draft = false;
 };
 
-void print_acceptance(const speculation::AcceptanceStats& a) {
+void print_acceptance(const spec::AcceptanceStats& a) {
   std::fprintf(stderr, "speculative: %lld checks, %.2f accepted drafted tokens per check (%.2f tokens per check), "
                "%lld drafted nodes\n", (long long)a.checks, a.accepted_per_check(), a.tokens_per_check(),
                (long long)a.drafted);
@@ -81,7 +81,7 @@ int check_memory_before_loading(const std::string& path, size_t prompt_bytes, in
   if (!source) return report_error(source.status().message());
   auto config = read_model_config(**source);
   if (!config) return report_error(config.status().message());
-  const int64_t slots = int64_t(prompt_bytes) + 2 + n_predict + speculation::kMaxBudget + 1;
+  const int64_t slots = int64_t(prompt_bytes) + 2 + n_predict + spec::kMaxBudget + 1;
   auto plan = plan_memory(**source, *config, {.n_slots = slots});
   if (!plan) return report_error(plan.status().message());
   auto machine = system_memory();
@@ -148,11 +148,11 @@ int run(const RunOptions& o) {
 
   SessionOptions so;
   so.speculative = !o.no_spec;
-  so.policy.shape = o.draft_shape == "chain" ? speculation::DraftShape::kChain : speculation::DraftShape::kTree;
+  so.policy.shape = o.draft_shape == "chain" ? spec::DraftShape::kChain : spec::DraftShape::kTree;
   so.policy.max_depth = o.depth;
   so.policy.top_k = o.top_k;
   so.policy.width = o.top_k;
-  auto budget = speculation::parse_budget(o.budget);
+  auto budget = spec::parse_budget(o.budget);
   if (!budget) return report_error("--budget: " + budget.status().message());
   so.budget = *budget;
   so.auto_shape = !o.draft_shape_given;
@@ -185,7 +185,7 @@ int run(const RunOptions& o) {
   Result<SessionResult> generated = session.generate(prompt_ids, o.n_predict, eos, sampler, on_token);
   Result<GenerationStats> stats = Status::error("not run");
   std::string budget_note;
-  std::optional<speculation::AcceptanceStats> acceptance;
+  std::optional<spec::AcceptanceStats> acceptance;
   std::string draft_note;
   if (!generated) {
     stats = generated.status();
@@ -268,12 +268,12 @@ void add_run_command(CLI::App& app, int* exit_code) {
   auto* no_spec = cmd->add_flag("--no-spec", o->no_spec, "Decode the target D + R plainly (the reference for speculative decoding)");
   cmd->add_flag("--draft-only", o->draft_only, "Run the 2-bit draft model D alone")->excludes(no_spec);
   cmd->add_option("--budget", o->budget,
-                  "Drafted nodes per check, 1.." + std::to_string(speculation::kMaxBudget) +
+                  "Drafted nodes per check, 1.." + std::to_string(spec::kMaxBudget) +
                       ", or auto: plain decoding or a chain or tree budget, chosen online for the most tokens/s "
                       "(fix it for reproducible sampled output)")
       ->capture_default_str()
       ->check([](const std::string& v) -> std::string {
-        auto b = speculation::parse_budget(v);
+        auto b = spec::parse_budget(v);
         return b ? "" : b.status().message();
       });
   auto* draft = cmd->add_option("--draft", o->draft_shape,
@@ -284,10 +284,10 @@ void add_run_command(CLI::App& app, int* exit_code) {
                   "Context lookup, greedy decoding: also propose up to N tokens that followed an earlier occurrence "
                   "of the text's last 3, 2 or 1 tokens, verified in the same pass (0 = off; default " +
                       std::to_string(kDefaultLookup) + " with --budget auto, off with a fixed --budget)")
-      ->check(whole_in(0, speculation::kMaxBudget));
-  cmd->add_option("--depth", o->depth, "Maximum tree depth")->capture_default_str()->check(whole_in(1, speculation::kMaxBudget));
+      ->check(whole_in(0, spec::kMaxBudget));
+  cmd->add_option("--depth", o->depth, "Maximum tree depth")->capture_default_str()->check(whole_in(1, spec::kMaxBudget));
   cmd->add_option("--tree-top-k", o->top_k, "Children considered per node and nodes kept per level")
-      ->capture_default_str()->check(whole_in(1, speculation::kMaxBudget));
+      ->capture_default_str()->check(whole_in(1, spec::kMaxBudget));
   cmd->add_option("--vram-budget", o->vram_budget,
                   "Bytes of VRAM for the draft planes (e.g. 6G; default: free memory minus max(1 GiB, 10%)). "
                   "Planes go to the GPU layer by layer while they fit; the rest are drafted on the CPU")

@@ -1,4 +1,4 @@
-// `bitsplit serve`: the OpenAI-compatible HTTP server (serve/include/bitsplit/server.h).
+// `bitsplit serve`: the OpenAI-compatible HTTP server (engine/serve/include/bitsplit/server.h).
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -75,7 +75,7 @@ int check_serve_memory(const ServeArgs& a, int* prompt_cache) {
   const bool asked = a.prompt_cache >= 0;
   for (int kept = asked ? a.prompt_cache : a.parallel;; --kept) {
     auto plan = plan_memory(**source, *config,
-                            {.n_slots = ctx + speculation::kMaxBudget + 1, .sequences = a.parallel + kept});
+                            {.n_slots = ctx + spec::kMaxBudget + 1, .sequences = a.parallel + kept});
     if (!plan) return report_error(plan.status().message());
     const Status st = check_memory(*plan, *machine);
     if (st || asked || kept == 0) {
@@ -108,7 +108,7 @@ int serve(const ServeArgs& a) {
   if (!body || *body == 0) return report_error("--max-body: " + (body ? std::string("must be positive") : body.status().message()));
   so.max_body_bytes = size_t(*body);
   so.session.speculative = !a.no_spec;
-  auto budget = speculation::parse_budget(a.budget);
+  auto budget = spec::parse_budget(a.budget);
   if (!budget) return report_error("--budget: " + budget.status().message());
   so.session.budget = *budget;
   so.session.lookup.max_tokens = *budget ? 0 : 8;
@@ -200,7 +200,7 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--name", a->name, "The base model's id in /v1/models and responses (default: the file name)");
   cmd->add_option("--chat-template", a->chat_template, "Chat template (Jinja) to use instead of the model's")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--budget", a->budget, "Default draft budget: auto or 1.." + std::to_string(speculation::kMaxBudget) +
+  cmd->add_option("--budget", a->budget, "Default draft budget: auto or 1.." + std::to_string(spec::kMaxBudget) +
                                               " (a request may set \"bitsplit\": {\"budget\": ...})")
       ->capture_default_str();
   cmd->add_option("--spec-max-sequences", a->spec_max_sequences,

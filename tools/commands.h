@@ -27,7 +27,7 @@ void add_chat_command(CLI::App& app, int* exit_code);
 // "error: <message>" on stderr; returns the exit code for user errors.
 int report_error(const std::string& message);
 
-// open_model (decode/loaded_model.h) with its log lines on stderr: a bit-split model gets the
+// open_model (engine/decode/loaded_model.h) with its log lines on stderr: a bit-split model gets the
 // CUDA backend when there is a device (planes in VRAM under `vram_budget`, default: free memory
 // minus a margin), else the CPU backend.
 Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& options = {},

@@ -1,7 +1,7 @@
 // The variant options `run`, `bench` and `serve` share: --delta NAME=FILE and --lora
 // NAME=FILE[:SCALE] register fine-tuned variants (BitDelta files or LoRA adapters) on the
 // loaded base, and every one is checked against it before anything runs. With
-// --variant-storage-budget the LoRA adapters go through a K-Merge pool (merge/adapter_pool.h)
+// --variant-storage-budget the LoRA adapters go through a K-Merge pool (engine/merge/adapter_pool.h)
 // in the order given: each is admitted, merged into its most similar member, or refused, and
 // the decision is logged.
 #pragma once

@@ -1,4 +1,4 @@
-// Fuzz harness for the chat-template interpreter (chat/): the input is a template's source,
+// Fuzz harness for the chat-template interpreter (engine/chat/): the input is a template's source,
 // parsed with small limits and, when it parses, rendered on a fixed conversation with tools.
 // Asserts: an error is a Status with a message (never a crash, hang or runaway allocation), and
 // a rendered text stays within the output limit.

@@ -1,4 +1,4 @@
-// Fuzz harness for what `bitsplit serve` reads from the network (serve/): the first byte picks
+// Fuzz harness for what `bitsplit serve` reads from the network (engine/serve/): the first byte picks
 //  - 0, 1: parse_generation_request on the rest as the body of /v1/completions or
 //    /v1/chat/completions. Asserts: an error is a 4xx with a message whose JSON error object
 //    serialises (invalid UTF-8 replaced); a parsed request keeps the documented ranges

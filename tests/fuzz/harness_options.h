@@ -2,7 +2,7 @@
 // the rest is its text or raw field values.
 // - parse_byte_size ("512M", "1.5GiB"): a result is at most 2^63 and formats back to a size
 //   that parses again;
-// - speculation::parse_budget: "auto" or 1..kMaxBudget, and a number comes back as its text;
+// - spec::parse_budget: "auto" or 1..kMaxBudget, and a number comes back as its text;
 // - DraftPolicy::validate: a valid policy's level sizes are positive and sum to at most its budget;
 // - SamplingParams::validate: a valid setting gives a Sampler whose distribution over finite
 //   logits sums to 1 and whose sample has non-zero probability.
@@ -11,16 +11,16 @@
 #include <cmath>
 
 #include "bitsplit/sampling.h"
-#include "bitsplit/speculation.h"
+#include "bitsplit/spec.h"
 #include "bitsplit/vram_plan.h"
 #include "harness_common.h"
 
 namespace bitsplit::fuzz {
 
-using speculation::DraftPolicy;
-using speculation::DraftShape;
-using speculation::kMaxBudget;
-using speculation::parse_budget;
+using spec::DraftPolicy;
+using spec::DraftShape;
+using spec::kMaxBudget;
+using spec::parse_budget;
 
 inline void fuzz_byte_size(const std::string& text) {
   auto r = parse_byte_size(text);

@@ -1,4 +1,4 @@
-// Fuzz harness for split GGUF sets (format/split_gguf.h): the input is two files, a 4-byte
+// Fuzz harness for split GGUF sets (engine/format/split_gguf.h): the input is two files, a 4-byte
 // little-endian length of the first and then both, written as NAME-00001-of-00002.gguf and
 // NAME-00002-of-00002.gguf in a folder of the process (/dev/shm when there is one) and opened
 // through open_weights on the first. Asserts: an error has a message; an opened set lists every

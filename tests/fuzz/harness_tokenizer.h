@@ -16,7 +16,7 @@
 #include <memory>
 #include <mutex>
 
-#include "../../text/tokenizer_pretok.h"
+#include "../../engine/text/tokenizer_pretok.h"
 #include "bitsplit/gguf.h"
 #include "bitsplit/tokenizer.h"
 #include "../gguf_testing.h"

@@ -113,7 +113,7 @@ void rope_apply(float* head, int64_t n_rot, RopeOrder order, const float* cs);
 namespace bitsplit::cpu {
 
 // The plane views (DraftPlaneView, ResidualPlaneView, SignPlaneView, QuantizedRowsView) are
-// core/include/bitsplit/plane_view.h's, shared with the GPU kernels.
+// engine/core/include/bitsplit/plane_view.h's, shared with the GPU kernels.
 using bitsplit::DraftPlaneView;
 using bitsplit::QuantizedRowsView;
 using bitsplit::ResidualPlaneView;

@@ -296,7 +296,7 @@ inline void split_row(const float* w, const float* importance, int64_t in, const
                       ResidualRow r) {
   split_row(default_fit_tier(), w, importance, in, p, d, r);
 }
-// The residual plane alone for a draft fitted elsewhere (error feedback, backend/gptq.cpp):
+// The residual plane alone for a draft fitted elsewhere (error feedback, engine/backend/gptq.cpp):
 // r = w - draft (draft = the row's decoded D values, `in` floats), coded per group exactly as
 // split_row codes its own residual (same scale search, same bits on every tier).
 void fit_residual_row(FitTier tier, const float* w, const float* draft, const float* importance, int64_t in,
@@ -341,7 +341,7 @@ double draft_class_weight(const std::string& base, int64_t n_layers);
 // VRAM bytes of a [rows x cols] draft plane at `bits`.
 int64_t draft_plane_bytes(int64_t rows, int64_t cols, int group, int bits);
 // One row's share of E(b): adds sum_j imp_j (w_j - d_j)^2 at b = 2, 3, 4 to err[0..2] and
-// sum_j imp_j w_j^2 to *signal (imp = importance, or 1 when null). backend/ split_projection's
+// sum_j imp_j w_j^2 to *signal (imp = importance, or 1 when null). engine/backend/ split_projection's
 // neighbour measure_draft_errors runs it over a sample of rows in parallel.
 void draft_row_errors(const float* w, const float* importance, int64_t in, const SplitParams& p,
                       double err[kMaxDraftBits - kMinDraftBits + 1], double* signal);

@@ -1,0 +1,449 @@
+// The C API (engine/capi/include/bitsplit/bitsplit.h) over the engine: a model is an opened file with
+// its tokenizer, loaded model and variant registry; a session is a decode::Session plus the
+// state of the step-by-step API. Every entry point catches everything: no exception leaves.
+#include "bitsplit/bitsplit.h"
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bitsplit/loaded_model.h"
+#include "bitsplit/session.h"
+#include "bitsplit/file_kind.h"
+#include "bitsplit/variant.h"
+
+namespace {
+
+using namespace bitsplit;
+
+thread_local std::string g_last_error;
+
+bitsplit_status fail(bitsplit_status status, const std::string& message) {
+  g_last_error = message;
+  return status;
+}
+
+bitsplit_status invalid(const std::string& message) { return fail(BITSPLIT_ERR_INVALID_ARGUMENT, message); }
+
+// Runs `body`, turning exceptions into statuses.
+template <typename Body>
+bitsplit_status guarded(Body&& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return fail(BITSPLIT_ERR_OUT_OF_MEMORY, "out of memory");
+  } catch (const std::exception& e) {
+    return fail(BITSPLIT_ERR_INTERNAL, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return fail(BITSPLIT_ERR_INTERNAL, "internal error");
+  }
+}
+
+// Copies the prefix of a caller's versioned struct that both sides know over the defaults.
+template <typename T>
+T read_params(const T* given, const T& defaults) {
+  T out = defaults;
+  if (given) {
+    const size_t n = std::min(given->size, sizeof(T));
+    std::memcpy(static_cast<void*>(&out), given, n);
+    out.size = sizeof(T);
+  }
+  return out;
+}
+
+}  // namespace
+
+struct bitsplit_model {
+  LoadedModel loaded;
+  std::unique_ptr<VariantRegistry> variants;
+  // Sessions generating at once on the model: their forward passes run combined (one pass over
+  // the weights for all their rows; the model's CpuContext is driven by one thread at a time).
+  PassBatcher batcher;
+  std::mutex strings_mu;
+  std::map<std::string, std::string> strings;  // metadata values handed out (stable addresses)
+};
+
+struct bitsplit_session {
+  bitsplit_session(bitsplit_model* m, std::shared_ptr<const Variant> variant, const SessionOptions& options,
+                   const SamplingParams& sampling)
+      : model(m), session(m->loaded.model, std::move(variant), options), sampling(sampling) {}
+  bitsplit_model* model;
+  Session session;  // the variant and decoding options
+  SamplingParams sampling;
+  std::atomic<bool> abort{false};
+  bitsplit_generation_stats last{};
+  // The step-by-step API's sequence.
+  int64_t n_ctx = 0;
+  std::optional<KvCache> cache;
+  std::vector<int32_t> history;
+  std::vector<float> logits;
+  std::optional<Sampler> step_sampler;
+};
+
+extern "C" {
+
+uint32_t bitsplit_api_version(void) { return BITSPLIT_API_VERSION; }
+
+const char* bitsplit_version_string(void) { return "0.1.0"; }
+
+const char* bitsplit_last_error(void) { return g_last_error.c_str(); }
+
+const char* bitsplit_status_name(bitsplit_status status) {
+  switch (status) {
+    case BITSPLIT_OK: return "ok";
+    case BITSPLIT_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case BITSPLIT_ERR_LOAD: return "cannot load";
+    case BITSPLIT_ERR_NOT_FOUND: return "not found";
+    case BITSPLIT_ERR_CONTEXT_OVERFLOW: return "context overflow";
+    case BITSPLIT_ERR_BUFFER_TOO_SMALL: return "buffer too small";
+    case BITSPLIT_ERR_CANCELLED: return "cancelled";
+    case BITSPLIT_ERR_ABORTED: return "aborted";
+    case BITSPLIT_ERR_OUT_OF_MEMORY: return "out of memory";
+    case BITSPLIT_ERR_INTERNAL: return "internal error";
+  }
+  return "unknown status";
+}
+
+void bitsplit_model_params_init(bitsplit_model_params* p) {
+  if (!p) return;
+  *p = bitsplit_model_params{};
+  p->size = sizeof(*p);
+  p->use_gpu = 1;
+  p->target_activations = BITSPLIT_TARGET_ACTIVATIONS_DRAFT_REMAINDER;
+}
+
+bitsplit_status bitsplit_model_load(const char* path, const bitsplit_model_params* given, bitsplit_model** out) {
+  return guarded([&] {
+    if (!path || !out) return invalid("bitsplit_model_load: path and out_model must not be NULL");
+    bitsplit_model_params defaults;
+    bitsplit_model_params_init(&defaults);
+    const bitsplit_model_params p = read_params(given, defaults);
+    if (p.n_threads < 0) return invalid("n_threads must be >= 0 (0: one per physical core)");
+    if (p.target_activations < BITSPLIT_TARGET_ACTIVATIONS_INT8 || p.target_activations > BITSPLIT_TARGET_ACTIVATIONS_REMAINDER) {
+      return invalid("target_activations must be 0 (int8), 1 (draft-remainder) or 2 (remainder), not " +
+                     std::to_string(p.target_activations));
+    }
+    ModelLoadOptions options;
+    options.q8_0_kernels = true;
+    options.target_activations = TargetActivations(p.target_activations);
+    options.cpu = std::make_shared<cpu::CpuContext>(cpu::CpuContext::Options{.threads = p.n_threads});
+    if (!p.use_gpu) options.backend = make_cpu_backend(options.cpu);
+    bool cancelled = false;
+    if (p.progress) {
+      options.progress = [&](int64_t done, int64_t total) {
+        cancelled = p.progress(p.progress_user_data, done, total) != 0;
+        return !cancelled;
+      };
+    }
+    std::optional<uint64_t> budget;
+    if (p.vram_budget) budget = p.vram_budget;
+    auto loaded = open_model(path, options, budget);
+    if (!loaded) return fail(cancelled ? BITSPLIT_ERR_CANCELLED : BITSPLIT_ERR_LOAD, loaded.status().message());
+    auto m = std::make_unique<bitsplit_model>();
+    m->loaded = std::move(*loaded);
+    m->variants = std::make_unique<VariantRegistry>(m->loaded.model, *m->loaded.source,
+                                                    VariantCacheOptions{.budget_bytes = UINT64_MAX});
+    *out = m.release();
+    return BITSPLIT_OK;
+  });
+}
+
+void bitsplit_model_free(bitsplit_model* model) { delete model; }
+
+bitsplit_status bitsplit_model_add_variant(bitsplit_model* model, const char* name, const char* delta_path) {
+  return guarded([&] {
+    if (!model || !name || !delta_path) return invalid("bitsplit_model_add_variant: no argument may be NULL");
+    if (Status st = model->variants->add(name, delta_path); !st) return fail(BITSPLIT_ERR_LOAD, st.message());
+    return BITSPLIT_OK;
+  });
+}
+
+bitsplit_status bitsplit_model_add_lora(bitsplit_model* model, const char* name, const char* lora_path, float scale) {
+  return guarded([&] {
+    if (!model || !name || !lora_path) return invalid("bitsplit_model_add_lora: no argument may be NULL");
+    if (!std::isfinite(scale)) return invalid("bitsplit_model_add_lora: the scale must be a finite number");
+    auto file = gguf::File::open(lora_path);
+    if (!file) return fail(BITSPLIT_ERR_LOAD, file.status().message());
+    auto kind = file_kind(file->metadata());
+    if (!kind || *kind != FileKind::kAdapter) {
+      return fail(BITSPLIT_ERR_LOAD, std::string(lora_path) + ": not a LoRA adapter (general.type must be 'adapter')");
+    }
+    if (Status st = model->variants->add(name, lora_path, scale); !st) return fail(BITSPLIT_ERR_LOAD, st.message());
+    return BITSPLIT_OK;
+  });
+}
+
+bitsplit_status bitsplit_model_remove_variant(bitsplit_model* model, const char* name) {
+  return guarded([&] {
+    if (!model || !name) return invalid("bitsplit_model_remove_variant: no argument may be NULL");
+    if (Status st = model->variants->remove(name); !st) return fail(BITSPLIT_ERR_NOT_FOUND, st.message());
+    return BITSPLIT_OK;
+  });
+}
+
+int32_t bitsplit_model_variant_count(const bitsplit_model* model) {
+  return model ? int32_t(model->variants->names().size()) : 0;
+}
+
+int32_t bitsplit_model_n_vocab(const bitsplit_model* m) { return m ? int32_t(m->loaded.model.config().n_vocab) : 0; }
+int32_t bitsplit_model_n_ctx_train(const bitsplit_model* m) {
+  return m ? int32_t(m->loaded.model.config().n_ctx_train) : 0;
+}
+int32_t bitsplit_model_n_layers(const bitsplit_model* m) { return m ? int32_t(m->loaded.model.config().n_layers) : 0; }
+int32_t bitsplit_model_is_bitsplit(const bitsplit_model* m) { return m && m->loaded.model.has_planes() ? 1 : 0; }
+bitsplit_token bitsplit_model_bos(const bitsplit_model* m) { return m ? m->loaded.tokenizer->vocab().bos : -1; }
+bitsplit_token bitsplit_model_eos(const bitsplit_model* m) { return m ? m->loaded.tokenizer->vocab().eos : -1; }
+
+const char* bitsplit_model_meta_string(const bitsplit_model* cm, const char* key) {
+  if (!cm || !key) return nullptr;
+  try {
+    auto* m = const_cast<bitsplit_model*>(cm);
+    auto value = m->loaded.source->metadata().get_string(key);
+    if (!value) return nullptr;
+    std::lock_guard<std::mutex> lock(m->strings_mu);
+    return m->strings.try_emplace(key, std::move(*value)).first->second.c_str();  // handed out once, kept
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+const char* bitsplit_model_chat_template(const bitsplit_model* m) {
+  return bitsplit_model_meta_string(m, "tokenizer.chat_template");
+}
+
+bitsplit_status bitsplit_tokenize(const bitsplit_model* m, const char* text, size_t length, int32_t add_special,
+                                  int32_t parse_special, bitsplit_token* tokens, size_t capacity, size_t* n_tokens) {
+  return guarded([&] {
+    if (!m || (!text && length > 0) || !n_tokens || (!tokens && capacity > 0)) {
+      return invalid("bitsplit_tokenize: model, text and n_tokens must not be NULL");
+    }
+    const std::vector<int32_t> ids = m->loaded.tokenizer->encode(
+        std::string_view(text ? text : "", length), {.add_special = add_special != 0, .parse_special = parse_special != 0});
+    *n_tokens = ids.size();
+    if (ids.size() > capacity) {
+      return fail(BITSPLIT_ERR_BUFFER_TOO_SMALL, "the text has " + std::to_string(ids.size()) + " tokens, the buffer room for " +
+                                                     std::to_string(capacity));
+    }
+    std::copy(ids.begin(), ids.end(), tokens);
+    return BITSPLIT_OK;
+  });
+}
+
+bitsplit_status bitsplit_detokenize(const bitsplit_model* m, const bitsplit_token* tokens, size_t n, char* buf,
+                                    size_t capacity, size_t* length) {
+  return guarded([&] {
+    if (!m || (!tokens && n > 0) || !length || (!buf && capacity > 0)) {
+      return invalid("bitsplit_detokenize: model, tokens and length must not be NULL");
+    }
+    const int64_t vocab = m->loaded.model.config().n_vocab;
+    std::string text;
+    for (size_t i = 0; i < n; ++i) {
+      if (tokens[i] < 0 || tokens[i] >= vocab) {
+        return invalid("token " + std::to_string(tokens[i]) + " is outside the vocabulary (0.." + std::to_string(vocab - 1) + ")");
+      }
+      text += m->loaded.tokenizer->token_to_piece(tokens[i]);
+    }
+    *length = text.size();
+    if (text.size() > capacity) {
+      return fail(BITSPLIT_ERR_BUFFER_TOO_SMALL, "the text needs " + std::to_string(text.size()) + " bytes");
+    }
+    std::memcpy(buf, text.data(), text.size());
+    return BITSPLIT_OK;
+  });
+}
+
+void bitsplit_session_params_init(bitsplit_session_params* p) {
+  if (!p) return;
+  *p = bitsplit_session_params{};
+  p->size = sizeof(*p);
+  const SamplingParams s;
+  p->temperature = s.temperature;
+  p->top_k = s.top_k;
+  p->top_p = s.top_p;
+  p->min_p = s.min_p;
+  p->repeat_penalty = s.repeat_penalty;
+  p->repeat_last_n = s.repeat_last_n;
+  p->seed = s.seed;
+  p->speculative = 1;
+  p->lookup = -1;
+  p->reuse_prefix = 1;
+}
+
+bitsplit_status bitsplit_session_create(bitsplit_model* model, const bitsplit_session_params* given,
+                                        bitsplit_session** out) {
+  return guarded([&] {
+    if (!model || !out) return invalid("bitsplit_session_create: model and out_session must not be NULL");
+    bitsplit_session_params defaults;
+    bitsplit_session_params_init(&defaults);
+    const bitsplit_session_params p = read_params(given, defaults);
+    const SamplingParams sampling{p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.repeat_last_n, p.seed};
+    if (Status st = sampling.validate(); !st) return invalid(st.message());
+    std::shared_ptr<const Variant> variant;
+    if (p.variant) {
+      auto v = model->variants->get(p.variant);
+      if (!v) return fail(model->variants->contains(p.variant) ? BITSPLIT_ERR_LOAD : BITSPLIT_ERR_NOT_FOUND, v.status().message());
+      variant = *v;
+    }
+    if (p.budget < 0 || p.budget > spec::kMaxBudget) {
+      return invalid("budget must be 0 (chosen online) or 1.." + std::to_string(spec::kMaxBudget) + ", not " +
+                     std::to_string(p.budget));
+    }
+    if (p.lookup < -1 || p.lookup > spec::kMaxBudget) {
+      return invalid("lookup must be -1 (the default), 0 (off) or 1.." + std::to_string(spec::kMaxBudget) +
+                     ", not " + std::to_string(p.lookup));
+    }
+    SessionOptions options;
+    options.speculative = p.speculative != 0;
+    if (p.budget > 0) options.budget = p.budget;
+    // As `bitsplit run`: lookup joins an online budget by default, a fixed budget only when asked.
+    options.lookup.max_tokens = p.lookup >= 0 ? p.lookup : (p.budget > 0 ? 0 : 8);
+    options.policy.shape = p.draft_chain ? spec::DraftShape::kChain : spec::DraftShape::kTree;
+    options.batcher = &model->batcher;
+    options.reuse_prefix = p.reuse_prefix != 0;
+    const int64_t ctx_train = model->loaded.model.config().n_ctx_train;
+    if (p.n_ctx < 0 || p.n_ctx > ctx_train) {
+      return invalid("n_ctx must be 0 (the model's) or 1.." + std::to_string(ctx_train) + ", not " + std::to_string(p.n_ctx));
+    }
+    auto s = std::make_unique<bitsplit_session>(model, std::move(variant), options, sampling);
+    s->n_ctx = p.n_ctx > 0 ? p.n_ctx : ctx_train;
+    if (Status st = s->session.validate(); !st) return invalid(st.message());
+    *out = s.release();
+    return BITSPLIT_OK;
+  });
+}
+
+void bitsplit_session_free(bitsplit_session* session) { delete session; }
+
+void bitsplit_session_abort(bitsplit_session* session) {
+  if (session) session->abort.store(true);
+}
+
+bitsplit_status bitsplit_session_stats(const bitsplit_session* s, bitsplit_generation_stats* stats) {
+  if (!s || !stats) return invalid("bitsplit_session_stats: session and stats must not be NULL");
+  const size_t n = std::min(stats->size ? stats->size : sizeof(*stats), sizeof(*stats));
+  std::memcpy(static_cast<void*>(stats), &s->last, n);
+  stats->size = n;
+  return BITSPLIT_OK;
+}
+
+bitsplit_status bitsplit_session_generate(bitsplit_session* s, const bitsplit_token* prompt, size_t n_prompt,
+                                          int32_t n_predict, bitsplit_token_callback callback, void* user_data,
+                                          bitsplit_generation_stats* stats) {
+  return guarded([&] {
+    if (!s || (!prompt && n_prompt > 0)) return invalid("bitsplit_session_generate: session and prompt must not be NULL");
+    bitsplit_model& m = *s->model;
+    const ModelConfig& c = m.loaded.model.config();
+    if (Status st = check_generation(c, n_prompt, n_predict, s->session.options().prefill_chunk); !st) {
+      const bool overflow = n_prompt > 0 && n_predict >= 0 && int64_t(n_prompt) + n_predict > c.n_ctx_train;
+      return fail(overflow ? BITSPLIT_ERR_CONTEXT_OVERFLOW : BITSPLIT_ERR_INVALID_ARGUMENT, st.message());
+    }
+    for (size_t i = 0; i < n_prompt; ++i) {
+      if (prompt[i] < 0 || prompt[i] >= c.n_vocab) {
+        return invalid("prompt token " + std::to_string(prompt[i]) + " is outside the vocabulary");
+      }
+    }
+    s->abort.store(false);
+    const int32_t eos = m.loaded.tokenizer->vocab().eos;
+    Utf8StreamDecoder stream;
+    bool stopped_by_abort = false;
+    auto on_token = [&](int32_t token) {
+      if (s->abort.load()) {
+        stopped_by_abort = true;
+        return false;
+      }
+      if (!callback) return true;
+      const std::string text = token == eos ? std::string() : stream.push(m.loaded.tokenizer->token_to_piece(token));
+      return callback(user_data, token, text.data(), text.size()) == 0;
+    };
+    Sampler sampler(s->sampling);
+    Result<SessionResult> r = s->session.generate(std::span<const int32_t>(prompt, n_prompt), n_predict, eos, sampler, on_token);
+    if (!r) return fail(BITSPLIT_ERR_INTERNAL, r.status().message());
+    const std::string tail = stream.flush();
+    if (callback && !tail.empty() && !stopped_by_abort) callback(user_data, -1, tail.data(), tail.size());
+    bitsplit_generation_stats st{};
+    st.size = sizeof(st);
+    st.prompt_tokens = r->generation.prompt_tokens;
+    st.prompt_seconds = r->generation.prompt_seconds;
+    // A token refused because of an abort was counted but not delivered.
+    st.generated_tokens = r->generation.generated_tokens - (stopped_by_abort ? 1 : 0);
+    st.generate_seconds = r->generation.generate_seconds;
+    st.stopped_at_eos = r->generation.stopped_at_eos ? 1 : 0;
+    st.reused_tokens = r->generation.reused_tokens;
+    if (r->speculative) {
+      const auto& a = r->speculative->acceptance;
+      st.speculative = 1;
+      st.checks = a.checks;
+      st.drafted_tokens = a.drafted;
+      st.accepted_tokens = a.accepted;
+      st.tokens_per_check = a.tokens_per_check();
+    }
+    s->last = st;
+    if (stats) (void)bitsplit_session_stats(s, stats);
+    if (stopped_by_abort) return fail(BITSPLIT_ERR_ABORTED, "the generation was aborted");
+    return BITSPLIT_OK;
+  });
+}
+
+bitsplit_status bitsplit_session_feed(bitsplit_session* s, const bitsplit_token* tokens, size_t n) {
+  return guarded([&] {
+    if (!s || (!tokens && n > 0)) return invalid("bitsplit_session_feed: session and tokens must not be NULL");
+    if (n == 0) return BITSPLIT_OK;
+    bitsplit_model& m = *s->model;
+    const ModelConfig& c = m.loaded.model.config();
+    for (size_t i = 0; i < n; ++i) {
+      if (tokens[i] < 0 || tokens[i] >= c.n_vocab) return invalid("token " + std::to_string(tokens[i]) + " is outside the vocabulary");
+    }
+    const int64_t past = int64_t(s->history.size());
+    if (past + int64_t(n) > s->n_ctx) {
+      return fail(BITSPLIT_ERR_CONTEXT_OVERFLOW, std::to_string(past) + " tokens + " + std::to_string(n) +
+                                                     " more exceed the session's context of " + std::to_string(s->n_ctx));
+    }
+    if (!s->cache) s->cache.emplace(c, s->n_ctx);
+    if (!s->step_sampler) s->step_sampler.emplace(s->sampling);
+    std::vector<float> logits;
+    {
+      auto r = prefill(m.loaded.model, *s->cache, std::span<const int32_t>(tokens, n), s->session.options().prefill_chunk,
+                       Pass::kDefault, s->session.variant(), true, int32_t(past), &m.batcher);
+      if (!r) return fail(BITSPLIT_ERR_INTERNAL, r.status().message());
+      logits = std::move(*r);
+    }
+    s->history.insert(s->history.end(), tokens, tokens + n);
+    s->logits = std::move(logits);
+    return BITSPLIT_OK;
+  });
+}
+
+bitsplit_status bitsplit_session_logits(bitsplit_session* s, const float** logits, int32_t* n_vocab) {
+  if (!s || !logits) return invalid("bitsplit_session_logits: session and logits must not be NULL");
+  if (s->logits.empty()) return invalid("no logits yet: feed tokens first");
+  *logits = s->logits.data();
+  if (n_vocab) *n_vocab = int32_t(s->logits.size());
+  return BITSPLIT_OK;
+}
+
+bitsplit_status bitsplit_session_sample(bitsplit_session* s, bitsplit_token* token) {
+  return guarded([&] {
+    if (!s || !token) return invalid("bitsplit_session_sample: session and token must not be NULL");
+    if (s->logits.empty()) return invalid("no logits yet: feed tokens first");
+    *token = s->step_sampler->sample(s->logits, s->history);
+    return BITSPLIT_OK;
+  });
+}
+
+void bitsplit_session_reset(bitsplit_session* s) {
+  if (!s) return;
+  s->history.clear();
+  s->logits.clear();
+  s->step_sampler.reset();
+  s->session.forget();
+}
+
+int32_t bitsplit_session_n_past(const bitsplit_session* s) { return s ? int32_t(s->history.size()) : 0; }
+
+}  // extern "C"
