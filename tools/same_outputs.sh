@@ -27,6 +27,13 @@ rm -rf "$out"
 mkdir -p "$out"
 out=$(realpath "$out")
 cd "$out"
+# Inputs are named through links in the output folder, so that files which record their inputs'
+# paths (imatrix, merge) and JSON that names them read the same from any checkout.
+ln -s "$root/tests/models" models.in
+ln -s "$root/bench/prompts" prompts.in
+ln -s "$(realpath "$shared" 2>/dev/null || echo "$shared")" shared.in
+models=models.in
+shared=shared.in
 
 step() { echo "same_outputs: $*" >&2; }
 # Runs bitsplit; a non-zero exit is recorded (with the error line) instead of stopping the script,
@@ -101,7 +108,7 @@ bs eval-merge eval merged.gguf --reference "$models/bible-devil.gguf" --text "$m
 for m in base base-r6 base-d3 base-bpw gemma3-tiny qwen3moe-tiny; do
   bs "info-$m" info "$m.gguf"
 done
-bs bench-accept bench accept -m base.gguf --prompts "$root/bench/prompts/bible.txt" -n 16 --temp 0 --chains 2 \
+bs bench-accept bench accept -m base.gguf --prompts prompts.in/bible.txt -n 16 --temp 0 --chains 2 \
   --budgets 4 --json-file bench-accept.json "${T[@]}"
 # tokens/s vary run to run; keep bench accept's acceptance figures only.
 if [ -f bench-accept.json ]; then
@@ -152,6 +159,5 @@ for p in sys.argv[1:]:
         b[start:start + 16] = b"0" * 16
         open(p, "wb").write(bytes(b))
 PY
-# Paths name this checkout; outputs of two checkouts compare with them replaced.
-sed -i "s#$root#ROOT#g; s#$(realpath "$shared" 2>/dev/null || echo "$shared")#SHARED#g" ./*.out
+rm -f models.in prompts.in shared.in
 step "done: $(ls | wc -l) files in $out"
