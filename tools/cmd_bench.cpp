@@ -12,8 +12,8 @@
 #include <sstream>
 
 #include "bitsplit/convert.h"
-#include "bitsplit/generate.h"
-#include "bitsplit/speculative.h"
+#include "bitsplit/generation_args.h"
+#include "bitsplit/session.h"
 #include "bitsplit/variant.h"
 #include "commands.h"
 #include "bench_prompts.h"
@@ -46,7 +46,7 @@ struct BenchAcceptArgs {
 // What one row decodes: the base, or a variant with its own draft or the plain base draft.
 struct Decoded {
   std::string name;
-  const Variant* variant = nullptr;
+  std::shared_ptr<const Variant> variant;  // null: the base
   bool base_draft = false;
   std::string plain_name;  // the row whose plain decoding is this one's reference
 };
@@ -60,59 +60,45 @@ enum class SettingKind { kPlain, kFixed, kAuto };
 struct Setting {
   std::string name;
   SettingKind kind = SettingKind::kFixed;
-  spec::DraftPolicy policy;
-  int lookup = 0;  // context-lookup tokens per check (greedy only)
+  spec::DraftShape shape = spec::DraftShape::kTree;
+  int32_t budget = 0;  // kFixed: drafted nodes per check
+  int lookup = 0;      // context-lookup tokens per check (greedy only)
 };
 
 // Plain decoding of a variant with the base draft is the variant's own plain decoding: no row.
 bool has_row(const Setting& s, const Decoded& d) { return !(s.kind == SettingKind::kPlain && d.base_draft); }
 
-// What `bitsplit run` uses under --budget auto (tools/cmd_run.cpp): the "+lookup" settings.
-constexpr int kRunDefaultLookup = 8;
-
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-Setting chain_setting(int k) {
-  Setting s{"chain-" + std::to_string(k), SettingKind::kFixed, {}};
-  s.policy.shape = spec::DraftShape::kChain;
-  s.policy.budget = k;
-  s.policy.max_depth = k;
-  return s;
-}
+Setting chain_setting(int k) { return {"chain-" + std::to_string(k), SettingKind::kFixed, spec::DraftShape::kChain, k}; }
 
-Setting tree_setting(int b) {
-  Setting s{"tree-" + std::to_string(b), SettingKind::kFixed, {}};
-  s.policy.budget = b;
-  return s;
-}
+Setting tree_setting(int b) { return {"tree-" + std::to_string(b), SettingKind::kFixed, spec::DraftShape::kTree, b}; }
 
-// "plain", "auto", "chain-K" or "tree-B" (K, B in 1..kMaxBudget), the last three optionally with
-// "+lookup" (context lookup of kRunDefaultLookup tokens; "auto+lookup" is what `run` does by default).
+// "plain", "auto", "chain-K" or "tree-B" (K, B budgets as spec::parse_budget reads them), the last
+// three optionally with "+lookup" (context lookup of kDefaultLookup tokens; "auto+lookup" is what
+// `run` does by default).
 Result<Setting> parse_setting(const std::string& text) {
   const std::string suffix = "+lookup";
   if (ends_with(text, suffix) && text != "plain" + suffix) {
     auto s = parse_setting(text.substr(0, text.size() - suffix.size()));
     if (s) {
       s->name += suffix;
-      s->lookup = kRunDefaultLookup;
+      s->lookup = kDefaultLookup;
     }
     return s;
   }
-  if (text == "plain") return Setting{"plain", SettingKind::kPlain, {}};
-  if (text == "auto") return Setting{"auto", SettingKind::kAuto, {}};
+  if (text == "plain") return Setting{"plain", SettingKind::kPlain};
+  if (text == "auto") return Setting{"auto", SettingKind::kAuto};
   for (const std::string prefix : {"chain-", "tree-"}) {
     if (text.rfind(prefix, 0) != 0) continue;
-    const std::string digits = text.substr(prefix.size());
-    const bool whole = !digits.empty() && digits.size() <= 3 &&
-                       std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
-    const int n = whole ? std::stoi(digits) : 0;
-    if (n < 1 || n > spec::kMaxBudget) {
+    auto n = spec::parse_budget(text.substr(prefix.size()));
+    if (!n || !n->has_value()) {
       return Status::error("'" + text + "': the budget after '" + prefix + "' must be a whole number 1.." +
                            std::to_string(spec::kMaxBudget));
     }
-    return prefix == "chain-" ? chain_setting(n) : tree_setting(n);
+    return prefix == "chain-" ? chain_setting(**n) : tree_setting(**n);
   }
   return Status::error("'" + text + "' is not a setting; use plain, auto, chain-K or tree-B, the last three optionally "
                        "with +lookup (e.g. plain,auto+lookup,chain-4,tree-16)");
@@ -218,6 +204,21 @@ nlohmann::json summarise(const std::vector<Setting>& settings, const std::vector
                        {"categories", categories}, {"overall", overall_rows}, {"rows", summary_rows}, {"best", best}}}};
 }
 
+// One row's generation: setting `s` on `d`, sampled as --temp and --seed say, every prompt from a
+// fresh cache (nothing kept from the prompt before).
+GenerationArgs row_generation(const Setting& s, const Decoded& d, const BenchAcceptArgs& a) {
+  GenerationArgs g;
+  g.sampling.temperature = a.temperature;
+  g.seed = a.seed;
+  g.speculative = s.kind != SettingKind::kPlain;
+  if (s.kind == SettingKind::kFixed) g.budget = s.budget;
+  g.shape = s.shape;
+  g.lookup = s.lookup;
+  g.base_draft = d.base_draft;
+  g.reuse_prefix = false;
+  return g;
+}
+
 // The rows, in order: --settings, or plain, the chains, the trees and auto; --lookup on every
 // speculative row.
 Result<std::vector<Setting>> make_settings(const BenchAcceptArgs& a) {
@@ -232,10 +233,10 @@ Result<std::vector<Setting>> make_settings(const BenchAcceptArgs& a) {
       settings.push_back(*s);
     }
   } else {
-    settings.push_back({"plain", SettingKind::kPlain, {}});
+    settings.push_back({"plain", SettingKind::kPlain});
     for (int k : a.chains) settings.push_back(chain_setting(k));
     for (int b : a.budgets) settings.push_back(tree_setting(b));
-    if (a.auto_row) settings.push_back({"auto", SettingKind::kAuto, {}});
+    if (a.auto_row) settings.push_back({"auto", SettingKind::kAuto});
   }
   if (a.lookup > 0) {
     for (auto& s : settings) {
@@ -274,76 +275,62 @@ int bench_accept(const BenchAcceptArgs& a) {
     return 0;
   }
   VariantRegistry registry(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX});
-  std::vector<std::shared_ptr<const Variant>> variants;
   std::vector<Decoded> decoded = {{"base", nullptr, false, "base"}};
   if (Status st = cli::register_variants(registry, a.variant_specs, *loaded,
                                                  [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }); !st) return report_error(st.message());
   for (const std::string& name : registry.names()) {  // those the pool refused are not among them
     auto v = registry.get(name);
     if (!v) return report_error(v.status().message());
-    variants.push_back(*v);
-    decoded.push_back({(*v)->name(), v->get(), false, (*v)->name()});
-    decoded.push_back({(*v)->name() + "/base-draft", v->get(), true, (*v)->name()});
+    decoded.push_back({(*v)->name(), *v, false, (*v)->name()});
+    decoded.push_back({(*v)->name() + "/base-draft", *v, true, (*v)->name()});
   }
-  SamplingParams sp;
-  sp.temperature = a.temperature;
-  sp.seed = a.seed;
-  if (Status st = sp.validate(); !st) return report_error(st.message());
+  // configs[setting][model]: each row's session options and sampling.
+  std::vector<std::vector<GenerationConfig>> configs(settings.size());
+  for (size_t si = 0; si < settings.size(); ++si) {
+    for (const Decoded& d : decoded) {
+      auto config = generation_config(row_generation(settings[si], d, a));
+      if (!config) return report_error(config.status().message());
+      configs[si].push_back(std::move(*config));
+    }
+  }
   for (const auto& p : prompts) {
     if (Status st = check_generation(loaded->model.config(), p.tokens.size(), a.n_predict, 256); !st) {
       return report_error("a prompt of " + std::to_string(p.tokens.size()) + " tokens: " + st.message());
     }
   }
 
-  // One generation; its tokens go to `out` (for the greedy-agreement check).
-  auto generate_once = [&](const Setting& s, const Decoded& d, const BenchPrompt& p, int32_t n,
-                           std::vector<int32_t>& out, Cell& cell) -> Status {
-    Sampler sampler(sp);
+  // One generation of setting `si` on model `m`; its tokens go to `out` (for the greedy-agreement check).
+  auto generate_once = [&](size_t si, size_t m, const BenchPrompt& p, int32_t n, std::vector<int32_t>& out,
+                           Cell& cell) -> Status {
+    const GenerationConfig& config = configs[si][m];
+    Session session(loaded->model, decoded[m].variant, config.session);
+    Sampler sampler(config.sampling);
     auto keep = [&out](int32_t t) {
       out.push_back(t);
       return true;
     };
-    if (s.kind == SettingKind::kPlain) {
-      GenerateOptions g;
-      g.n_predict = n;
-      g.eos_token = ps.stop_token;
-      g.variant = d.variant;
-      auto r = generate(loaded->model, p.tokens, g, sampler, keep);
-      if (!r) return r.status();
-      cell.tokens += r->generated_tokens;
-      cell.seconds += r->generate_seconds;
-    } else {
-      SpeculativeOptions o;
-      o.policy = s.policy;
-      o.auto_budget = o.auto_shape = s.kind == SettingKind::kAuto;
-      o.lookup.max_tokens = s.lookup;
-      o.n_predict = n;
-      o.eos_token = ps.stop_token;
-      o.variant = d.variant;
-      o.base_draft = d.base_draft;
-      auto r = generate_speculative(loaded->model, loaded->model, p.tokens, o, sampler, keep);
-      if (!r) return r.status();
-      cell.tokens += r->generation.generated_tokens;
-      cell.seconds += r->generation.generate_seconds;
-      cell.acc.add(r->acceptance);
-    }
+    auto r = session.generate(p.tokens, n, ps.stop_token, sampler, keep);
+    if (!r) return r.status();
+    cell.tokens += r->generation.generated_tokens;
+    cell.seconds += r->generation.generate_seconds;
+    if (r->speculative) cell.acc.add(r->speculative->acceptance);
     ++cell.prompts;
     return Status::ok();
   };
 
   // Untimed warm-up: pages the weights in and fills the caches, so the first timed row does not
   // pay for it: a short generation with the first plain and the first speculative setting.
-  std::vector<const Setting*> warm;
+  std::vector<size_t> warm;
   for (bool plain : {true, false}) {
     auto it = std::find_if(settings.begin(), settings.end(), [&](const Setting& s) { return (s.kind == SettingKind::kPlain) == plain; });
-    if (it != settings.end()) warm.push_back(&*it);
+    if (it != settings.end()) warm.push_back(size_t(it - settings.begin()));
   }
-  for (const auto& d : decoded) {
-    for (const Setting* s : warm) {
+  for (size_t m = 0; m < decoded.size(); ++m) {
+    for (size_t si : warm) {
       std::vector<int32_t> ignored;
       Cell ignored_cell;
-      if (!has_row(*s, d)) continue;
-      if (Status st = generate_once(*s, d, prompts.front(), std::min(a.n_predict, 8), ignored, ignored_cell); !st) {
+      if (!has_row(settings[si], decoded[m])) continue;
+      if (Status st = generate_once(si, m, prompts.front(), std::min(a.n_predict, 8), ignored, ignored_cell); !st) {
         return report_error(st.message());
       }
     }
@@ -364,7 +351,7 @@ int bench_accept(const BenchAcceptArgs& a) {
       for (size_t m = 0; m < decoded.size(); ++m) {
         if (!has_row(settings[si], decoded[m])) continue;
         std::vector<int32_t> out;
-        if (Status st = generate_once(settings[si], decoded[m], p, a.n_predict, out, cells[si][m][p.category]); !st) {
+        if (Status st = generate_once(si, m, p, a.n_predict, out, cells[si][m][p.category]); !st) {
           return report_error(st.message());
         }
         // Greedy output is the target's whatever the setting; a difference is a bug worth a line.

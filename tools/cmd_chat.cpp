@@ -6,10 +6,10 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
-#include <random>
 
 #include "bitsplit/chat_prompt.h"
 #include "bitsplit/chat_template.h"
+#include "bitsplit/generation_args.h"
 #include "bitsplit/interrupt.h"
 #include "bitsplit/session.h"
 #include "bitsplit/tokenizer.h"
@@ -22,8 +22,7 @@ namespace {
 struct ChatArgs {
   std::string model, chat_template, system;
   int32_t n_predict = 512;
-  SamplingParams sampling;
-  std::optional<uint64_t> seed;
+  GenerationArgs generation;  // sampling and seed: bound to their options
   int threads = 0;
   bool no_spec = false;
   bool timings = false;
@@ -32,9 +31,11 @@ struct ChatArgs {
 };
 
 int chat(const ChatArgs& a) {
-  SamplingParams sampling = a.sampling;
-  sampling.seed = a.seed ? *a.seed : std::random_device{}();
-  if (Status st = sampling.validate(); !st) return report_error(st.message());
+  GenerationArgs args = a.generation;
+  args.speculative = !a.no_spec;
+  args.reuse_prefix = !a.no_reuse;
+  auto config = generation_config(args);
+  if (!config) return report_error(config.status().message());
   const auto threads = limit_threads(a.threads);
   auto loaded = load_model(a.model, {.q8_0_kernels = true, .target_activations = a.target_activations});
   if (!loaded) return report_error(loaded.status().message());
@@ -52,11 +53,7 @@ int chat(const ChatArgs& a) {
   if (!tmpl) return report_error("the chat template cannot be used: " + tmpl.status().message());
   const Tokenizer& tokenizer = *loaded->tokenizer;
   const auto& vocab = tokenizer.vocab();
-  SessionOptions so;
-  so.speculative = !a.no_spec;
-  so.lookup.max_tokens = 8;
-  so.reuse_prefix = !a.no_reuse;
-  Session session(loaded->model, nullptr, so);
+  Session session(loaded->model, nullptr, config->session);
   if (Status st = session.validate(); !st) return report_error(st.message());
 
   const bool interactive = ::isatty(STDIN_FILENO);
@@ -68,7 +65,7 @@ int chat(const ChatArgs& a) {
   };
   reset();
   CooperativeInterrupt interrupt;
-  Sampler sampler(sampling);
+  Sampler sampler(config->sampling);
   for (std::string line;;) {
     if (interactive) std::fputs("> ", stdout), std::fflush(stdout);
     if (!std::getline(std::cin, line)) break;
@@ -141,10 +138,10 @@ void add_chat_command(CLI::App& app, int* exit_code) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--system", a->system, "A system message that starts every conversation");
   cmd->add_option("-n,--n-predict", a->n_predict, "Most tokens per reply")->capture_default_str()->check(whole_in(1, 1 << 20));
-  cmd->add_option("--temp", a->sampling.temperature, "Sampling temperature; 0 = greedy")->capture_default_str()->check(real_in(0.0, 100.0));
-  cmd->add_option("--top-k", a->sampling.top_k, "Keep the k most likely tokens; 0 = off")->capture_default_str()->check(whole_at_least(0));
-  cmd->add_option("--top-p", a->sampling.top_p, "Nucleus sampling threshold; 1 = off")->capture_default_str()->check(real_in(0.0, 1.0));
-  cmd->add_option("-s,--seed", a->seed, "Random seed (default: random)")->check(seed_number());
+  cmd->add_option("--temp", a->generation.sampling.temperature, "Sampling temperature; 0 = greedy")->capture_default_str()->check(real_in(0.0, 100.0));
+  cmd->add_option("--top-k", a->generation.sampling.top_k, "Keep the k most likely tokens; 0 = off")->capture_default_str()->check(whole_at_least(0));
+  cmd->add_option("--top-p", a->generation.sampling.top_p, "Nucleus sampling threshold; 1 = off")->capture_default_str()->check(real_in(0.0, 1.0));
+  cmd->add_option("-s,--seed", a->generation.seed, "Random seed (default: random)")->check(seed_number());
   cmd->add_flag("--no-spec", a->no_spec, "Decode plainly (no speculative decoding)");
   cmd->add_flag("--timings", a->timings, "After each reply, print the prompt's and the reply's token counts and times");
   cmd->add_flag("--no-reuse", a->no_reuse,

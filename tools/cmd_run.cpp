@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
-#include <random>
 
+#include "bitsplit/generation_args.h"
 #include "bitsplit/interrupt.h"
 #include "bitsplit/memory_plan.h"
 #include "bitsplit/session.h"
@@ -18,9 +18,6 @@
 namespace bitsplit::cli {
 namespace {
 
-// The longest context-lookup chain by default (docs/PERFORMANCE.md, "Choosing among settings").
-constexpr int kDefaultLookup = 8;
-
 struct RunOptions {
   std::string model;
   bool mlock = false;
@@ -29,8 +26,7 @@ struct RunOptions {
   std::string prompt;
   std::string prompt_file;
   int32_t n_predict = 128;
-  SamplingParams sampling;
-  std::optional<uint64_t> seed;
+  GenerationArgs generation;  // sampling, seed, depth, tree top-k, lookup, base draft: bound to their options
   int threads = 0;
   bool parse_special = false;
   bool no_bos = false;
@@ -38,15 +34,11 @@ struct RunOptions {
   bool no_spec = false;
   bool draft_only = false;
   std::string budget = "auto";
-  int depth = 8;
-  int top_k = 4;
   std::string draft_shape = "tree";
   bool draft_shape_given = false;  // --draft on the command line: auto budgets keep to that shape
-  std::optional<int> lookup;  // default: kDefaultLookup with --budget auto, off with a fixed budget
   std::string vram_budget;
   cli::VariantSpecs variant_specs;  // --delta, --lora
   std::string variant;
-  bool base_draft = false;
   bool host_draft = false;
 };
 
@@ -98,9 +90,17 @@ int run(const RunOptions& o) {
     if (!text) return report_error(text.status().message());
     prompt = std::move(*text);
   }
-  SamplingParams sampling = o.sampling;
-  sampling.seed = o.seed ? *o.seed : std::random_device{}();
-  if (Status s = sampling.validate(); !s) return report_error(s.message());
+  GenerationArgs args = o.generation;
+  auto budget = spec::parse_budget(o.budget);
+  if (!budget) return report_error("--budget: " + budget.status().message());
+  args.budget = *budget;
+  args.shape = o.draft_shape == "chain" ? spec::DraftShape::kChain : spec::DraftShape::kTree;
+  args.shape_given = o.draft_shape_given;
+  args.speculative = !o.no_spec;
+  args.device_draft = !o.host_draft;
+  auto config = generation_config(args);
+  if (!config) return report_error(config.status().message());
+  const SamplingParams& sampling = config->sampling;
   const auto threads = limit_threads(o.threads);
   std::optional<uint64_t> vram_budget;
   if (!o.vram_budget.empty()) {
@@ -146,21 +146,8 @@ int run(const RunOptions& o) {
                                  : "the prompt is empty and the model adds no BOS token; pass -p TEXT");
   }
 
-  SessionOptions so;
-  so.speculative = !o.no_spec;
-  so.policy.shape = o.draft_shape == "chain" ? spec::DraftShape::kChain : spec::DraftShape::kTree;
-  so.policy.max_depth = o.depth;
-  so.policy.top_k = o.top_k;
-  so.policy.width = o.top_k;
-  auto budget = spec::parse_budget(o.budget);
-  if (!budget) return report_error("--budget: " + budget.status().message());
-  so.budget = *budget;
-  so.auto_shape = !o.draft_shape_given;
-  // A fixed budget is exactly what was asked for: lookup joins it only when asked to.
-  so.lookup.max_tokens = o.lookup.value_or(so.budget ? 0 : kDefaultLookup);
-  so.base_draft = o.base_draft;
-  so.device_draft = !o.host_draft;
-  if (o.base_draft && !variant) return report_error("--base-draft needs --variant NAME (the base drafts itself)");
+  const SessionOptions& so = config->session;
+  if (so.base_draft && !variant) return report_error("--base-draft needs --variant NAME (the base drafts itself)");
   Session session(loaded->model, variant, so);
   if (Status st = session.validate(); !st) return report_error(st.message());
   // Checked before the prompt is echoed, so an impossible request prints only its error.
@@ -229,7 +216,7 @@ int run(const RunOptions& o) {
     const std::string served_by = variant->name() == o.variant ? "" : ", served by the merged adapter " + variant->name();
     std::fprintf(stderr, "variant: %s (%s%s, %.2f MiB on the shared base%s)\n", o.variant.c_str(),
                  variant->kind().c_str(), served_by.c_str(), double(variant->bytes()) / (1 << 20),
-                 speculative && o.base_draft ? "; drafting with the plain base D" : "");
+                 speculative && so.base_draft ? "; drafting with the plain base D" : "");
   }
   if (acceptance) print_acceptance(*acceptance);
   if (!draft_note.empty()) std::fprintf(stderr, "  %s\n", draft_note.c_str());
@@ -252,13 +239,13 @@ void add_run_command(CLI::App& app, int* exit_code) {
   auto* prompt = cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
   cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file")->check(CLI::ExistingFile)->excludes(prompt);
   cmd->add_option("-n,--n-predict", o->n_predict, "Number of tokens to generate")->capture_default_str()->check(whole_in(0, 1 << 24));
-  cmd->add_option("--temp", o->sampling.temperature, "Sampling temperature; 0 = greedy")->capture_default_str()->check(real_in(0.0, 100.0));
-  cmd->add_option("--top-k", o->sampling.top_k, "Keep the k most likely tokens; 0 = off")->capture_default_str()->check(whole_at_least(0));
-  cmd->add_option("--top-p", o->sampling.top_p, "Nucleus sampling threshold; 1 = off")->capture_default_str()->check(real_in(0.0, 1.0));
-  cmd->add_option("--min-p", o->sampling.min_p, "Drop tokens below min-p x the top probability; 0 = off")->capture_default_str()->check(real_in(0.0, 1.0));
-  cmd->add_option("--repeat-penalty", o->sampling.repeat_penalty, "Penalty for recently seen tokens; 1 = off")->capture_default_str()->check(real_above(0));
-  cmd->add_option("--repeat-last-n", o->sampling.repeat_last_n, "How many recent tokens the penalty looks at")->capture_default_str()->check(whole_at_least(0));
-  cmd->add_option("-s,--seed", o->seed, "Random seed (default: random, printed at the end)")->check(seed_number());
+  cmd->add_option("--temp", o->generation.sampling.temperature, "Sampling temperature; 0 = greedy")->capture_default_str()->check(real_in(0.0, 100.0));
+  cmd->add_option("--top-k", o->generation.sampling.top_k, "Keep the k most likely tokens; 0 = off")->capture_default_str()->check(whole_at_least(0));
+  cmd->add_option("--top-p", o->generation.sampling.top_p, "Nucleus sampling threshold; 1 = off")->capture_default_str()->check(real_in(0.0, 1.0));
+  cmd->add_option("--min-p", o->generation.sampling.min_p, "Drop tokens below min-p x the top probability; 0 = off")->capture_default_str()->check(real_in(0.0, 1.0));
+  cmd->add_option("--repeat-penalty", o->generation.sampling.repeat_penalty, "Penalty for recently seen tokens; 1 = off")->capture_default_str()->check(real_above(0));
+  cmd->add_option("--repeat-last-n", o->generation.sampling.repeat_last_n, "How many recent tokens the penalty looks at")->capture_default_str()->check(whole_at_least(0));
+  cmd->add_option("-s,--seed", o->generation.seed, "Random seed (default: random, printed at the end)")->check(seed_number());
   cmd->add_option("-t,--threads", o->threads, "Worker threads (default: all cores)")->check(whole_in(1, 4096));
   cmd->add_flag("--parse-special", o->parse_special, "Turn special-token text such as <s> in the prompt into those tokens");
   cmd->add_flag("--no-bos", o->no_bos, "Do not add the beginning-of-sequence token");
@@ -280,13 +267,13 @@ void add_run_command(CLI::App& app, int* exit_code) {
                                  "Draft shape: a dynamic tree or a chain of --budget tokens (with --budget auto, "
                                  "default: either, chosen online; given: that shape only)")
                     ->capture_default_str()->check(CLI::IsMember({"tree", "chain"}));
-  cmd->add_option("--lookup", o->lookup,
+  cmd->add_option("--lookup", o->generation.lookup,
                   "Context lookup, greedy decoding: also propose up to N tokens that followed an earlier occurrence "
                   "of the text's last 3, 2 or 1 tokens, verified in the same pass (0 = off; default " +
                       std::to_string(kDefaultLookup) + " with --budget auto, off with a fixed --budget)")
       ->check(whole_in(0, spec::kMaxBudget));
-  cmd->add_option("--depth", o->depth, "Maximum tree depth")->capture_default_str()->check(whole_in(1, spec::kMaxBudget));
-  cmd->add_option("--tree-top-k", o->top_k, "Children considered per node and nodes kept per level")
+  cmd->add_option("--depth", o->generation.depth, "Maximum tree depth")->capture_default_str()->check(whole_in(1, spec::kMaxBudget));
+  cmd->add_option("--tree-top-k", o->generation.tree_top_k, "Children considered per node and nodes kept per level")
       ->capture_default_str()->check(whole_in(1, spec::kMaxBudget));
   cmd->add_option("--vram-budget", o->vram_budget,
                   "Bytes of VRAM for the draft planes (e.g. 6G; default: free memory minus max(1 GiB, 10%)). "
@@ -297,7 +284,7 @@ void add_run_command(CLI::App& app, int* exit_code) {
   cmd->add_flag("--host-draft", o->host_draft,
                 "With a GPU: run only the draft's projections on it and the rest of the draft on the CPU (the "
                 "default runs the whole draft on the GPU when every draft plane is in VRAM)");
-  cmd->add_flag("--base-draft", o->base_draft,
+  cmd->add_flag("--base-draft", o->generation.base_draft,
                 "With --variant: draft with the plain base D instead of the variant's D + signs (to compare acceptance)");
   cmd->callback([o, exit_code, draft] {
     o->draft_shape_given = draft->count() > 0;

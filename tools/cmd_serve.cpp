@@ -5,6 +5,7 @@
 #include <memory>
 #include <thread>
 
+#include "bitsplit/generation_args.h"
 #include "bitsplit/interrupt.h"
 #include "bitsplit/memory_plan.h"
 #include "bitsplit/server.h"
@@ -107,12 +108,15 @@ int serve(const ServeArgs& a) {
   auto body = parse_byte_size(a.max_body);
   if (!body || *body == 0) return report_error("--max-body: " + (body ? std::string("must be positive") : body.status().message()));
   so.max_body_bytes = size_t(*body);
-  so.session.speculative = !a.no_spec;
+  GenerationArgs defaults;  // the session options of a request that sets none
+  defaults.speculative = !a.no_spec;
   auto budget = spec::parse_budget(a.budget);
   if (!budget) return report_error("--budget: " + budget.status().message());
-  so.session.budget = *budget;
-  so.session.lookup.max_tokens = *budget ? 0 : 8;
-  so.session.draft_max_sequences = a.spec_max_sequences;
+  defaults.budget = *budget;
+  defaults.draft_max_sequences = a.spec_max_sequences;
+  auto config = generation_config(defaults);
+  if (!config) return report_error(config.status().message());
+  so.session = config->session;
   std::optional<uint64_t> vram_budget;
   if (!a.vram_budget.empty()) {
     auto b = parse_byte_size(a.vram_budget);
