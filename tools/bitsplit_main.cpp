@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "bitsplit/interrupt.h"
+#include "bitsplit/version.h"
 #include "bitsplit/vram_plan.h"
 #include "commands.h"
 
@@ -96,7 +97,7 @@ std::string command_path(const CLI::App* sub) {
 int main(int argc, char** argv) {
   CLI::App app{"bitsplit: runs LLMs larger than GPU memory with bit-split weights and speculative decoding"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "bitsplit 0.1.0");
+  app.set_version_flag("--version", "bitsplit " BITSPLIT_VERSION_STRING);
   int exit_code = 0;
   bitsplit::cli::add_run_command(app, &exit_code);
   bitsplit::cli::add_info_command(app, &exit_code);

@@ -18,6 +18,7 @@
 #include "bitsplit/session.h"
 #include "bitsplit/file_kind.h"
 #include "bitsplit/variant.h"
+#include "bitsplit/version.h"
 
 namespace {
 
@@ -91,7 +92,7 @@ extern "C" {
 
 uint32_t bitsplit_api_version(void) { return BITSPLIT_API_VERSION; }
 
-const char* bitsplit_version_string(void) { return "0.1.0"; }
+const char* bitsplit_version_string(void) { return BITSPLIT_VERSION_STRING; }
 
 const char* bitsplit_last_error(void) { return g_last_error.c_str(); }
 
