@@ -17,9 +17,18 @@ int report_error(const std::string& message) {
   return 1;
 }
 
+void log_line(const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }
+
+Result<std::optional<uint64_t>> vram_budget_option(const std::string& text) {
+  if (text.empty()) return std::optional<uint64_t>();
+  auto bytes = parse_byte_size(text);
+  if (!bytes) return bytes.status().with_context("--vram-budget");
+  return std::optional<uint64_t>(*bytes);
+}
+
 Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& options,
                                std::optional<uint64_t> vram_budget) {
-  return open_model(path, options, vram_budget, [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
+  return open_model(path, options, vram_budget, log_line);
 }
 
 void add_plane_memory_flags(CLI::App* cmd, bool* mlock, bool* no_mmap) {

@@ -248,139 +248,155 @@ Result<std::vector<Setting>> make_settings(const BenchAcceptArgs& a) {
   return settings;
 }
 
-int bench_accept(const BenchAcceptArgs& a) {
-  const auto threads = limit_threads(a.threads);
-  auto made = make_settings(a);
-  if (!made) return report_error(made.status().message());
-  const std::vector<Setting>& settings = *made;
-  auto loaded = load_model(a.model, {.target_activations = a.target_activations});
-  if (!loaded) return report_error(loaded.status().message());
-  auto split = read_split_format(loaded->source->metadata());
-  if (!split || !split->has_value()) {
-    return report_error(a.model + " is not a bit-split model; run `bitsplit convert` on it first");
-  }
-  auto text = read_text_file(a.prompts);
-  if (!text) return report_error(text.status().message());
-  auto prompt_set = read_prompts(a.prompts, *text, *loaded->tokenizer, a.ignore_eos);
-  if (!prompt_set) return report_error(prompt_set.status().message());
-  const PromptSet& ps = *prompt_set;
-  const auto& prompts = ps.prompts;
+// The prompt file, read and tokenized for the model; a note when chat turns are joined as plain text.
+Result<PromptSet> load_prompts(const BenchAcceptArgs& a, const Tokenizer& tokenizer) {
+  BITSPLIT_ASSIGN_OR_RETURN(const std::string text, read_text_file(a.prompts));
+  BITSPLIT_ASSIGN_OR_RETURN(PromptSet ps, read_prompts(a.prompts, text, tokenizer, a.ignore_eos));
   if (ps.rendering == "plain") {
     std::fprintf(stderr, "note: the vocabulary has no <|im_start|>/<|im_end|>; turns rendered as plain text joined "
                          "with blank lines\n");
   }
-  if (!a.render_dir.empty()) {
-    if (Status st = render_prompts(ps, *loaded->tokenizer, a.render_dir); !st) return report_error(st.message());
-    std::fprintf(stderr, "wrote %zu prompts (%s) to %s\n", prompts.size(), ps.rendering.c_str(), a.render_dir.c_str());
-    return 0;
-  }
-  VariantRegistry registry(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX});
-  std::vector<Decoded> decoded = {{"base", nullptr, false, "base"}};
-  if (Status st = cli::register_variants(registry, a.variant_specs, *loaded,
-                                                 [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }); !st) return report_error(st.message());
-  for (const std::string& name : registry.names()) {  // those the pool refused are not among them
-    auto v = registry.get(name);
-    if (!v) return report_error(v.status().message());
-    decoded.push_back({(*v)->name(), *v, false, (*v)->name()});
-    decoded.push_back({(*v)->name() + "/base-draft", *v, true, (*v)->name()});
-  }
-  // configs[setting][model]: each row's session options and sampling.
-  std::vector<std::vector<GenerationConfig>> configs(settings.size());
-  for (size_t si = 0; si < settings.size(); ++si) {
-    for (const Decoded& d : decoded) {
-      auto config = generation_config(row_generation(settings[si], d, a));
-      if (!config) return report_error(config.status().message());
-      configs[si].push_back(std::move(*config));
+  return ps;
+}
+
+// The measurement: every row (a setting on a decoded model) generates from every prompt, settings
+// and models alternating prompt by prompt so drifting machine speed hits them alike;
+// cells[setting][model][category] collect the results.
+class AcceptBench {
+ public:
+  AcceptBench(const BenchAcceptArgs& a, const std::vector<Setting>& settings, const LoadedModel& loaded,
+              const PromptSet& ps)
+      : a_(a), settings_(settings), loaded_(loaded), ps_(ps) {}
+
+  // The base, then each variant the registry holds (those the pool refused are not among them),
+  // with its own draft and with the plain base draft.
+  Status add_models(VariantRegistry& registry) {
+    decoded_ = {{"base", nullptr, false, "base"}};
+    BITSPLIT_RETURN_IF_ERROR(cli::register_variants(registry, a_.variant_specs, loaded_, log_line));
+    for (const std::string& name : registry.names()) {
+      BITSPLIT_ASSIGN_OR_RETURN(std::shared_ptr<const Variant> v, registry.get(name));
+      decoded_.push_back({v->name(), v, false, v->name()});
+      decoded_.push_back({v->name() + "/base-draft", v, true, v->name()});
     }
-  }
-  for (const auto& p : prompts) {
-    if (Status st = check_generation(loaded->model.config(), p.tokens.size(), a.n_predict, 256); !st) {
-      return report_error("a prompt of " + std::to_string(p.tokens.size()) + " tokens: " + st.message());
-    }
+    return Status::ok();
   }
 
+  // Each row's session options and sampling, and every prompt checked against the context.
+  Status configure() {
+    configs_.assign(settings_.size(), {});
+    for (size_t si = 0; si < settings_.size(); ++si) {
+      for (const Decoded& d : decoded_) {
+        BITSPLIT_ASSIGN_OR_RETURN(GenerationConfig config, generation_config(row_generation(settings_[si], d, a_)));
+        configs_[si].push_back(std::move(config));
+      }
+    }
+    for (const auto& p : ps_.prompts) {
+      if (Status st = check_generation(loaded_.model.config(), p.tokens.size(), a_.n_predict, 256); !st) {
+        return Status::error("a prompt of " + std::to_string(p.tokens.size()) + " tokens: " + st.message());
+      }
+    }
+    return Status::ok();
+  }
+
+  // Untimed: pages the weights in and fills the caches, so the first timed row does not pay for
+  // it: a short generation with the first plain and the first speculative setting.
+  Status warm_up() {
+    std::vector<size_t> warm;
+    for (bool plain : {true, false}) {
+      auto it = std::find_if(settings_.begin(), settings_.end(), [&](const Setting& s) { return (s.kind == SettingKind::kPlain) == plain; });
+      if (it != settings_.end()) warm.push_back(size_t(it - settings_.begin()));
+    }
+    for (size_t m = 0; m < decoded_.size(); ++m) {
+      for (size_t si : warm) {
+        std::vector<int32_t> ignored;
+        Cell ignored_cell;
+        if (!has_row(settings_[si], decoded_[m])) continue;
+        BITSPLIT_RETURN_IF_ERROR(generate_once(si, m, ps_.prompts.front(), std::min(a_.n_predict, 8), ignored, ignored_cell));
+      }
+    }
+    return Status::ok();
+  }
+
+  // Every row on every prompt; counts greedy generations that differ from their model's first row.
+  Status measure() {
+    cells_.assign(settings_.size(),
+                  std::vector<std::vector<Cell>>(decoded_.size(), std::vector<Cell>(ps_.categories.size())));
+    ProgressBar bar("bench accept");
+    size_t done = 0, total = 0;
+    for (const auto& s : settings_)
+      for (const auto& d : decoded_) total += has_row(s, d) ? ps_.prompts.size() : 0;
+    for (const auto& p : ps_.prompts) {
+      std::vector<std::vector<int32_t>> reference(decoded_.size());  // the first row's output per model
+      for (size_t si = 0; si < settings_.size(); ++si) {
+        for (size_t m = 0; m < decoded_.size(); ++m) {
+          if (!has_row(settings_[si], decoded_[m])) continue;
+          std::vector<int32_t> out;
+          BITSPLIT_RETURN_IF_ERROR(generate_once(si, m, p, a_.n_predict, out, cells_[si][m][p.category]));
+          // Greedy output is the target's whatever the setting; a difference is a bug worth a line.
+          std::vector<int32_t>& ref = reference[index_of(decoded_, decoded_[m].plain_name)];
+          if (ref.empty()) ref = out;
+          else if (a_.temperature == 0.0f && out != ref) ++mismatches_;
+          bar.update(double(++done), double(total));
+        }
+      }
+    }
+    if (mismatches_ > 0) {
+      std::fprintf(stderr, "warning: %lld greedy generations differ from the first setting's output for the same "
+                           "prompt (speculative greedy decoding should equal plain decoding)\n", (long long)mismatches_);
+    }
+    return Status::ok();
+  }
+
+  // The results and summary (summarise) with what was run: model, prompts, settings, options.
+  nlohmann::json results() const {
+    nlohmann::json j = summarise(settings_, decoded_, ps_.categories, cells_);
+    nlohmann::json setting_names = nlohmann::json::array();
+    for (const auto& s : settings_) setting_names.push_back(s.name);
+    const auto& prompts = ps_.prompts;
+    nlohmann::json categories = nlohmann::json::array();
+    for (size_t c = 0; c < ps_.categories.size(); ++c) {
+      categories.push_back({{"name", ps_.categories[c]},
+                            {"prompts", std::count_if(prompts.begin(), prompts.end(), [&](const BenchPrompt& p) { return p.category == c; })}});
+    }
+    const std::string stop = ps_.stop_token >= 0 ? loaded_.tokenizer->token_to_piece(ps_.stop_token, true) : "";
+    j.update({{"model", a_.model}, {"prompts", a_.prompts}, {"format", ps_.format}, {"rendering", ps_.rendering},
+              {"stop_token", ps_.stop_token >= 0 ? nlohmann::json(stop) : nlohmann::json(nullptr)},
+              {"n_prompts", prompts.size()}, {"categories", categories}, {"n_predict", a_.n_predict},
+              {"settings", setting_names}, {"temperature", a_.temperature}, {"lookup", a_.lookup}, {"threads", a_.threads},
+              {"greedy_mismatches", mismatches_}});
+    return j;
+  }
+
+ private:
   // One generation of setting `si` on model `m`; its tokens go to `out` (for the greedy-agreement check).
-  auto generate_once = [&](size_t si, size_t m, const BenchPrompt& p, int32_t n, std::vector<int32_t>& out,
-                           Cell& cell) -> Status {
-    const GenerationConfig& config = configs[si][m];
-    Session session(loaded->model, decoded[m].variant, config.session);
+  Status generate_once(size_t si, size_t m, const BenchPrompt& p, int32_t n, std::vector<int32_t>& out, Cell& cell) {
+    const GenerationConfig& config = configs_[si][m];
+    Session session(loaded_.model, decoded_[m].variant, config.session);
     Sampler sampler(config.sampling);
     auto keep = [&out](int32_t t) {
       out.push_back(t);
       return true;
     };
-    auto r = session.generate(p.tokens, n, ps.stop_token, sampler, keep);
-    if (!r) return r.status();
-    cell.tokens += r->generation.generated_tokens;
-    cell.seconds += r->generation.generate_seconds;
-    if (r->speculative) cell.acc.add(r->speculative->acceptance);
+    BITSPLIT_ASSIGN_OR_RETURN(const SessionResult r, session.generate(p.tokens, n, ps_.stop_token, sampler, keep));
+    cell.tokens += r.generation.generated_tokens;
+    cell.seconds += r.generation.generate_seconds;
+    if (r.speculative) cell.acc.add(r.speculative->acceptance);
     ++cell.prompts;
     return Status::ok();
-  };
-
-  // Untimed warm-up: pages the weights in and fills the caches, so the first timed row does not
-  // pay for it: a short generation with the first plain and the first speculative setting.
-  std::vector<size_t> warm;
-  for (bool plain : {true, false}) {
-    auto it = std::find_if(settings.begin(), settings.end(), [&](const Setting& s) { return (s.kind == SettingKind::kPlain) == plain; });
-    if (it != settings.end()) warm.push_back(size_t(it - settings.begin()));
-  }
-  for (size_t m = 0; m < decoded.size(); ++m) {
-    for (size_t si : warm) {
-      std::vector<int32_t> ignored;
-      Cell ignored_cell;
-      if (!has_row(settings[si], decoded[m])) continue;
-      if (Status st = generate_once(si, m, prompts.front(), std::min(a.n_predict, 8), ignored, ignored_cell); !st) {
-        return report_error(st.message());
-      }
-    }
   }
 
-  // cells[setting][model][category]. Settings and models alternate prompt by prompt, so drifting
-  // machine speed hits them alike.
-  std::vector<std::vector<std::vector<Cell>>> cells(
-      settings.size(), std::vector<std::vector<Cell>>(decoded.size(), std::vector<Cell>(ps.categories.size())));
-  int64_t mismatches = 0;
-  ProgressBar bar("bench accept");
-  size_t done = 0, total = 0;
-  for (const auto& s : settings)
-    for (const auto& d : decoded) total += has_row(s, d) ? prompts.size() : 0;
-  for (const auto& p : prompts) {
-    std::vector<std::vector<int32_t>> reference(decoded.size());  // the first row's output per model
-    for (size_t si = 0; si < settings.size(); ++si) {
-      for (size_t m = 0; m < decoded.size(); ++m) {
-        if (!has_row(settings[si], decoded[m])) continue;
-        std::vector<int32_t> out;
-        if (Status st = generate_once(si, m, p, a.n_predict, out, cells[si][m][p.category]); !st) {
-          return report_error(st.message());
-        }
-        // Greedy output is the target's whatever the setting; a difference is a bug worth a line.
-        std::vector<int32_t>& ref = reference[index_of(decoded, decoded[m].plain_name)];
-        if (ref.empty()) ref = out;
-        else if (a.temperature == 0.0f && out != ref) ++mismatches;
-        bar.update(double(++done), double(total));
-      }
-    }
-  }
-  if (mismatches > 0) {
-    std::fprintf(stderr, "warning: %lld greedy generations differ from the first setting's output for the same "
-                         "prompt (speculative greedy decoding should equal plain decoding)\n", (long long)mismatches);
-  }
+  const BenchAcceptArgs& a_;
+  const std::vector<Setting>& settings_;
+  const LoadedModel& loaded_;
+  const PromptSet& ps_;
+  std::vector<Decoded> decoded_;
+  std::vector<std::vector<GenerationConfig>> configs_;  // [setting][model]
+  std::vector<std::vector<std::vector<Cell>>> cells_;   // [setting][model][category]
+  int64_t mismatches_ = 0;
+};
 
-  nlohmann::json j = summarise(settings, decoded, ps.categories, cells);
-  nlohmann::json setting_names = nlohmann::json::array();
-  for (const auto& s : settings) setting_names.push_back(s.name);
-  nlohmann::json categories = nlohmann::json::array();
-  for (size_t c = 0; c < ps.categories.size(); ++c) {
-    categories.push_back({{"name", ps.categories[c]},
-                          {"prompts", std::count_if(prompts.begin(), prompts.end(), [&](const BenchPrompt& p) { return p.category == c; })}});
-  }
-  const std::string stop = ps.stop_token >= 0 ? loaded->tokenizer->token_to_piece(ps.stop_token, true) : "";
-  j.update({{"model", a.model}, {"prompts", a.prompts}, {"format", ps.format}, {"rendering", ps.rendering},
-            {"stop_token", ps.stop_token >= 0 ? nlohmann::json(stop) : nlohmann::json(nullptr)},
-            {"n_prompts", prompts.size()}, {"categories", categories}, {"n_predict", a.n_predict},
-            {"settings", setting_names}, {"temperature", a.temperature}, {"lookup", a.lookup}, {"threads", a.threads},
-            {"greedy_mismatches", mismatches}});
+// JSON on stdout with --json; else tables on stdout, and the JSON also in --json-file.
+int print_results(const BenchAcceptArgs& a, const nlohmann::json& j) {
   if (a.json) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
@@ -392,6 +408,32 @@ int bench_accept(const BenchAcceptArgs& a) {
   }
   print_report(j);
   return 0;
+}
+
+int bench_accept(const BenchAcceptArgs& a) {
+  const auto threads = limit_threads(a.threads);
+  auto settings = make_settings(a);
+  if (!settings) return report_error(settings.status().message());
+  auto loaded = load_model(a.model, {.target_activations = a.target_activations});
+  if (!loaded) return report_error(loaded.status().message());
+  auto split = read_split_format(loaded->source->metadata());
+  if (!split || !split->has_value()) {
+    return report_error(a.model + " is not a bit-split model; run `bitsplit convert` on it first");
+  }
+  auto ps = load_prompts(a, *loaded->tokenizer);
+  if (!ps) return report_error(ps.status().message());
+  if (!a.render_dir.empty()) {
+    if (Status st = render_prompts(*ps, *loaded->tokenizer, a.render_dir); !st) return report_error(st.message());
+    std::fprintf(stderr, "wrote %zu prompts (%s) to %s\n", ps->prompts.size(), ps->rendering.c_str(), a.render_dir.c_str());
+    return 0;
+  }
+  VariantRegistry registry(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX});
+  AcceptBench bench(a, *settings, *loaded, *ps);
+  if (Status st = bench.add_models(registry); !st) return report_error(st.message());
+  if (Status st = bench.configure(); !st) return report_error(st.message());
+  if (Status st = bench.warm_up(); !st) return report_error(st.message());
+  if (Status st = bench.measure(); !st) return report_error(st.message());
+  return print_results(a, bench.results());
 }
 
 }  // namespace

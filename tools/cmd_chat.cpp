@@ -30,6 +30,65 @@ struct ChatArgs {
   TargetActivations target_activations = TargetActivations::kDraftRemainder;
 };
 
+// The chat template: --chat-template FILE, else the model's tokenizer.chat_template.
+Result<ChatTemplate> read_chat_template(const ChatArgs& a, const LoadedModel& loaded) {
+  std::string source;
+  if (!a.chat_template.empty()) {
+    auto t = read_text_file(a.chat_template);
+    if (!t) return t.status().with_context("--chat-template");
+    source = *t;
+  } else {
+    auto t = loaded.source->metadata().get_string_or("tokenizer.chat_template", "");
+    if (!t || t->empty()) return Status::error(a.model + " has no chat template; give one with --chat-template FILE");
+    source = *t;
+  }
+  auto tmpl = ChatTemplate::parse(source);
+  if (!tmpl) return tmpl.status().with_context("the chat template cannot be used");
+  return std::move(*tmpl);
+}
+
+// Answers the conversation's last (user) message: the conversation through the template, the
+// reply streamed to stdout until end-of-sequence, -n tokens, the context's end or Ctrl-C, and
+// added to `messages`. An error leaves `messages` as it was given.
+Status answer(const ChatArgs& a, const ChatTemplate& tmpl, const LoadedModel& loaded, Session& session,
+              Sampler& sampler, nlohmann::ordered_json& messages) {
+  const Tokenizer& tokenizer = *loaded.tokenizer;
+  const int32_t eos = tokenizer.vocab().eos;
+  auto encoded = serve::encode_chat(tmpl, tokenizer, messages);
+  if (!encoded) return encoded.status().with_context("the chat template refused the conversation");
+  const std::vector<int32_t>& prompt = *encoded;
+  const int64_t room = loaded.model.config().n_ctx_train - int64_t(prompt.size());
+  if (room <= 1) {
+    return Status::error("the conversation fills the model's context (" + std::to_string(prompt.size()) + " tokens); /reset");
+  }
+  Utf8StreamDecoder utf8;
+  std::string reply;
+  auto on_token = [&](int32_t token) {
+    if (token == eos) return true;
+    const std::string text = utf8.push(tokenizer.token_to_piece(token));
+    reply += text;
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    return CooperativeInterrupt::signal_received() == 0;
+  };
+  auto r = session.generate(prompt, int32_t(std::min<int64_t>(a.n_predict, room - 1)), eos, sampler, on_token);
+  const std::string tail = utf8.flush();
+  reply += tail;
+  std::fwrite(tail.data(), 1, tail.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  if (!r) return r.status();
+  if (CooperativeInterrupt::signal_received() != 0) std::fprintf(stderr, "(stopped)\n");
+  if (a.timings) {
+    const GenerationStats& g = r->generation;
+    std::fprintf(stderr, "(prompt: %lld tokens, %lld of them kept from the last turn, %.3f s; reply: %lld tokens in %.3f s, %.1f tokens/s)\n",
+                 (long long)g.prompt_tokens, (long long)g.reused_tokens, g.prompt_seconds,
+                 (long long)g.generated_tokens, g.generate_seconds, g.generate_tokens_per_second());
+  }
+  messages.push_back({{"role", "assistant"}, {"content", reply}});
+  return Status::ok();
+}
+
 int chat(const ChatArgs& a) {
   GenerationArgs args = a.generation;
   args.speculative = !a.no_spec;
@@ -39,20 +98,8 @@ int chat(const ChatArgs& a) {
   const auto threads = limit_threads(a.threads);
   auto loaded = load_model(a.model, {.q8_0_kernels = true, .target_activations = a.target_activations});
   if (!loaded) return report_error(loaded.status().message());
-  std::string source;
-  if (!a.chat_template.empty()) {
-    auto t = read_text_file(a.chat_template);
-    if (!t) return report_error("--chat-template: " + t.status().message());
-    source = *t;
-  } else {
-    auto t = loaded->source->metadata().get_string_or("tokenizer.chat_template", "");
-    if (!t || t->empty()) return report_error(a.model + " has no chat template; give one with --chat-template FILE");
-    source = *t;
-  }
-  auto tmpl = ChatTemplate::parse(source);
-  if (!tmpl) return report_error("the chat template cannot be used: " + tmpl.status().message());
-  const Tokenizer& tokenizer = *loaded->tokenizer;
-  const auto& vocab = tokenizer.vocab();
+  auto tmpl = read_chat_template(a, *loaded);
+  if (!tmpl) return report_error(tmpl.status().message());
   Session session(loaded->model, nullptr, config->session);
   if (Status st = session.validate(); !st) return report_error(st.message());
 
@@ -82,48 +129,10 @@ int chat(const ChatArgs& a) {
       continue;
     }
     messages.push_back({{"role", "user"}, {"content", line}});
-    auto encoded = serve::encode_chat(*tmpl, tokenizer, messages);
-    if (!encoded) {
+    if (Status st = answer(a, *tmpl, *loaded, session, sampler, messages); !st) {
       messages.erase(messages.end() - 1);
-      report_error("the chat template refused the conversation: " + encoded.status().message());
-      continue;
+      report_error(st.message());
     }
-    const std::vector<int32_t>& prompt = *encoded;
-    const int64_t room = loaded->model.config().n_ctx_train - int64_t(prompt.size());
-    if (room <= 1) {
-      messages.erase(messages.end() - 1);
-      report_error("the conversation fills the model's context (" + std::to_string(prompt.size()) + " tokens); /reset");
-      continue;
-    }
-    Utf8StreamDecoder utf8;
-    std::string reply;
-    auto on_token = [&](int32_t token) {
-      if (token == vocab.eos) return true;
-      const std::string text = utf8.push(tokenizer.token_to_piece(token));
-      reply += text;
-      std::fwrite(text.data(), 1, text.size(), stdout);
-      std::fflush(stdout);
-      return CooperativeInterrupt::signal_received() == 0;
-    };
-    auto r = session.generate(prompt, int32_t(std::min<int64_t>(a.n_predict, room - 1)), vocab.eos, sampler, on_token);
-    const std::string tail = utf8.flush();
-    reply += tail;
-    std::fwrite(tail.data(), 1, tail.size(), stdout);
-    std::fputc('\n', stdout);
-    std::fflush(stdout);
-    if (!r) {
-      report_error(r.status().message());
-      messages.erase(messages.end() - 1);
-      continue;
-    }
-    if (CooperativeInterrupt::signal_received() != 0) std::fprintf(stderr, "(stopped)\n");
-    if (a.timings) {
-      const GenerationStats& g = r->generation;
-      std::fprintf(stderr, "(prompt: %lld tokens, %lld of them kept from the last turn, %.3f s; reply: %lld tokens in %.3f s, %.1f tokens/s)\n",
-                   (long long)g.prompt_tokens, (long long)g.reused_tokens, g.prompt_seconds,
-                   (long long)g.generated_tokens, g.generate_seconds, g.generate_tokens_per_second());
-    }
-    messages.push_back({{"role", "assistant"}, {"content", reply}});
   }
   return 0;
 }
