@@ -469,7 +469,8 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--settings", a->settings,
                   "The rows to measure, in order, comma-separated: plain (the target D + R without a draft: the "
                   "reference for speedups), auto (the online choice, as `run --budget auto`), chain-K, tree-B "
-                  "(K, B in 1..64); auto, chain-K and tree-B may end in +lookup (context lookup of 8 tokens; "
+                  "(K, B in 1.." + std::to_string(spec::kMaxBudget) + "); auto, chain-K and tree-B may end in +lookup "
+                  "(context lookup of " + std::to_string(kDefaultLookup) + " tokens; "
                   "auto+lookup is what `bitsplit run` does by default). E.g. plain,auto+lookup,chain-4,tree-16. "
                   "Replaces --chains/--budgets/--auto, whose rows are plain, then the chains, the trees and auto")
       ->delimiter(',')->excludes(chains)->excludes(budgets)->excludes(auto_row)->type_name("LIST");
@@ -477,7 +478,8 @@ void add_bench_command(CLI::App& app, int* exit_code) {
                            "each variant is also decoded, with rows for its own draft and for the plain base draft, "
                            "interleaved with the base in the same run");
   cmd->add_option("--lookup", a->lookup,
-                  "Context lookup in every speculative row (instead of +lookup's 8): up to N tokens that followed an earlier occurrence of the text's "
+                  "Context lookup in every speculative row (instead of +lookup's " + std::to_string(kDefaultLookup) +
+                      "): up to N tokens that followed an earlier occurrence of the text's "
                   "last tokens (greedy only; 0 = off)")
       ->capture_default_str()->check(whole_in(0, spec::kMaxBudget));
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Generate all -n tokens of ChatML prompts (do not stop at <|im_end|>)");
