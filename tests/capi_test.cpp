@@ -17,6 +17,7 @@
 
 #include "bitsplit/convert.h"
 #include "bitsplit/delta_format.h"
+#include "bitsplit/version.h"
 #include "test_paths.h"
 
 namespace bitsplit {
@@ -86,7 +87,7 @@ Collected generate(bitsplit_model* m, const bitsplit_session_params* params, con
 TEST(CApi, VersionAndStatusNames) {
   EXPECT_EQ(bitsplit_api_version(), uint32_t(BITSPLIT_API_VERSION));
   EXPECT_STREQ(bitsplit_status_name(BITSPLIT_ERR_CONTEXT_OVERFLOW), "context overflow");
-  EXPECT_STREQ(bitsplit_version_string(), "0.1.0");
+  EXPECT_STREQ(bitsplit_version_string(), BITSPLIT_VERSION_STRING);  // CMake's project version
 }
 
 TEST(CApi, BadArgumentsAreStatusesWithMessages) {

@@ -17,6 +17,31 @@ std::string json_num(const nlohmann::json& v, const char* format) {
   return v.is_number() ? fmt(format, v.get<double>()) : "–";
 }
 
+// A table row, each cell padded to its column's width: the first `left` cells on the left.
+std::string table_row(const std::vector<std::string>& cells, const std::vector<size_t>& width, size_t left) {
+  std::string line = "|";
+  for (size_t i = 0; i < cells.size(); ++i) {
+    const size_t pad = width[i] - cells[i].size();
+    line.push_back(' ');
+    if (i >= left) line.append(pad, ' ');
+    line.append(cells[i]);
+    if (i < left) line.append(pad, ' ');
+    line.append(" |");
+  }
+  return line;
+}
+
+// The line under the header: dashes, with a colon on the right of right-aligned columns.
+std::string header_rule(const std::vector<size_t>& width, size_t left) {
+  std::string line = "|";
+  for (size_t i = 0; i < width.size(); ++i) {
+    line.push_back('-');
+    line.append(width[i], '-');
+    line.append(i < left ? "-|" : ":|");
+  }
+  return line;
+}
+
 }  // namespace
 
 // A markdown table, columns padded to their widest cell; the first `left` columns left-aligned.
@@ -25,25 +50,8 @@ void print_table(const std::vector<std::vector<std::string>>& rows, size_t left)
   for (const auto& r : rows)
     for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
   for (size_t k = 0; k < rows.size(); ++k) {
-    std::string line = "|";
-    for (size_t i = 0; i < rows[k].size(); ++i) {
-      const size_t pad = width[i] - rows[k][i].size();
-      line.push_back(' ');
-      if (i >= left) line.append(pad, ' ');
-      line.append(rows[k][i]);
-      if (i < left) line.append(pad, ' ');
-      line.append(" |");
-    }
-    std::printf("%s\n", line.c_str());
-    if (k == 0) {
-      line = "|";
-      for (size_t i = 0; i < width.size(); ++i) {
-        line.push_back('-');
-        line.append(width[i], '-');
-        line.append(i < left ? "-|" : ":|");
-      }
-      std::printf("%s\n", line.c_str());
-    }
+    std::printf("%s\n", table_row(rows[k], width, left).c_str());
+    if (k == 0) std::printf("%s\n", header_rule(width, left).c_str());
   }
 }
 

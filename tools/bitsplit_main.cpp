@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "bitsplit/interrupt.h"
+#include "bitsplit/version.h"
 #include "bitsplit/vram_plan.h"
 #include "commands.h"
 
@@ -16,9 +17,18 @@ int report_error(const std::string& message) {
   return 1;
 }
 
+void log_line(const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }
+
+Result<std::optional<uint64_t>> vram_budget_option(const std::string& text) {
+  if (text.empty()) return std::optional<uint64_t>();
+  auto bytes = parse_byte_size(text);
+  if (!bytes) return bytes.status().with_context("--vram-budget");
+  return std::optional<uint64_t>(*bytes);
+}
+
 Result<LoadedModel> load_model(const std::string& path, const ModelLoadOptions& options,
                                std::optional<uint64_t> vram_budget) {
-  return open_model(path, options, vram_budget, [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
+  return open_model(path, options, vram_budget, log_line);
 }
 
 void add_plane_memory_flags(CLI::App* cmd, bool* mlock, bool* no_mmap) {
@@ -96,7 +106,7 @@ std::string command_path(const CLI::App* sub) {
 int main(int argc, char** argv) {
   CLI::App app{"bitsplit: runs LLMs larger than GPU memory with bit-split weights and speculative decoding"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "bitsplit 0.1.0");
+  app.set_version_flag("--version", "bitsplit " BITSPLIT_VERSION_STRING);
   int exit_code = 0;
   bitsplit::cli::add_run_command(app, &exit_code);
   bitsplit::cli::add_info_command(app, &exit_code);

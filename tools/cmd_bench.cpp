@@ -12,8 +12,8 @@
 #include <sstream>
 
 #include "bitsplit/convert.h"
-#include "bitsplit/generate.h"
-#include "bitsplit/speculative.h"
+#include "bitsplit/generation_args.h"
+#include "bitsplit/session.h"
 #include "bitsplit/variant.h"
 #include "commands.h"
 #include "bench_prompts.h"
@@ -46,7 +46,7 @@ struct BenchAcceptArgs {
 // What one row decodes: the base, or a variant with its own draft or the plain base draft.
 struct Decoded {
   std::string name;
-  const Variant* variant = nullptr;
+  std::shared_ptr<const Variant> variant;  // null: the base
   bool base_draft = false;
   std::string plain_name;  // the row whose plain decoding is this one's reference
 };
@@ -60,59 +60,45 @@ enum class SettingKind { kPlain, kFixed, kAuto };
 struct Setting {
   std::string name;
   SettingKind kind = SettingKind::kFixed;
-  spec::DraftPolicy policy;
-  int lookup = 0;  // context-lookup tokens per check (greedy only)
+  spec::DraftShape shape = spec::DraftShape::kTree;
+  int32_t budget = 0;  // kFixed: drafted nodes per check
+  int lookup = 0;      // context-lookup tokens per check (greedy only)
 };
 
 // Plain decoding of a variant with the base draft is the variant's own plain decoding: no row.
 bool has_row(const Setting& s, const Decoded& d) { return !(s.kind == SettingKind::kPlain && d.base_draft); }
 
-// What `bitsplit run` uses under --budget auto (tools/cmd_run.cpp): the "+lookup" settings.
-constexpr int kRunDefaultLookup = 8;
-
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-Setting chain_setting(int k) {
-  Setting s{"chain-" + std::to_string(k), SettingKind::kFixed, {}};
-  s.policy.shape = spec::DraftShape::kChain;
-  s.policy.budget = k;
-  s.policy.max_depth = k;
-  return s;
-}
+Setting chain_setting(int k) { return {"chain-" + std::to_string(k), SettingKind::kFixed, spec::DraftShape::kChain, k}; }
 
-Setting tree_setting(int b) {
-  Setting s{"tree-" + std::to_string(b), SettingKind::kFixed, {}};
-  s.policy.budget = b;
-  return s;
-}
+Setting tree_setting(int b) { return {"tree-" + std::to_string(b), SettingKind::kFixed, spec::DraftShape::kTree, b}; }
 
-// "plain", "auto", "chain-K" or "tree-B" (K, B in 1..kMaxBudget), the last three optionally with
-// "+lookup" (context lookup of kRunDefaultLookup tokens; "auto+lookup" is what `run` does by default).
+// "plain", "auto", "chain-K" or "tree-B" (K, B budgets as spec::parse_budget reads them), the last
+// three optionally with "+lookup" (context lookup of kDefaultLookup tokens; "auto+lookup" is what
+// `run` does by default).
 Result<Setting> parse_setting(const std::string& text) {
   const std::string suffix = "+lookup";
   if (ends_with(text, suffix) && text != "plain" + suffix) {
     auto s = parse_setting(text.substr(0, text.size() - suffix.size()));
     if (s) {
       s->name += suffix;
-      s->lookup = kRunDefaultLookup;
+      s->lookup = kDefaultLookup;
     }
     return s;
   }
-  if (text == "plain") return Setting{"plain", SettingKind::kPlain, {}};
-  if (text == "auto") return Setting{"auto", SettingKind::kAuto, {}};
+  if (text == "plain") return Setting{"plain", SettingKind::kPlain};
+  if (text == "auto") return Setting{"auto", SettingKind::kAuto};
   for (const std::string prefix : {"chain-", "tree-"}) {
     if (text.rfind(prefix, 0) != 0) continue;
-    const std::string digits = text.substr(prefix.size());
-    const bool whole = !digits.empty() && digits.size() <= 3 &&
-                       std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
-    const int n = whole ? std::stoi(digits) : 0;
-    if (n < 1 || n > spec::kMaxBudget) {
+    auto n = spec::parse_budget(text.substr(prefix.size()));
+    if (!n || !n->has_value()) {
       return Status::error("'" + text + "': the budget after '" + prefix + "' must be a whole number 1.." +
                            std::to_string(spec::kMaxBudget));
     }
-    return prefix == "chain-" ? chain_setting(n) : tree_setting(n);
+    return prefix == "chain-" ? chain_setting(**n) : tree_setting(**n);
   }
   return Status::error("'" + text + "' is not a setting; use plain, auto, chain-K or tree-B, the last three optionally "
                        "with +lookup (e.g. plain,auto+lookup,chain-4,tree-16)");
@@ -218,6 +204,21 @@ nlohmann::json summarise(const std::vector<Setting>& settings, const std::vector
                        {"categories", categories}, {"overall", overall_rows}, {"rows", summary_rows}, {"best", best}}}};
 }
 
+// One row's generation: setting `s` on `d`, sampled as --temp and --seed say, every prompt from a
+// fresh cache (nothing kept from the prompt before).
+GenerationArgs row_generation(const Setting& s, const Decoded& d, const BenchAcceptArgs& a) {
+  GenerationArgs g;
+  g.sampling.temperature = a.temperature;
+  g.seed = a.seed;
+  g.speculative = s.kind != SettingKind::kPlain;
+  if (s.kind == SettingKind::kFixed) g.budget = s.budget;
+  g.shape = s.shape;
+  g.lookup = s.lookup;
+  g.base_draft = d.base_draft;
+  g.reuse_prefix = false;
+  return g;
+}
+
 // The rows, in order: --settings, or plain, the chains, the trees and auto; --lookup on every
 // speculative row.
 Result<std::vector<Setting>> make_settings(const BenchAcceptArgs& a) {
@@ -232,10 +233,10 @@ Result<std::vector<Setting>> make_settings(const BenchAcceptArgs& a) {
       settings.push_back(*s);
     }
   } else {
-    settings.push_back({"plain", SettingKind::kPlain, {}});
+    settings.push_back({"plain", SettingKind::kPlain});
     for (int k : a.chains) settings.push_back(chain_setting(k));
     for (int b : a.budgets) settings.push_back(tree_setting(b));
-    if (a.auto_row) settings.push_back({"auto", SettingKind::kAuto, {}});
+    if (a.auto_row) settings.push_back({"auto", SettingKind::kAuto});
   }
   if (a.lookup > 0) {
     for (auto& s : settings) {
@@ -247,153 +248,155 @@ Result<std::vector<Setting>> make_settings(const BenchAcceptArgs& a) {
   return settings;
 }
 
-int bench_accept(const BenchAcceptArgs& a) {
-  const auto threads = limit_threads(a.threads);
-  auto made = make_settings(a);
-  if (!made) return report_error(made.status().message());
-  const std::vector<Setting>& settings = *made;
-  auto loaded = load_model(a.model, {.target_activations = a.target_activations});
-  if (!loaded) return report_error(loaded.status().message());
-  auto split = read_split_format(loaded->source->metadata());
-  if (!split || !split->has_value()) {
-    return report_error(a.model + " is not a bit-split model; run `bitsplit convert` on it first");
-  }
-  auto text = read_text_file(a.prompts);
-  if (!text) return report_error(text.status().message());
-  auto prompt_set = read_prompts(a.prompts, *text, *loaded->tokenizer, a.ignore_eos);
-  if (!prompt_set) return report_error(prompt_set.status().message());
-  const PromptSet& ps = *prompt_set;
-  const auto& prompts = ps.prompts;
+// The prompt file, read and tokenized for the model; a note when chat turns are joined as plain text.
+Result<PromptSet> load_prompts(const BenchAcceptArgs& a, const Tokenizer& tokenizer) {
+  BITSPLIT_ASSIGN_OR_RETURN(const std::string text, read_text_file(a.prompts));
+  BITSPLIT_ASSIGN_OR_RETURN(PromptSet ps, read_prompts(a.prompts, text, tokenizer, a.ignore_eos));
   if (ps.rendering == "plain") {
     std::fprintf(stderr, "note: the vocabulary has no <|im_start|>/<|im_end|>; turns rendered as plain text joined "
                          "with blank lines\n");
   }
-  if (!a.render_dir.empty()) {
-    if (Status st = render_prompts(ps, *loaded->tokenizer, a.render_dir); !st) return report_error(st.message());
-    std::fprintf(stderr, "wrote %zu prompts (%s) to %s\n", prompts.size(), ps.rendering.c_str(), a.render_dir.c_str());
-    return 0;
-  }
-  VariantRegistry registry(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX});
-  std::vector<std::shared_ptr<const Variant>> variants;
-  std::vector<Decoded> decoded = {{"base", nullptr, false, "base"}};
-  if (Status st = cli::register_variants(registry, a.variant_specs, *loaded,
-                                                 [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }); !st) return report_error(st.message());
-  for (const std::string& name : registry.names()) {  // those the pool refused are not among them
-    auto v = registry.get(name);
-    if (!v) return report_error(v.status().message());
-    variants.push_back(*v);
-    decoded.push_back({(*v)->name(), v->get(), false, (*v)->name()});
-    decoded.push_back({(*v)->name() + "/base-draft", v->get(), true, (*v)->name()});
-  }
-  SamplingParams sp;
-  sp.temperature = a.temperature;
-  sp.seed = a.seed;
-  if (Status st = sp.validate(); !st) return report_error(st.message());
-  for (const auto& p : prompts) {
-    if (Status st = check_generation(loaded->model.config(), p.tokens.size(), a.n_predict, 256); !st) {
-      return report_error("a prompt of " + std::to_string(p.tokens.size()) + " tokens: " + st.message());
+  return ps;
+}
+
+// The measurement: every row (a setting on a decoded model) generates from every prompt, settings
+// and models alternating prompt by prompt so drifting machine speed hits them alike;
+// cells[setting][model][category] collect the results.
+class AcceptBench {
+ public:
+  AcceptBench(const BenchAcceptArgs& a, const std::vector<Setting>& settings, const LoadedModel& loaded,
+              const PromptSet& ps)
+      : a_(a), settings_(settings), loaded_(loaded), ps_(ps) {}
+
+  // The base, then each variant the registry holds (those the pool refused are not among them),
+  // with its own draft and with the plain base draft.
+  Status add_models(VariantRegistry& registry) {
+    decoded_ = {{"base", nullptr, false, "base"}};
+    BITSPLIT_RETURN_IF_ERROR(cli::register_variants(registry, a_.variant_specs, loaded_, log_line));
+    for (const std::string& name : registry.names()) {
+      BITSPLIT_ASSIGN_OR_RETURN(std::shared_ptr<const Variant> v, registry.get(name));
+      decoded_.push_back({v->name(), v, false, v->name()});
+      decoded_.push_back({v->name() + "/base-draft", v, true, v->name()});
     }
+    return Status::ok();
   }
 
-  // One generation; its tokens go to `out` (for the greedy-agreement check).
-  auto generate_once = [&](const Setting& s, const Decoded& d, const BenchPrompt& p, int32_t n,
-                           std::vector<int32_t>& out, Cell& cell) -> Status {
-    Sampler sampler(sp);
+  // Each row's session options and sampling, and every prompt checked against the context.
+  Status configure() {
+    configs_.assign(settings_.size(), {});
+    for (size_t si = 0; si < settings_.size(); ++si) {
+      for (const Decoded& d : decoded_) {
+        BITSPLIT_ASSIGN_OR_RETURN(GenerationConfig config, generation_config(row_generation(settings_[si], d, a_)));
+        configs_[si].push_back(std::move(config));
+      }
+    }
+    for (const auto& p : ps_.prompts) {
+      if (Status st = check_generation(loaded_.model.config(), p.tokens.size(), a_.n_predict, 256); !st) {
+        return Status::error("a prompt of " + std::to_string(p.tokens.size()) + " tokens: " + st.message());
+      }
+    }
+    return Status::ok();
+  }
+
+  // Untimed: pages the weights in and fills the caches, so the first timed row does not pay for
+  // it: a short generation with the first plain and the first speculative setting.
+  Status warm_up() {
+    std::vector<size_t> warm;
+    for (bool plain : {true, false}) {
+      auto it = std::find_if(settings_.begin(), settings_.end(), [&](const Setting& s) { return (s.kind == SettingKind::kPlain) == plain; });
+      if (it != settings_.end()) warm.push_back(size_t(it - settings_.begin()));
+    }
+    for (size_t m = 0; m < decoded_.size(); ++m) {
+      for (size_t si : warm) {
+        std::vector<int32_t> ignored;
+        Cell ignored_cell;
+        if (!has_row(settings_[si], decoded_[m])) continue;
+        BITSPLIT_RETURN_IF_ERROR(generate_once(si, m, ps_.prompts.front(), std::min(a_.n_predict, 8), ignored, ignored_cell));
+      }
+    }
+    return Status::ok();
+  }
+
+  // Every row on every prompt; counts greedy generations that differ from their model's first row.
+  Status measure() {
+    cells_.assign(settings_.size(),
+                  std::vector<std::vector<Cell>>(decoded_.size(), std::vector<Cell>(ps_.categories.size())));
+    ProgressBar bar("bench accept");
+    size_t done = 0, total = 0;
+    for (const auto& s : settings_)
+      for (const auto& d : decoded_) total += has_row(s, d) ? ps_.prompts.size() : 0;
+    for (const auto& p : ps_.prompts) {
+      std::vector<std::vector<int32_t>> reference(decoded_.size());  // the first row's output per model
+      for (size_t si = 0; si < settings_.size(); ++si) {
+        for (size_t m = 0; m < decoded_.size(); ++m) {
+          if (!has_row(settings_[si], decoded_[m])) continue;
+          std::vector<int32_t> out;
+          BITSPLIT_RETURN_IF_ERROR(generate_once(si, m, p, a_.n_predict, out, cells_[si][m][p.category]));
+          // Greedy output is the target's whatever the setting; a difference is a bug worth a line.
+          std::vector<int32_t>& ref = reference[index_of(decoded_, decoded_[m].plain_name)];
+          if (ref.empty()) ref = out;
+          else if (a_.temperature == 0.0f && out != ref) ++mismatches_;
+          bar.update(double(++done), double(total));
+        }
+      }
+    }
+    if (mismatches_ > 0) {
+      std::fprintf(stderr, "warning: %lld greedy generations differ from the first setting's output for the same "
+                           "prompt (speculative greedy decoding should equal plain decoding)\n", (long long)mismatches_);
+    }
+    return Status::ok();
+  }
+
+  // The results and summary (summarise) with what was run: model, prompts, settings, options.
+  nlohmann::json results() const {
+    nlohmann::json j = summarise(settings_, decoded_, ps_.categories, cells_);
+    nlohmann::json setting_names = nlohmann::json::array();
+    for (const auto& s : settings_) setting_names.push_back(s.name);
+    const auto& prompts = ps_.prompts;
+    nlohmann::json categories = nlohmann::json::array();
+    for (size_t c = 0; c < ps_.categories.size(); ++c) {
+      categories.push_back({{"name", ps_.categories[c]},
+                            {"prompts", std::count_if(prompts.begin(), prompts.end(), [&](const BenchPrompt& p) { return p.category == c; })}});
+    }
+    const std::string stop = ps_.stop_token >= 0 ? loaded_.tokenizer->token_to_piece(ps_.stop_token, true) : "";
+    j.update({{"model", a_.model}, {"prompts", a_.prompts}, {"format", ps_.format}, {"rendering", ps_.rendering},
+              {"stop_token", ps_.stop_token >= 0 ? nlohmann::json(stop) : nlohmann::json(nullptr)},
+              {"n_prompts", prompts.size()}, {"categories", categories}, {"n_predict", a_.n_predict},
+              {"settings", setting_names}, {"temperature", a_.temperature}, {"lookup", a_.lookup}, {"threads", a_.threads},
+              {"greedy_mismatches", mismatches_}});
+    return j;
+  }
+
+ private:
+  // One generation of setting `si` on model `m`; its tokens go to `out` (for the greedy-agreement check).
+  Status generate_once(size_t si, size_t m, const BenchPrompt& p, int32_t n, std::vector<int32_t>& out, Cell& cell) {
+    const GenerationConfig& config = configs_[si][m];
+    Session session(loaded_.model, decoded_[m].variant, config.session);
+    Sampler sampler(config.sampling);
     auto keep = [&out](int32_t t) {
       out.push_back(t);
       return true;
     };
-    if (s.kind == SettingKind::kPlain) {
-      GenerateOptions g;
-      g.n_predict = n;
-      g.eos_token = ps.stop_token;
-      g.variant = d.variant;
-      auto r = generate(loaded->model, p.tokens, g, sampler, keep);
-      if (!r) return r.status();
-      cell.tokens += r->generated_tokens;
-      cell.seconds += r->generate_seconds;
-    } else {
-      SpeculativeOptions o;
-      o.policy = s.policy;
-      o.auto_budget = o.auto_shape = s.kind == SettingKind::kAuto;
-      o.lookup.max_tokens = s.lookup;
-      o.n_predict = n;
-      o.eos_token = ps.stop_token;
-      o.variant = d.variant;
-      o.base_draft = d.base_draft;
-      auto r = generate_speculative(loaded->model, loaded->model, p.tokens, o, sampler, keep);
-      if (!r) return r.status();
-      cell.tokens += r->generation.generated_tokens;
-      cell.seconds += r->generation.generate_seconds;
-      cell.acc.add(r->acceptance);
-    }
+    BITSPLIT_ASSIGN_OR_RETURN(const SessionResult r, session.generate(p.tokens, n, ps_.stop_token, sampler, keep));
+    cell.tokens += r.generation.generated_tokens;
+    cell.seconds += r.generation.generate_seconds;
+    if (r.speculative) cell.acc.add(r.speculative->acceptance);
     ++cell.prompts;
     return Status::ok();
-  };
-
-  // Untimed warm-up: pages the weights in and fills the caches, so the first timed row does not
-  // pay for it: a short generation with the first plain and the first speculative setting.
-  std::vector<const Setting*> warm;
-  for (bool plain : {true, false}) {
-    auto it = std::find_if(settings.begin(), settings.end(), [&](const Setting& s) { return (s.kind == SettingKind::kPlain) == plain; });
-    if (it != settings.end()) warm.push_back(&*it);
-  }
-  for (const auto& d : decoded) {
-    for (const Setting* s : warm) {
-      std::vector<int32_t> ignored;
-      Cell ignored_cell;
-      if (!has_row(*s, d)) continue;
-      if (Status st = generate_once(*s, d, prompts.front(), std::min(a.n_predict, 8), ignored, ignored_cell); !st) {
-        return report_error(st.message());
-      }
-    }
   }
 
-  // cells[setting][model][category]. Settings and models alternate prompt by prompt, so drifting
-  // machine speed hits them alike.
-  std::vector<std::vector<std::vector<Cell>>> cells(
-      settings.size(), std::vector<std::vector<Cell>>(decoded.size(), std::vector<Cell>(ps.categories.size())));
-  int64_t mismatches = 0;
-  ProgressBar bar("bench accept");
-  size_t done = 0, total = 0;
-  for (const auto& s : settings)
-    for (const auto& d : decoded) total += has_row(s, d) ? prompts.size() : 0;
-  for (const auto& p : prompts) {
-    std::vector<std::vector<int32_t>> reference(decoded.size());  // the first row's output per model
-    for (size_t si = 0; si < settings.size(); ++si) {
-      for (size_t m = 0; m < decoded.size(); ++m) {
-        if (!has_row(settings[si], decoded[m])) continue;
-        std::vector<int32_t> out;
-        if (Status st = generate_once(settings[si], decoded[m], p, a.n_predict, out, cells[si][m][p.category]); !st) {
-          return report_error(st.message());
-        }
-        // Greedy output is the target's whatever the setting; a difference is a bug worth a line.
-        std::vector<int32_t>& ref = reference[index_of(decoded, decoded[m].plain_name)];
-        if (ref.empty()) ref = out;
-        else if (a.temperature == 0.0f && out != ref) ++mismatches;
-        bar.update(double(++done), double(total));
-      }
-    }
-  }
-  if (mismatches > 0) {
-    std::fprintf(stderr, "warning: %lld greedy generations differ from the first setting's output for the same "
-                         "prompt (speculative greedy decoding should equal plain decoding)\n", (long long)mismatches);
-  }
+  const BenchAcceptArgs& a_;
+  const std::vector<Setting>& settings_;
+  const LoadedModel& loaded_;
+  const PromptSet& ps_;
+  std::vector<Decoded> decoded_;
+  std::vector<std::vector<GenerationConfig>> configs_;  // [setting][model]
+  std::vector<std::vector<std::vector<Cell>>> cells_;   // [setting][model][category]
+  int64_t mismatches_ = 0;
+};
 
-  nlohmann::json j = summarise(settings, decoded, ps.categories, cells);
-  nlohmann::json setting_names = nlohmann::json::array();
-  for (const auto& s : settings) setting_names.push_back(s.name);
-  nlohmann::json categories = nlohmann::json::array();
-  for (size_t c = 0; c < ps.categories.size(); ++c) {
-    categories.push_back({{"name", ps.categories[c]},
-                          {"prompts", std::count_if(prompts.begin(), prompts.end(), [&](const BenchPrompt& p) { return p.category == c; })}});
-  }
-  const std::string stop = ps.stop_token >= 0 ? loaded->tokenizer->token_to_piece(ps.stop_token, true) : "";
-  j.update({{"model", a.model}, {"prompts", a.prompts}, {"format", ps.format}, {"rendering", ps.rendering},
-            {"stop_token", ps.stop_token >= 0 ? nlohmann::json(stop) : nlohmann::json(nullptr)},
-            {"n_prompts", prompts.size()}, {"categories", categories}, {"n_predict", a.n_predict},
-            {"settings", setting_names}, {"temperature", a.temperature}, {"lookup", a.lookup}, {"threads", a.threads},
-            {"greedy_mismatches", mismatches}});
+// JSON on stdout with --json; else tables on stdout, and the JSON also in --json-file.
+int print_results(const BenchAcceptArgs& a, const nlohmann::json& j) {
   if (a.json) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
@@ -405,6 +408,32 @@ int bench_accept(const BenchAcceptArgs& a) {
   }
   print_report(j);
   return 0;
+}
+
+int bench_accept(const BenchAcceptArgs& a) {
+  const auto threads = limit_threads(a.threads);
+  auto settings = make_settings(a);
+  if (!settings) return report_error(settings.status().message());
+  auto loaded = load_model(a.model, {.target_activations = a.target_activations});
+  if (!loaded) return report_error(loaded.status().message());
+  auto split = read_split_format(loaded->source->metadata());
+  if (!split || !split->has_value()) {
+    return report_error(a.model + " is not a bit-split model; run `bitsplit convert` on it first");
+  }
+  auto ps = load_prompts(a, *loaded->tokenizer);
+  if (!ps) return report_error(ps.status().message());
+  if (!a.render_dir.empty()) {
+    if (Status st = render_prompts(*ps, *loaded->tokenizer, a.render_dir); !st) return report_error(st.message());
+    std::fprintf(stderr, "wrote %zu prompts (%s) to %s\n", ps->prompts.size(), ps->rendering.c_str(), a.render_dir.c_str());
+    return 0;
+  }
+  VariantRegistry registry(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX});
+  AcceptBench bench(a, *settings, *loaded, *ps);
+  if (Status st = bench.add_models(registry); !st) return report_error(st.message());
+  if (Status st = bench.configure(); !st) return report_error(st.message());
+  if (Status st = bench.warm_up(); !st) return report_error(st.message());
+  if (Status st = bench.measure(); !st) return report_error(st.message());
+  return print_results(a, bench.results());
 }
 
 }  // namespace
@@ -440,7 +469,8 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--settings", a->settings,
                   "The rows to measure, in order, comma-separated: plain (the target D + R without a draft: the "
                   "reference for speedups), auto (the online choice, as `run --budget auto`), chain-K, tree-B "
-                  "(K, B in 1..64); auto, chain-K and tree-B may end in +lookup (context lookup of 8 tokens; "
+                  "(K, B in 1.." + std::to_string(spec::kMaxBudget) + "); auto, chain-K and tree-B may end in +lookup "
+                  "(context lookup of " + std::to_string(kDefaultLookup) + " tokens; "
                   "auto+lookup is what `bitsplit run` does by default). E.g. plain,auto+lookup,chain-4,tree-16. "
                   "Replaces --chains/--budgets/--auto, whose rows are plain, then the chains, the trees and auto")
       ->delimiter(',')->excludes(chains)->excludes(budgets)->excludes(auto_row)->type_name("LIST");
@@ -448,7 +478,8 @@ void add_bench_command(CLI::App& app, int* exit_code) {
                            "each variant is also decoded, with rows for its own draft and for the plain base draft, "
                            "interleaved with the base in the same run");
   cmd->add_option("--lookup", a->lookup,
-                  "Context lookup in every speculative row (instead of +lookup's 8): up to N tokens that followed an earlier occurrence of the text's "
+                  "Context lookup in every speculative row (instead of +lookup's " + std::to_string(kDefaultLookup) +
+                      "): up to N tokens that followed an earlier occurrence of the text's "
                   "last tokens (greedy only; 0 = off)")
       ->capture_default_str()->check(whole_in(0, spec::kMaxBudget));
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Generate all -n tokens of ChatML prompts (do not stop at <|im_end|>)");

@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
-#include <random>
 
+#include "bitsplit/generation_args.h"
 #include "bitsplit/interrupt.h"
 #include "bitsplit/memory_plan.h"
 #include "bitsplit/session.h"
@@ -18,9 +18,6 @@
 namespace bitsplit::cli {
 namespace {
 
-// The longest context-lookup chain by default (docs/PERFORMANCE.md, "Choosing among settings").
-constexpr int kDefaultLookup = 8;
-
 struct RunOptions {
   std::string model;
   bool mlock = false;
@@ -29,8 +26,7 @@ struct RunOptions {
   std::string prompt;
   std::string prompt_file;
   int32_t n_predict = 128;
-  SamplingParams sampling;
-  std::optional<uint64_t> seed;
+  GenerationArgs generation;  // sampling, seed, depth, tree top-k, lookup, base draft: bound to their options
   int threads = 0;
   bool parse_special = false;
   bool no_bos = false;
@@ -38,15 +34,11 @@ struct RunOptions {
   bool no_spec = false;
   bool draft_only = false;
   std::string budget = "auto";
-  int depth = 8;
-  int top_k = 4;
   std::string draft_shape = "tree";
   bool draft_shape_given = false;  // --draft on the command line: auto budgets keep to that shape
-  std::optional<int> lookup;  // default: kDefaultLookup with --budget auto, off with a fixed budget
   std::string vram_budget;
   cli::VariantSpecs variant_specs;  // --delta, --lora
   std::string variant;
-  bool base_draft = false;
   bool host_draft = false;
 };
 
@@ -76,105 +68,70 @@ void print_acceptance(const spec::AcceptanceStats& a) {
 // What the model will take in RAM, printed and checked before anything is allocated. The KV
 // cache is sized for the run: at most prompt bytes + BOS/EOS tokens (no token is shorter than
 // a byte) + n_predict + a full speculative budget.
-int check_memory_before_loading(const std::string& path, size_t prompt_bytes, int32_t n_predict) {
-  auto source = open_weights(path);
-  if (!source) return report_error(source.status().message());
-  auto config = read_model_config(**source);
-  if (!config) return report_error(config.status().message());
+Status check_memory_before_loading(const std::string& path, size_t prompt_bytes, int32_t n_predict) {
+  BITSPLIT_ASSIGN_OR_RETURN(auto source, open_weights(path));
+  BITSPLIT_ASSIGN_OR_RETURN(const ModelConfig config, read_model_config(*source));
   const int64_t slots = int64_t(prompt_bytes) + 2 + n_predict + spec::kMaxBudget + 1;
-  auto plan = plan_memory(**source, *config, {.n_slots = slots});
-  if (!plan) return report_error(plan.status().message());
-  auto machine = system_memory();
-  if (!machine) return report_error(machine.status().message());
-  std::fprintf(stderr, "memory: %s; machine: %s\n", plan->summary().c_str(), machine->summary().c_str());
-  if (Status st = check_memory(*plan, *machine); !st) return report_error(st.message());
-  return 0;
+  BITSPLIT_ASSIGN_OR_RETURN(const MemoryPlan plan, plan_memory(*source, config, {.n_slots = slots}));
+  BITSPLIT_ASSIGN_OR_RETURN(const SystemMemory machine, system_memory());
+  std::fprintf(stderr, "memory: %s; machine: %s\n", plan.summary().c_str(), machine.summary().c_str());
+  return check_memory(plan, machine);
 }
 
-int run(const RunOptions& o) {
-  std::string prompt = o.prompt;  // -p and -f exclude each other (CLI11 checks)
-  if (!o.prompt_file.empty()) {
-    auto text = read_text_file(o.prompt_file);
-    if (!text) return report_error(text.status().message());
-    prompt = std::move(*text);
-  }
-  SamplingParams sampling = o.sampling;
-  sampling.seed = o.seed ? *o.seed : std::random_device{}();
-  if (Status s = sampling.validate(); !s) return report_error(s.message());
-  const auto threads = limit_threads(o.threads);
-  std::optional<uint64_t> vram_budget;
-  if (!o.vram_budget.empty()) {
-    auto b = parse_byte_size(o.vram_budget);
-    if (!b) return report_error("--vram-budget: " + b.status().message());
-    vram_budget = *b;
-  }
-  if (int rc = check_memory_before_loading(o.model, prompt.size(), o.n_predict); rc != 0) return rc;
-  auto loaded = load_model(o.model,
-                           {.draft_only = o.draft_only, .q8_0_kernels = true, .target_activations = o.target_activations,
-                            .copy_residual = o.no_mmap},
-                           vram_budget);
-  if (!loaded) return report_error(loaded.status().message());
-  if (o.mlock) {
-    if (int rc = lock_model_planes(loaded->model); rc != 0) return rc;
-  }
-  if (vram_budget && !loaded->model.has_planes()) {
-    return report_error("--vram-budget places a bit-split model's draft planes; " + o.model +
-                        " is not a bit-split model (`bitsplit convert` it first)");
-  }
-  const Tokenizer& tokenizer = *loaded->tokenizer;
-  // Variants ride on the loaded base; the one asked for is loaded (and timed) through the cache.
-  VariantRegistry variants(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX},
-                           [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
-  if (Status st = cli::register_variants(variants, o.variant_specs, *loaded,
-                                                 [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }); !st) return report_error(st.message());
-  std::shared_ptr<const Variant> variant;
-  if (!o.variant.empty()) {
-    auto v = variants.get(o.variant);
-    if (!v) return report_error(v.status().message());
-    variant = *v;
-  } else if (!o.variant_specs.empty()) {
-    return report_error("--delta/--lora register variants but none was chosen; add --variant NAME (or leave them out "
-                        "to run the base)");
-  }
+// -p TEXT, or the file -f names (they exclude each other: CLI11 checks).
+Result<std::string> read_prompt(const RunOptions& o) {
+  if (o.prompt_file.empty()) return o.prompt;
+  return read_text_file(o.prompt_file);
+}
 
+// The generation asked for: the options bound to GenerationArgs, --budget and --draft in the
+// engine's terms and the flags that turn things off; generation_config checks them all.
+Result<GenerationConfig> run_generation_config(const RunOptions& o) {
+  GenerationArgs args = o.generation;
+  auto budget = spec::parse_budget(o.budget);
+  if (!budget) return budget.status().with_context("--budget");
+  args.budget = *budget;
+  args.shape = o.draft_shape == "chain" ? spec::DraftShape::kChain : spec::DraftShape::kTree;
+  args.shape_given = o.draft_shape_given;
+  args.speculative = !o.no_spec;
+  args.device_draft = !o.host_draft;
+  return generation_config(args);
+}
+
+// Registers --delta/--lora on the loaded base; the variant --variant names (null: the base).
+Result<std::shared_ptr<const Variant>> chosen_variant(const RunOptions& o, VariantRegistry& variants,
+                                                      const LoadedModel& loaded) {
+  BITSPLIT_RETURN_IF_ERROR(register_variants(variants, o.variant_specs, loaded, log_line));
+  if (!o.variant.empty()) return variants.get(o.variant);
+  if (!o.variant_specs.empty()) {
+    return Status::error("--delta/--lora register variants but none was chosen; add --variant NAME (or leave them out "
+                         "to run the base)");
+  }
+  return std::shared_ptr<const Variant>();
+}
+
+Result<std::vector<int32_t>> encode_prompt(const RunOptions& o, const Tokenizer& tokenizer, const std::string& prompt) {
   EncodeOptions enc;
   enc.add_special = !o.no_bos;
   enc.parse_special = o.parse_special;
-  const std::vector<int32_t> prompt_ids = tokenizer.encode(prompt, enc);
-  if (prompt_ids.empty()) {
-    return report_error(o.no_bos ? "the prompt is empty and --no-bos leaves no token to start from; pass -p TEXT"
-                                 : "the prompt is empty and the model adds no BOS token; pass -p TEXT");
+  std::vector<int32_t> ids = tokenizer.encode(prompt, enc);
+  if (ids.empty()) {
+    return Status::error(o.no_bos ? "the prompt is empty and --no-bos leaves no token to start from; pass -p TEXT"
+                                  : "the prompt is empty and the model adds no BOS token; pass -p TEXT");
   }
+  return ids;
+}
 
-  SessionOptions so;
-  so.speculative = !o.no_spec;
-  so.policy.shape = o.draft_shape == "chain" ? spec::DraftShape::kChain : spec::DraftShape::kTree;
-  so.policy.max_depth = o.depth;
-  so.policy.top_k = o.top_k;
-  so.policy.width = o.top_k;
-  auto budget = spec::parse_budget(o.budget);
-  if (!budget) return report_error("--budget: " + budget.status().message());
-  so.budget = *budget;
-  so.auto_shape = !o.draft_shape_given;
-  // A fixed budget is exactly what was asked for: lookup joins it only when asked to.
-  so.lookup.max_tokens = o.lookup.value_or(so.budget ? 0 : kDefaultLookup);
-  so.base_draft = o.base_draft;
-  so.device_draft = !o.host_draft;
-  if (o.base_draft && !variant) return report_error("--base-draft needs --variant NAME (the base drafts itself)");
-  Session session(loaded->model, variant, so);
-  if (Status st = session.validate(); !st) return report_error(st.message());
-  // Checked before the prompt is echoed, so an impossible request prints only its error.
-  if (Status st = session.check_request(prompt_ids.size(), o.n_predict); !st) return report_error(st.message());
-  // A bit-split model decodes speculatively unless asked not to; any other model plainly.
-  const bool speculative = session.speculative();
-
+// Echoes the prompt, then streams the generated text to stdout as it comes (whole UTF-8
+// characters), until end-of-sequence (unless --ignore-eos), -n tokens or a signal.
+Result<SessionResult> stream_generation(Session& session, const RunOptions& o, const std::string& prompt,
+                                        const std::vector<int32_t>& prompt_ids, const Tokenizer& tokenizer,
+                                        const SamplingParams& sampling) {
   const int32_t eos = o.ignore_eos ? -1 : tokenizer.vocab().eos;
   Sampler sampler(sampling);
   Utf8StreamDecoder stream;
   std::fputs(prompt.c_str(), stdout);
   std::fflush(stdout);
-  // Ctrl-C (SIGINT) or SIGTERM: stop after the current token, print the text and the summary.
-  CooperativeInterrupt interrupt;
   auto on_token = [&](int32_t token) {
     if (token == eos) return true;
     const std::string text = stream.push(tokenizer.token_to_piece(token));
@@ -183,61 +140,114 @@ int run(const RunOptions& o) {
     return CooperativeInterrupt::signal_received() == 0;
   };
   Result<SessionResult> generated = session.generate(prompt_ids, o.n_predict, eos, sampler, on_token);
-  Result<GenerationStats> stats = Status::error("not run");
-  std::string budget_note;
-  std::optional<spec::AcceptanceStats> acceptance;
-  std::string draft_note;
-  if (!generated) {
-    stats = generated.status();
-  } else {
-    stats = generated->generation;
-    if (const auto& r = generated->speculative) {
-      acceptance = r->acceptance;
-      draft_note = "draft pass: " + r->draft_pass;
-      if (const auto& t = r->device_transfers; t.calls > 0 && r->acceptance.checks > 0) {
-        const double checks = double(r->acceptance.checks);
-        char buf[160];
-        std::snprintf(buf, sizeof(buf), "; per check %.1f KiB to the device (batches, committed K/V), %.1f KiB back",
-                      double(t.activation_bytes) / 1024.0 / checks, double(t.result_bytes) / 1024.0 / checks);
-        draft_note += buf;
-      }
-      if (!so.budget) {
-        std::string used;
-        for (const auto& [name, n] : r->checks_per_setting) used += " " + name + ":" + std::to_string(n);
-        budget_note = "budget: auto, ended at " + r->final_setting + " (checks per setting:" + used + ")";
-      }
-    }
-  }
   const std::string tail = stream.flush();
   std::fwrite(tail.data(), 1, tail.size(), stdout);
   std::fputc('\n', stdout);
   std::fflush(stdout);
-  if (!stats) return report_error(stats.status().message());
-  std::fprintf(stderr, "\nprompt: %lld tokens in %.3f s (%.1f tokens/s)\n", (long long)stats->prompt_tokens,
-               stats->prompt_seconds, stats->prompt_tokens_per_second());
-  std::fprintf(stderr, "generation: %lld tokens in %.3f s (%.1f tokens/s)%s\n", (long long)stats->generated_tokens,
-               stats->generate_seconds, stats->generate_tokens_per_second(),
-               stats->stopped_at_eos ? ", stopped at end-of-sequence" : "");
-  std::fprintf(stderr, "decoding: %s\n", o.draft_only ? "draft model D alone (--draft-only)"
-                                     : speculative  ? "speculative (draft D, target D + R)"
-                                     : loaded->model.has_planes() ? "plain, target D + R (--no-spec)"
-                                     : loaded->model.has_q8_0()
-                                         ? "plain, Q8_0 projections on the Q8_0 kernel (not a bit-split model; `bitsplit convert` it for speculative decoding)"
-                                         : "plain (not a bit-split model; `bitsplit convert` it for speculative decoding)");
+  return generated;
+}
+
+// The summary's "decoding:" line: which model made the tokens, and how.
+const char* decoding_mode(const RunOptions& o, const Model& model, bool speculative) {
+  if (o.draft_only) return "draft model D alone (--draft-only)";
+  if (speculative) return "speculative (draft D, target D + R)";
+  if (model.has_planes()) return "plain, target D + R (--no-spec)";
+  if (model.has_q8_0()) {
+    return "plain, Q8_0 projections on the Q8_0 kernel (not a bit-split model; `bitsplit convert` it for speculative "
+           "decoding)";
+  }
+  return "plain (not a bit-split model; `bitsplit convert` it for speculative decoding)";
+}
+
+// Where the draft ran, and what a check moved to and from the device.
+std::string draft_note(const SpeculativeResult& r) {
+  std::string note = "draft pass: " + r.draft_pass;
+  if (const auto& t = r.device_transfers; t.calls > 0 && r.acceptance.checks > 0) {
+    const double checks = double(r.acceptance.checks);
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "; per check %.1f KiB to the device (batches, committed K/V), %.1f KiB back",
+                  double(t.activation_bytes) / 1024.0 / checks, double(t.result_bytes) / 1024.0 / checks);
+    note += buf;
+  }
+  return note;
+}
+
+// Where an online budget ended and how many checks each setting had.
+std::string budget_note(const SpeculativeResult& r) {
+  std::string used;
+  for (const auto& [name, n] : r.checks_per_setting) used += " " + name + ":" + std::to_string(n);
+  return "budget: auto, ended at " + r.final_setting + " (checks per setting:" + used + ")";
+}
+
+// The summary on stderr: speeds, how the tokens were made, the variant, acceptance, the seed.
+void print_summary(const RunOptions& o, const Model& model, const Variant* variant, bool speculative,
+                   const SessionResult& result, const GenerationConfig& config) {
+  const GenerationStats& stats = result.generation;
+  std::fprintf(stderr, "\nprompt: %lld tokens in %.3f s (%.1f tokens/s)\n", (long long)stats.prompt_tokens,
+               stats.prompt_seconds, stats.prompt_tokens_per_second());
+  std::fprintf(stderr, "generation: %lld tokens in %.3f s (%.1f tokens/s)%s\n", (long long)stats.generated_tokens,
+               stats.generate_seconds, stats.generate_tokens_per_second(),
+               stats.stopped_at_eos ? ", stopped at end-of-sequence" : "");
+  std::fprintf(stderr, "decoding: %s\n", decoding_mode(o, model, speculative));
   if (variant) {
     // A pooled name may be served by a merged adapter of several (K-Merge): say which.
     const std::string served_by = variant->name() == o.variant ? "" : ", served by the merged adapter " + variant->name();
     std::fprintf(stderr, "variant: %s (%s%s, %.2f MiB on the shared base%s)\n", o.variant.c_str(),
                  variant->kind().c_str(), served_by.c_str(), double(variant->bytes()) / (1 << 20),
-                 speculative && o.base_draft ? "; drafting with the plain base D" : "");
+                 speculative && config.session.base_draft ? "; drafting with the plain base D" : "");
   }
-  if (acceptance) print_acceptance(*acceptance);
-  if (!draft_note.empty()) std::fprintf(stderr, "  %s\n", draft_note.c_str());
-  if (!budget_note.empty()) std::fprintf(stderr, "  %s\n", budget_note.c_str());
-  if (!sampling.greedy()) std::fprintf(stderr, "seed: %llu\n", (unsigned long long)sampling.seed);
+  if (const auto& r = result.speculative) {
+    print_acceptance(r->acceptance);
+    std::fprintf(stderr, "  %s\n", draft_note(*r).c_str());
+    if (!config.session.budget) std::fprintf(stderr, "  %s\n", budget_note(*r).c_str());
+  }
+  if (!config.sampling.greedy()) std::fprintf(stderr, "seed: %llu\n", (unsigned long long)config.sampling.seed);
+}
+
+int run(const RunOptions& o) {
+  auto prompt = read_prompt(o);
+  if (!prompt) return report_error(prompt.status().message());
+  auto config = run_generation_config(o);
+  if (!config) return report_error(config.status().message());
+  const auto threads = limit_threads(o.threads);
+  auto vram_budget = vram_budget_option(o.vram_budget);
+  if (!vram_budget) return report_error(vram_budget.status().message());
+  if (Status st = check_memory_before_loading(o.model, prompt->size(), o.n_predict); !st) return report_error(st.message());
+  auto loaded = load_model(o.model,
+                           {.draft_only = o.draft_only, .q8_0_kernels = true, .target_activations = o.target_activations,
+                            .copy_residual = o.no_mmap},
+                           *vram_budget);
+  if (!loaded) return report_error(loaded.status().message());
+  if (o.mlock) {
+    if (int rc = lock_model_planes(loaded->model); rc != 0) return rc;
+  }
+  if (*vram_budget && !loaded->model.has_planes()) {
+    return report_error("--vram-budget places a bit-split model's draft planes; " + o.model +
+                        " is not a bit-split model (`bitsplit convert` it first)");
+  }
+  // Variants ride on the loaded base; the one asked for is loaded (and timed) through the cache.
+  VariantRegistry variants(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX}, log_line);
+  auto variant = chosen_variant(o, variants, *loaded);
+  if (!variant) return report_error(variant.status().message());
+  auto prompt_ids = encode_prompt(o, *loaded->tokenizer, *prompt);
+  if (!prompt_ids) return report_error(prompt_ids.status().message());
+
+  if (config->session.base_draft && !*variant) {
+    return report_error("--base-draft needs --variant NAME (the base drafts itself)");
+  }
+  Session session(loaded->model, *variant, config->session);
+  if (Status st = session.validate(); !st) return report_error(st.message());
+  // Checked before the prompt is echoed, so an impossible request prints only its error.
+  if (Status st = session.check_request(prompt_ids->size(), o.n_predict); !st) return report_error(st.message());
+  // Ctrl-C (SIGINT) or SIGTERM: stop after the current token, print the text and the summary.
+  CooperativeInterrupt interrupt;
+  auto generated = stream_generation(session, o, *prompt, *prompt_ids, *loaded->tokenizer, config->sampling);
+  if (!generated) return report_error(generated.status().message());
+  // A bit-split model decodes speculatively unless asked not to; any other model plainly.
+  print_summary(o, loaded->model, variant->get(), session.speculative(), *generated, *config);
   if (const int sig = CooperativeInterrupt::signal_received(); sig != 0) {
     std::fprintf(stderr, "stopped by %s after %lld tokens\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
-                 (long long)stats->generated_tokens);
+                 (long long)generated->generation.generated_tokens);
     return 128 + sig;
   }
   return 0;
@@ -252,13 +262,13 @@ void add_run_command(CLI::App& app, int* exit_code) {
   auto* prompt = cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
   cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file")->check(CLI::ExistingFile)->excludes(prompt);
   cmd->add_option("-n,--n-predict", o->n_predict, "Number of tokens to generate")->capture_default_str()->check(whole_in(0, 1 << 24));
-  cmd->add_option("--temp", o->sampling.temperature, "Sampling temperature; 0 = greedy")->capture_default_str()->check(real_in(0.0, 100.0));
-  cmd->add_option("--top-k", o->sampling.top_k, "Keep the k most likely tokens; 0 = off")->capture_default_str()->check(whole_at_least(0));
-  cmd->add_option("--top-p", o->sampling.top_p, "Nucleus sampling threshold; 1 = off")->capture_default_str()->check(real_in(0.0, 1.0));
-  cmd->add_option("--min-p", o->sampling.min_p, "Drop tokens below min-p x the top probability; 0 = off")->capture_default_str()->check(real_in(0.0, 1.0));
-  cmd->add_option("--repeat-penalty", o->sampling.repeat_penalty, "Penalty for recently seen tokens; 1 = off")->capture_default_str()->check(real_above(0));
-  cmd->add_option("--repeat-last-n", o->sampling.repeat_last_n, "How many recent tokens the penalty looks at")->capture_default_str()->check(whole_at_least(0));
-  cmd->add_option("-s,--seed", o->seed, "Random seed (default: random, printed at the end)")->check(seed_number());
+  cmd->add_option("--temp", o->generation.sampling.temperature, "Sampling temperature; 0 = greedy")->capture_default_str()->check(real_in(0.0, 100.0));
+  cmd->add_option("--top-k", o->generation.sampling.top_k, "Keep the k most likely tokens; 0 = off")->capture_default_str()->check(whole_at_least(0));
+  cmd->add_option("--top-p", o->generation.sampling.top_p, "Nucleus sampling threshold; 1 = off")->capture_default_str()->check(real_in(0.0, 1.0));
+  cmd->add_option("--min-p", o->generation.sampling.min_p, "Drop tokens below min-p x the top probability; 0 = off")->capture_default_str()->check(real_in(0.0, 1.0));
+  cmd->add_option("--repeat-penalty", o->generation.sampling.repeat_penalty, "Penalty for recently seen tokens; 1 = off")->capture_default_str()->check(real_above(0));
+  cmd->add_option("--repeat-last-n", o->generation.sampling.repeat_last_n, "How many recent tokens the penalty looks at")->capture_default_str()->check(whole_at_least(0));
+  cmd->add_option("-s,--seed", o->generation.seed, "Random seed (default: random, printed at the end)")->check(seed_number());
   cmd->add_option("-t,--threads", o->threads, "Worker threads (default: all cores)")->check(whole_in(1, 4096));
   cmd->add_flag("--parse-special", o->parse_special, "Turn special-token text such as <s> in the prompt into those tokens");
   cmd->add_flag("--no-bos", o->no_bos, "Do not add the beginning-of-sequence token");
@@ -280,13 +290,13 @@ void add_run_command(CLI::App& app, int* exit_code) {
                                  "Draft shape: a dynamic tree or a chain of --budget tokens (with --budget auto, "
                                  "default: either, chosen online; given: that shape only)")
                     ->capture_default_str()->check(CLI::IsMember({"tree", "chain"}));
-  cmd->add_option("--lookup", o->lookup,
+  cmd->add_option("--lookup", o->generation.lookup,
                   "Context lookup, greedy decoding: also propose up to N tokens that followed an earlier occurrence "
                   "of the text's last 3, 2 or 1 tokens, verified in the same pass (0 = off; default " +
                       std::to_string(kDefaultLookup) + " with --budget auto, off with a fixed --budget)")
       ->check(whole_in(0, spec::kMaxBudget));
-  cmd->add_option("--depth", o->depth, "Maximum tree depth")->capture_default_str()->check(whole_in(1, spec::kMaxBudget));
-  cmd->add_option("--tree-top-k", o->top_k, "Children considered per node and nodes kept per level")
+  cmd->add_option("--depth", o->generation.depth, "Maximum tree depth")->capture_default_str()->check(whole_in(1, spec::kMaxBudget));
+  cmd->add_option("--tree-top-k", o->generation.tree_top_k, "Children considered per node and nodes kept per level")
       ->capture_default_str()->check(whole_in(1, spec::kMaxBudget));
   cmd->add_option("--vram-budget", o->vram_budget,
                   "Bytes of VRAM for the draft planes (e.g. 6G; default: free memory minus max(1 GiB, 10%)). "
@@ -297,7 +307,7 @@ void add_run_command(CLI::App& app, int* exit_code) {
   cmd->add_flag("--host-draft", o->host_draft,
                 "With a GPU: run only the draft's projections on it and the rest of the draft on the CPU (the "
                 "default runs the whole draft on the GPU when every draft plane is in VRAM)");
-  cmd->add_flag("--base-draft", o->base_draft,
+  cmd->add_flag("--base-draft", o->generation.base_draft,
                 "With --variant: draft with the plain base D instead of the variant's D + signs (to compare acceptance)");
   cmd->callback([o, exit_code, draft] {
     o->draft_shape_given = draft->count() > 0;

@@ -5,6 +5,7 @@
 #include <memory>
 #include <thread>
 
+#include "bitsplit/generation_args.h"
 #include "bitsplit/interrupt.h"
 #include "bitsplit/memory_plan.h"
 #include "bitsplit/server.h"
@@ -107,18 +108,17 @@ int serve(const ServeArgs& a) {
   auto body = parse_byte_size(a.max_body);
   if (!body || *body == 0) return report_error("--max-body: " + (body ? std::string("must be positive") : body.status().message()));
   so.max_body_bytes = size_t(*body);
-  so.session.speculative = !a.no_spec;
+  GenerationArgs defaults;  // the session options of a request that sets none
+  defaults.speculative = !a.no_spec;
   auto budget = spec::parse_budget(a.budget);
   if (!budget) return report_error("--budget: " + budget.status().message());
-  so.session.budget = *budget;
-  so.session.lookup.max_tokens = *budget ? 0 : 8;
-  so.session.draft_max_sequences = a.spec_max_sequences;
-  std::optional<uint64_t> vram_budget;
-  if (!a.vram_budget.empty()) {
-    auto b = parse_byte_size(a.vram_budget);
-    if (!b) return report_error("--vram-budget: " + b.status().message());
-    vram_budget = *b;
-  }
+  defaults.budget = *budget;
+  defaults.draft_max_sequences = a.spec_max_sequences;
+  auto config = generation_config(defaults);
+  if (!config) return report_error(config.status().message());
+  so.session = config->session;
+  auto vram_budget = vram_budget_option(a.vram_budget);
+  if (!vram_budget) return report_error(vram_budget.status().message());
   const auto threads = limit_threads(a.threads);
   so.ctx = a.ctx;
   if (int code = check_serve_memory(a, &so.prompt_cache); code != 0) return code;
@@ -146,15 +146,15 @@ int serve(const ServeArgs& a) {
   };
 
   auto loaded = load_model(a.model, {.q8_0_kernels = true, .target_activations = a.target_activations, .copy_residual = a.no_mmap},
-                           vram_budget);
+                           *vram_budget);
   if (!loaded) return stop_all(report_error(loaded.status().message()));
   if (a.mlock) {
     if (int rc = lock_model_planes(loaded->model); rc != 0) return stop_all(rc);
   }
-  VariantRegistry variants(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX},
-                           [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
-  if (Status st = cli::register_variants(variants, a.variant_specs, *loaded,
-                                                 [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }); !st) return stop_all(report_error(st.message()));
+  VariantRegistry variants(loaded->model, *loaded->source, {.budget_bytes = UINT64_MAX}, log_line);
+  if (Status st = cli::register_variants(variants, a.variant_specs, *loaded, log_line); !st) {
+    return stop_all(report_error(st.message()));
+  }
   auto tmpl = chat_template_for(a, *loaded);
   if (!tmpl) return stop_all(report_error(tmpl.status().message()));
   server.attach(*loaded, variants, std::move(*tmpl));

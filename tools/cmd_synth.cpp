@@ -230,26 +230,11 @@ std::vector<uint8_t> random_f32(int64_t n, float stddev, uint64_t key) {
   return bytes;
 }
 
-int synth(const SynthArgs& a) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const bool bitsplit = a.format == "bitsplit";
-  if (!bitsplit && a.split_options_given) {
-    return report_error("--group, --residual and --draft-bits describe bit-split planes; add --format bitsplit "
-                        "(or leave them out for an F16 model)");
-  }
-  if (Status st = check_output_path(a.out, {}, "-o"); !st) return report_error(st.message());
-  const auto threads = limit_threads(a.threads);
-  const Shape& s = shapes().at(a.shape);
-  const std::vector<Plan> plan = source_plan(s);
+// Adds the output tensors to `w` and says what each holds in `out`: the source plan's tensors, in
+// `bitsplit convert`'s order and types when bit-split. Returns the model's parameter count.
+Result<int64_t> add_output_tensors(gguf::Writer& w, const std::vector<Plan>& plan, bool bitsplit,
+                                   const SplitFormat& split_format, std::vector<OutTensor>& out) {
   using gguf::TensorType;
-  using gguf::Value;
-  gguf::Writer w;
-  set_model_metadata(w.metadata(), s, a.shape);
-  const SplitFormat split_format{a.group, a.draft_bits, a.residual};
-  if (bitsplit) w.set_alignment(kPackedAlignment);
-
-  // The output tensors, in `bitsplit convert`'s order and types when bit-split.
-  std::vector<OutTensor> out;
   int64_t params = 0;
   auto add = [&](const std::string& name, TensorType type, std::vector<int64_t> dims, OutTensor t) -> Status {
     BITSPLIT_RETURN_IF_ERROR(w.add_tensor_info(name, type, std::move(dims)));
@@ -261,11 +246,10 @@ int synth(const SynthArgs& a) {
     int64_t n = 1;
     for (int64_t d : p.dims) n *= d;
     params += n;
-    Status st = Status::ok();
     if (p.norm) {
-      st = add(p.name, TensorType::F32, p.dims, {Kind::kOnes, i});
+      BITSPLIT_RETURN_IF_ERROR(add(p.name, TensorType::F32, p.dims, {Kind::kOnes, i}));
     } else if (!bitsplit) {
-      st = add(p.name, TensorType::F16, p.dims, {Kind::kNoiseF16, i});
+      BITSPLIT_RETURN_IF_ERROR(add(p.name, TensorType::F16, p.dims, {Kind::kNoiseF16, i}));
     } else if (is_split_projection(p.name)) {
       const int64_t in = p.dims[0], rows = p.dims[1];
       for (const SplitPlaneTensor& t : split_plane_tensors(split_base_name(p.name), in, rows, split_format)) {
@@ -273,80 +257,110 @@ int synth(const SynthArgs& a) {
                           : t.plane == SplitPlane::kDraftScales ? Kind::kDraftScales
                           : t.plane == SplitPlane::kDraftOffsets ? Kind::kDraftOffsets
                                                                  : Kind::kResidPacked;
-        if (st) st = add(t.name, t.type, {t.row, t.rows}, {kind, i, in, rows});
+        BITSPLIT_RETURN_IF_ERROR(add(t.name, t.type, {t.row, t.rows}, {kind, i, in, rows}));
       }
     } else if (p.name == "token_embd.weight" && p.dims[0] % quant::BlockQ8_0::kWeights == 0) {
-      st = add(p.name, TensorType::Q8_0, p.dims, {Kind::kQ8_0, i, p.dims[0], p.dims[1]});
+      BITSPLIT_RETURN_IF_ERROR(add(p.name, TensorType::Q8_0, p.dims, {Kind::kQ8_0, i, p.dims[0], p.dims[1]}));
     } else {
-      st = add(p.name, TensorType::F32, p.dims, {Kind::kNoiseF32, i, p.dims[0]});
+      BITSPLIT_RETURN_IF_ERROR(add(p.name, TensorType::F32, p.dims, {Kind::kNoiseF32, i, p.dims[0]}));
     }
-    if (!st) return report_error(st.message());
   }
-  if (bitsplit) {
-    // The keys `bitsplit convert` adds, in its order; there is no source file to hash.
-    auto& m = w.metadata();
-    write_split_format(split_format, m);
-    m.set("bitsplit.quantizer", Value::string("none: random codes and scales (bitsplit synth --seed " +
-                                              std::to_string(a.seed) + "), RANDOM WEIGHTS for timing only"));
-    m.set("bitsplit.source_sha256", Value::string("none (bitsplit synth: no source file)"));
-    m.set("bitsplit.source_types", Value::string("none (synthetic)"));
-  }
+  return params;
+}
 
-  const std::vector<gguf::TensorInfo> infos = w.tensor_infos();
-  uint64_t total_bytes = 0;
-  for (const auto& info : infos) total_bytes += info.nbytes;
-  // Tensor i's bytes, a pure function of (seed, tensor): safe to run ahead on another thread.
-  auto make = [&](size_t i) -> std::vector<uint8_t> {
-    const OutTensor& t = out[i];
-    const gguf::TensorInfo& info = infos[i];
-    const uint64_t key = mix64(a.seed * kGolden + t.source + 1);
-    const PlaneParams pp{key, t.in, quant::groups_per_row(t.in, a.group), a.draft_bits, a.residual};
-    std::vector<uint8_t> bytes;
-    switch (t.kind) {
-      case Kind::kOnes: bytes = ones_f32(info.n_elements()); break;
-      case Kind::kNoiseF16: {  // sequential, as it always was, so F16 files keep their bytes
-        const int64_t n = info.n_elements();
-        Noise noise{a.seed * kGolden + t.source + 1};
-        const float stddev = 1.0f / std::sqrt(float(info.dims[0]));
-        bytes.resize(static_cast<size_t>(n) * 2);
-        for (int64_t k = 0; k < n; ++k) {
-          const uint16_t h = quant::fp32_to_fp16(noise.next(stddev));
-          std::memcpy(bytes.data() + 2 * k, &h, 2);
-        }
-        break;
-      }
-      case Kind::kNoiseF32: bytes = random_f32(info.n_elements(), 1.0f / std::sqrt(float(t.in)), key); break;
-      case Kind::kQ8_0: bytes = random_q8_0(t.in, t.out, key); break;
-      case Kind::kDraftCodes:  // every byte is a valid set of packed codes at any width
-        bytes.resize(info.nbytes);
-        fill_random(bytes.data(), bytes.size(), mix64(key ^ 0xd0));
-        break;
-      case Kind::kResidPacked: {  // random codes and the scales below, in the kernels' layout
-        std::vector<uint8_t> codes(size_t(t.out * quant::code_row_bytes(t.in, a.group, a.residual)));
-        fill_random(codes.data(), codes.size(), mix64(key ^ 0x0e));
-        const std::vector<uint8_t> scales = group_halves(pp, t.out, [&](uint64_t h) { return pp.resid_scale(h); });
-        const quant::PackedShape shape = quant::packed_shape(t.out, t.in, a.group, a.residual, false);
-        bytes.resize(size_t(shape.bytes()));
-        quant::pack_tiles(shape, codes.data(), reinterpret_cast<const uint16_t*>(scales.data()), nullptr, bytes.data(), 0,
-                          shape.tiles);
-        break;
-      }
-      case Kind::kDraftScales: bytes = group_halves(pp, t.out, [&](uint64_t h) { return pp.draft_scale(h); }); break;
-      case Kind::kDraftOffsets: bytes = group_halves(pp, t.out, [&](uint64_t h) { return pp.draft_offset(h); }); break;
+// The keys `bitsplit convert` adds, in its order; there is no source file to hash.
+void set_split_metadata(gguf::Metadata& m, const SplitFormat& split_format, uint64_t seed) {
+  using gguf::Value;
+  write_split_format(split_format, m);
+  m.set("bitsplit.quantizer", Value::string("none: random codes and scales (bitsplit synth --seed " +
+                                            std::to_string(seed) + "), RANDOM WEIGHTS for timing only"));
+  m.set("bitsplit.source_sha256", Value::string("none (bitsplit synth: no source file)"));
+  m.set("bitsplit.source_types", Value::string("none (synthetic)"));
+}
+
+// F16 noise from one sequential stream, as it always was, so F16 files keep their bytes.
+std::vector<uint8_t> noise_f16(const gguf::TensorInfo& info, uint64_t stream) {
+  const int64_t n = info.n_elements();
+  Noise noise{stream};
+  const float stddev = 1.0f / std::sqrt(float(info.dims[0]));
+  std::vector<uint8_t> bytes(static_cast<size_t>(n) * 2);
+  for (int64_t k = 0; k < n; ++k) {
+    const uint16_t h = quant::fp32_to_fp16(noise.next(stddev));
+    std::memcpy(bytes.data() + 2 * k, &h, 2);
+  }
+  return bytes;
+}
+
+// Random codes and plausible scales of a residual plane, in the kernels' layout.
+std::vector<uint8_t> random_resid_packed(const OutTensor& t, const PlaneParams& pp, uint64_t key, const SynthArgs& a) {
+  std::vector<uint8_t> codes(size_t(t.out * quant::code_row_bytes(t.in, a.group, a.residual)));
+  fill_random(codes.data(), codes.size(), mix64(key ^ 0x0e));
+  const std::vector<uint8_t> scales = group_halves(pp, t.out, [&](uint64_t h) { return pp.resid_scale(h); });
+  const quant::PackedShape shape = quant::packed_shape(t.out, t.in, a.group, a.residual, false);
+  std::vector<uint8_t> bytes(size_t(shape.bytes()));
+  quant::pack_tiles(shape, codes.data(), reinterpret_cast<const uint16_t*>(scales.data()), nullptr, bytes.data(), 0,
+                    shape.tiles);
+  return bytes;
+}
+
+// An output tensor's bytes, a pure function of (seed, tensor): safe to make ahead on another thread.
+std::vector<uint8_t> tensor_bytes(const OutTensor& t, const gguf::TensorInfo& info, const SynthArgs& a) {
+  const uint64_t key = mix64(a.seed * kGolden + t.source + 1);
+  const PlaneParams pp{key, t.in, quant::groups_per_row(t.in, a.group), a.draft_bits, a.residual};
+  switch (t.kind) {
+    case Kind::kOnes: return ones_f32(info.n_elements());
+    case Kind::kNoiseF16: return noise_f16(info, a.seed * kGolden + t.source + 1);
+    case Kind::kNoiseF32: return random_f32(info.n_elements(), 1.0f / std::sqrt(float(t.in)), key);
+    case Kind::kQ8_0: return random_q8_0(t.in, t.out, key);
+    case Kind::kDraftCodes: {  // every byte is a valid set of packed codes at any width
+      std::vector<uint8_t> bytes(info.nbytes);
+      fill_random(bytes.data(), bytes.size(), mix64(key ^ 0xd0));
+      return bytes;
     }
-    return bytes;
-  };
+    case Kind::kResidPacked: return random_resid_packed(t, pp, key, a);
+    case Kind::kDraftScales: return group_halves(pp, t.out, [&](uint64_t h) { return pp.draft_scale(h); });
+    case Kind::kDraftOffsets: return group_halves(pp, t.out, [&](uint64_t h) { return pp.draft_offset(h); });
+  }
+  return {};
+}
+
+// Streams the tensors into a.out, each one's bytes made while the one before is written.
+Status write_tensors(const gguf::Writer& w, const std::vector<OutTensor>& out, const SynthArgs& a) {
+  const std::vector<gguf::TensorInfo> infos = w.tensor_infos();
+  auto make = [&](size_t i) { return tensor_bytes(out[i], infos[i], a); };
   ProgressBar bar("synth");
   uint64_t bytes_done = 0;
   std::future<std::vector<uint8_t>> ahead;  // tensor i + 1, made while tensor i is written
-  Status st = w.write_file_streaming(a.out, [&](size_t i, const gguf::TensorInfo& info) -> Result<std::vector<uint8_t>> {
+  return w.write_file_streaming(a.out, [&](size_t i, const gguf::TensorInfo& info) -> Result<std::vector<uint8_t>> {
     std::vector<uint8_t> bytes = ahead.valid() ? ahead.get() : make(i);
     if (i + 1 < out.size()) ahead = std::async(std::launch::async, make, i + 1);
     bytes_done += info.nbytes;
     bar.update(double(i + 1), double(out.size()), double(bytes_done), info.name);
     return bytes;
   });
-  if (!st) return report_error(st.message());
+}
+
+int synth(const SynthArgs& a) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool bitsplit = a.format == "bitsplit";
+  if (!bitsplit && a.split_options_given) {
+    return report_error("--group, --residual and --draft-bits describe bit-split planes; add --format bitsplit "
+                        "(or leave them out for an F16 model)");
+  }
+  if (Status st = check_output_path(a.out, {}, "-o"); !st) return report_error(st.message());
+  const auto threads = limit_threads(a.threads);
+  const Shape& s = shapes().at(a.shape);
+  gguf::Writer w;
+  set_model_metadata(w.metadata(), s, a.shape);
+  const SplitFormat split_format{a.group, a.draft_bits, a.residual};
+  if (bitsplit) w.set_alignment(kPackedAlignment);
+  std::vector<OutTensor> out;
+  auto params = add_output_tensors(w, source_plan(s), bitsplit, split_format, out);
+  if (!params) return report_error(params.status().message());
+  if (bitsplit) set_split_metadata(w.metadata(), split_format, a.seed);
+  uint64_t total_bytes = 0;
+  for (const auto& info : w.tensor_infos()) total_bytes += info.nbytes;
+  if (Status st = write_tensors(w, out, a); !st) return report_error(st.message());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::string format = "F16";
   if (bitsplit) {
@@ -354,7 +368,7 @@ int synth(const SynthArgs& a) {
              std::to_string(a.residual) + "-bit residual; random codes)";
   }
   std::fprintf(stderr, "wrote %s: synthetic '%s' llama, %.2f B parameters, %s, %s in %.1f s, RANDOM WEIGHTS (for "
-               "timing only)\n", a.out.c_str(), a.shape.c_str(), double(params) / 1e9, format.c_str(),
+               "timing only)\n", a.out.c_str(), a.shape.c_str(), double(*params) / 1e9, format.c_str(),
                format_bytes(total_bytes).c_str(), seconds);
   return 0;
 }

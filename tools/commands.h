@@ -27,6 +27,12 @@ void add_chat_command(CLI::App& app, int* exit_code);
 // "error: <message>" on stderr; returns the exit code for user errors.
 int report_error(const std::string& message);
 
+// One line on stderr: the log of loading, variants and the pool's decisions.
+void log_line(const std::string& line);
+
+// --vram-budget SIZE (empty: not given, nullopt); the error names the option.
+Result<std::optional<uint64_t>> vram_budget_option(const std::string& text);
+
 // open_model (engine/decode/loaded_model.h) with its log lines on stderr: a bit-split model gets the
 // CUDA backend when there is a device (planes in VRAM under `vram_budget`, default: free memory
 // minus a margin), else the CPU backend.

@@ -13,10 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "bitsplit/generation_args.h"
 #include "bitsplit/loaded_model.h"
 #include "bitsplit/session.h"
 #include "bitsplit/file_kind.h"
 #include "bitsplit/variant.h"
+#include "bitsplit/version.h"
 
 namespace {
 
@@ -90,7 +92,7 @@ extern "C" {
 
 uint32_t bitsplit_api_version(void) { return BITSPLIT_API_VERSION; }
 
-const char* bitsplit_version_string(void) { return "0.1.0"; }
+const char* bitsplit_version_string(void) { return BITSPLIT_VERSION_STRING; }
 
 const char* bitsplit_last_error(void) { return g_last_error.c_str(); }
 
@@ -282,35 +284,29 @@ bitsplit_status bitsplit_session_create(bitsplit_model* model, const bitsplit_se
     bitsplit_session_params defaults;
     bitsplit_session_params_init(&defaults);
     const bitsplit_session_params p = read_params(given, defaults);
-    const SamplingParams sampling{p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.repeat_last_n, p.seed};
-    if (Status st = sampling.validate(); !st) return invalid(st.message());
+    GenerationArgs args;
+    args.sampling = {p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.repeat_last_n, p.seed};
+    args.seed = p.seed;
+    args.speculative = p.speculative != 0;
+    if (p.budget != 0) args.budget = p.budget;  // 0: chosen online
+    if (p.lookup != -1) args.lookup = p.lookup;  // -1: the default
+    args.shape = p.draft_chain ? spec::DraftShape::kChain : spec::DraftShape::kTree;
+    args.reuse_prefix = p.reuse_prefix != 0;
+    auto config = generation_config(args);
+    if (!config) return invalid(config.status().message());
     std::shared_ptr<const Variant> variant;
     if (p.variant) {
       auto v = model->variants->get(p.variant);
       if (!v) return fail(model->variants->contains(p.variant) ? BITSPLIT_ERR_LOAD : BITSPLIT_ERR_NOT_FOUND, v.status().message());
       variant = *v;
     }
-    if (p.budget < 0 || p.budget > spec::kMaxBudget) {
-      return invalid("budget must be 0 (chosen online) or 1.." + std::to_string(spec::kMaxBudget) + ", not " +
-                     std::to_string(p.budget));
-    }
-    if (p.lookup < -1 || p.lookup > spec::kMaxBudget) {
-      return invalid("lookup must be -1 (the default), 0 (off) or 1.." + std::to_string(spec::kMaxBudget) +
-                     ", not " + std::to_string(p.lookup));
-    }
-    SessionOptions options;
-    options.speculative = p.speculative != 0;
-    if (p.budget > 0) options.budget = p.budget;
-    // As `bitsplit run`: lookup joins an online budget by default, a fixed budget only when asked.
-    options.lookup.max_tokens = p.lookup >= 0 ? p.lookup : (p.budget > 0 ? 0 : 8);
-    options.policy.shape = p.draft_chain ? spec::DraftShape::kChain : spec::DraftShape::kTree;
+    SessionOptions options = config->session;
     options.batcher = &model->batcher;
-    options.reuse_prefix = p.reuse_prefix != 0;
     const int64_t ctx_train = model->loaded.model.config().n_ctx_train;
     if (p.n_ctx < 0 || p.n_ctx > ctx_train) {
       return invalid("n_ctx must be 0 (the model's) or 1.." + std::to_string(ctx_train) + ", not " + std::to_string(p.n_ctx));
     }
-    auto s = std::make_unique<bitsplit_session>(model, std::move(variant), options, sampling);
+    auto s = std::make_unique<bitsplit_session>(model, std::move(variant), options, config->sampling);
     s->n_ctx = p.n_ctx > 0 ? p.n_ctx : ctx_train;
     if (Status st = s->session.validate(); !st) return invalid(st.message());
     *out = s.release();

@@ -286,26 +286,23 @@ Result<quant::DraftAllocation> plan_draft_bits(const WeightSource& source, const
   return quant::allocate_draft_bits(errors, options.split.group, options.draft_bpw);
 }
 
-}  // namespace
-
-Status convert_model(const WeightSource& source, const std::string& out_path, const ConvertOptions& options,
-                     const std::function<void(const ConvertProgress&)>& on_progress, ConvertReport* report) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const quant::SplitParams& p = options.split;
+Status check_split_params(const quant::SplitParams& p) {
   if (p.group != 32 && p.group != 64 && p.group != 128) return Status::error("the group size must be 32, 64 or 128 (got " + std::to_string(p.group) + ")");
   if (p.residual_bits != 6 && p.residual_bits != 8) return Status::error("the residual plane must have 6 or 8 bits (got " + std::to_string(p.residual_bits) + ")");
   if (p.draft_bits != 2 && p.draft_bits != 3 && p.draft_bits != 4) return Status::error("the draft plane must have 2, 3 or 4 bits (got " + std::to_string(p.draft_bits) + ")");
-  auto existing = read_split_format(source.metadata());
-  if (!existing) return existing.status().with_context(source.path());
-  if (existing->has_value()) return Status::error(source.path() + ": is already a bit-split model; convert the original");
-  BITSPLIT_ASSIGN_OR_RETURN(ModelConfig config, read_model_config(source));
-  ConvertReport local;
-  ConvertReport& rep = report ? *report : local;
-  rep = {};
+  return Status::ok();
+}
+
+// The output's layout: the options' planes and version; under a draft budget, each projection's
+// draft bits, from the errors measured on the source (their time goes in the report).
+Result<SplitFormat> output_format(const WeightSource& source, const ModelConfig& config, const ConvertOptions& options,
+                                  const std::function<void(const ConvertProgress&)>& on_progress, ConvertReport& rep,
+                                  std::chrono::steady_clock::time_point t0) {
   if (options.format_version != 2 && options.format_version != kSplitFormatVersion) {
     return Status::error("cannot write bit-split format version " + std::to_string(options.format_version) +
                          " (this build writes 2 or " + std::to_string(kSplitFormatVersion) + ")");
   }
+  const quant::SplitParams& p = options.split;
   SplitFormat format{p.group, p.draft_bits, p.residual_bits, {}, options.format_version};
   if (options.draft_bpw > 0.0) {
     // Every projection's bits are chosen; 2 is the default the per-tensor keys override.
@@ -315,109 +312,165 @@ Status convert_model(const WeightSource& source, const std::string& out_path, co
       if (bits != format.draft_bits) format.draft_bits_by_tensor[base] = bits;
     rep.measure_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
+  return format;
+}
 
-  // Plan every output tensor before writing anything, so a bad tensor fails early.
-  std::vector<OutTensor> plan;
-  gguf::Writer writer;
-  if (format.packed_residual()) writer.set_alignment(kPackedAlignment);
-  const gguf::TensorInfo* embd = nullptr;
-  auto add_split = [&](const gguf::TensorInfo& t, const std::string& base) -> Status {
+// One conversion's writing: the plan of every output tensor (the writer's tensor infos and what
+// each is made from), then the metadata, then the tensors in order with the projections split
+// ahead, reporting progress per source tensor.
+class Conversion {
+ public:
+  Conversion(const WeightSource& source, const ModelConfig& config, const ConvertOptions& options,
+             const SplitFormat& format, const std::function<void(const ConvertProgress&)>& on_progress,
+             ConvertReport& rep)
+      : source_(source), config_(config), options_(options), format_(format), on_progress_(on_progress), rep_(rep) {}
+
+  Status write(const std::string& out_path) {
+    BITSPLIT_RETURN_IF_ERROR(plan_tensors());
+    SplitAhead ahead(source_, plan_, options_, format_);
+    ahead.start();
+    BITSPLIT_RETURN_IF_ERROR(set_metadata());
+    progress_.tensors_total = source_.tensors().size() + (config_.tied_output ? 1 : 0);
+    progress_.bytes_total = rep_.source_bytes;
+    const auto produce = [&](size_t i, const gguf::TensorInfo&) { return tensor_bytes(i, ahead); };
+    BITSPLIT_ASSIGN_OR_RETURN(rep_.output_paths, write_model_file(writer_, out_path, options_.output_split, produce));
+    finish_source_tensor();
+    progress_.current.clear();
+    if (on_progress_) on_progress_(progress_);
+    for (const auto& info : writer_.tensor_infos()) rep_.output_bytes += info.nbytes;
+    return Status::ok();
+  }
+
+ private:
+  // Every output tensor, before anything is written, so a bad tensor fails early.
+  Status plan_tensors() {
+    if (format_.packed_residual()) writer_.set_alignment(kPackedAlignment);
+    const gguf::TensorInfo* embd = nullptr;
+    for (const auto& t : source_.tensors()) {
+      if (!gguf::File::can_read_f32(t.type)) {
+        return Status::error(source_.path() + ": tensor '" + t.name + "' has type " + gguf::tensor_type_name(t.type) +
+                             ", which cannot be converted");
+      }
+      rep_.source_bytes += t.nbytes;
+      if (is_split_projection(t.name)) {
+        BITSPLIT_RETURN_IF_ERROR(add_split(t, split_base_name(t.name)));
+      } else if (t.name == "token_embd.weight" && t.dims[0] % quant::BlockQ8_0::kWeights == 0) {
+        embd = &t;
+        BITSPLIT_RETURN_IF_ERROR(writer_.add_tensor_info(t.name, TensorType::Q8_0, t.dims));
+        plan_.push_back({OutKind::kQ8_0, &t, "", 0, 0});
+      } else {
+        if (t.name == "token_embd.weight") embd = &t;
+        BITSPLIT_RETURN_IF_ERROR(writer_.add_tensor_info(t.name, TensorType::F32, t.dims));
+        plan_.push_back({OutKind::kF32, &t, "", 0, 0});
+      }
+    }
+    // A tied output head gets its own split planes (the embedding itself stays 8-bit).
+    if (config_.tied_output) BITSPLIT_RETURN_IF_ERROR(add_split(*embd, "output"));
+    return Status::ok();
+  }
+
+  // The planes of projection `base`, split from source tensor `t`.
+  Status add_split(const gguf::TensorInfo& t, const std::string& base) {
     if (t.dims.size() != 2) return Status::error("tensor '" + t.name + "' should be 2-D to be split");
     const int64_t in = t.dims[0], out = t.dims[1];
-    for (const SplitPlaneTensor& st : split_plane_tensors(base, in, out, format)) {
-      BITSPLIT_RETURN_IF_ERROR(writer.add_tensor_info(st.name, st.type, {st.row, st.rows}));
-      plan.push_back({out_kind(st.plane), &t, base, in, out, format.draft_bits_for(base)});
+    for (const SplitPlaneTensor& st : split_plane_tensors(base, in, out, format_)) {
+      BITSPLIT_RETURN_IF_ERROR(writer_.add_tensor_info(st.name, st.type, {st.row, st.rows}));
+      plan_.push_back({out_kind(st.plane), &t, base, in, out, format_.draft_bits_for(base)});
     }
-    rep.split_weights += in * out;
-    rep.source_types[gguf::tensor_type_name(t.type)] += in * out;
-    rep.largest_tensor_f32_bytes = std::max<uint64_t>(rep.largest_tensor_f32_bytes, uint64_t(in * out) * 4);
+    rep_.split_weights += in * out;
+    rep_.source_types[gguf::tensor_type_name(t.type)] += in * out;
+    rep_.largest_tensor_f32_bytes = std::max<uint64_t>(rep_.largest_tensor_f32_bytes, uint64_t(in * out) * 4);
     return Status::ok();
-  };
-  for (const auto& t : source.tensors()) {
-    if (!gguf::File::can_read_f32(t.type)) {
-      return Status::error(source.path() + ": tensor '" + t.name + "' has type " + gguf::tensor_type_name(t.type) +
-                           ", which cannot be converted");
-    }
-    rep.source_bytes += t.nbytes;
-    if (is_split_projection(t.name)) {
-      BITSPLIT_RETURN_IF_ERROR(add_split(t, split_base_name(t.name)));
-    } else if (t.name == "token_embd.weight" && t.dims[0] % quant::BlockQ8_0::kWeights == 0) {
-      embd = &t;
-      BITSPLIT_RETURN_IF_ERROR(writer.add_tensor_info(t.name, TensorType::Q8_0, t.dims));
-      plan.push_back({OutKind::kQ8_0, &t, "", 0, 0});
-    } else {
-      if (t.name == "token_embd.weight") embd = &t;
-      BITSPLIT_RETURN_IF_ERROR(writer.add_tensor_info(t.name, TensorType::F32, t.dims));
-      plan.push_back({OutKind::kF32, &t, "", 0, 0});
-    }
   }
-  // A tied output head gets its own split planes (the embedding itself stays 8-bit).
-  if (config.tied_output) BITSPLIT_RETURN_IF_ERROR(add_split(*embd, "output"));
 
-  SplitAhead ahead(source, plan, options, format);
-  ahead.start();
-  BITSPLIT_ASSIGN_OR_RETURN(rep.source_sha256, source.content_sha256());
-  for (const auto& [key, value] : source.metadata().entries()) {
-    if (key != "general.alignment" && !is_split_set_key(key)) writer.metadata().set(key, value);
-  }
-  using gguf::Value;
-  write_split_format(format, writer.metadata());
-  writer.metadata().set("bitsplit.quantizer", Value::string(params_description(options)));
-  writer.metadata().set("bitsplit.source_sha256", Value::string(rep.source_sha256));
-  // The head's planes were split from the embedding: a BitDelta variant's embedding delta
-  // applies to both (engine/variant.cpp).
-  if (config.tied_output) writer.metadata().set("bitsplit.output_from_embedding", Value::boolean(true));
-  std::string types;
-  for (const auto& [type, n] : rep.source_types) types += (types.empty() ? "" : ",") + type;
-  writer.metadata().set("bitsplit.source_types", Value::string(types));
-
-  ConvertProgress progress;
-  progress.tensors_total = source.tensors().size() + (config.tied_output ? 1 : 0);
-  progress.bytes_total = rep.source_bytes;
-  SplitPlanes cache;
-  const gguf::TensorInfo* last_source = nullptr;
-  auto advance = [&](const OutTensor& t) {
-    if (t.source == last_source && t.kind != OutKind::kDraftCodes) return;
-    if (last_source) {
-      ++progress.tensors_done;
-      progress.bytes_done += last_source->nbytes;
+  // The source's keys (but its alignment and split-set keys) and the bit-split ones; hashes the source.
+  Status set_metadata() {
+    BITSPLIT_ASSIGN_OR_RETURN(rep_.source_sha256, source_.content_sha256());
+    gguf::Metadata& m = writer_.metadata();
+    for (const auto& [key, value] : source_.metadata().entries()) {
+      if (key != "general.alignment" && !is_split_set_key(key)) m.set(key, value);
     }
-    last_source = t.source;
-    progress.current = t.base.empty() ? t.source->name : t.base + " (split)";
-    if (on_progress) on_progress(progress);
-  };
-  const auto produce = [&](size_t i, const gguf::TensorInfo&) -> Result<std::vector<uint8_t>> {
-    const OutTensor& t = plan[i];
-    advance(t);
+    using gguf::Value;
+    write_split_format(format_, m);
+    m.set("bitsplit.quantizer", Value::string(params_description(options_)));
+    m.set("bitsplit.source_sha256", Value::string(rep_.source_sha256));
+    // The head's planes were split from the embedding: a BitDelta variant's embedding delta
+    // applies to both (engine/variant.cpp).
+    if (config_.tied_output) m.set("bitsplit.output_from_embedding", Value::boolean(true));
+    std::string types;
+    for (const auto& [type, n] : rep_.source_types) types += (types.empty() ? "" : ",") + type;
+    m.set("bitsplit.source_types", Value::string(types));
+    return Status::ok();
+  }
+
+  // Output tensor i's bytes; a projection's planes come from one split, taken at its first plane.
+  Result<std::vector<uint8_t>> tensor_bytes(size_t i, SplitAhead& ahead) {
+    const OutTensor& t = plan_[i];
+    start_source_tensor(t);
     switch (t.kind) {
       case OutKind::kF32: {
-        BITSPLIT_ASSIGN_OR_RETURN(auto w, load_finite(source, *t.source));
-        source.release(*t.source);
+        BITSPLIT_ASSIGN_OR_RETURN(auto w, load_finite(source_, *t.source));
+        source_.release(*t.source);
         return f32_bytes(w);
       }
       case OutKind::kQ8_0:
-        return q8_0_tensor(source, *t.source);
+        return q8_0_tensor(source_, *t.source);
       case OutKind::kDraftCodes: {
-        BITSPLIT_ASSIGN_OR_RETURN(cache, ahead.take(i));
-        return std::move(cache.draft_codes);
+        BITSPLIT_ASSIGN_OR_RETURN(planes_, ahead.take(i));
+        return std::move(planes_.draft_codes);
       }
-      case OutKind::kDraftScales: return std::move(cache.draft_scales);
-      case OutKind::kDraftOffsets: return std::move(cache.draft_offsets);
-      case OutKind::kResidCodes: return std::move(cache.resid_codes);
-      case OutKind::kResidScales: return std::move(cache.resid_scales);
-      case OutKind::kResidPacked: return std::move(cache.resid_packed);
+      case OutKind::kDraftScales: return std::move(planes_.draft_scales);
+      case OutKind::kDraftOffsets: return std::move(planes_.draft_offsets);
+      case OutKind::kResidCodes: return std::move(planes_.resid_codes);
+      case OutKind::kResidScales: return std::move(planes_.resid_scales);
+      case OutKind::kResidPacked: return std::move(planes_.resid_packed);
     }
     return Status::error("internal: unknown output kind");
-  };
-  BITSPLIT_ASSIGN_OR_RETURN(rep.output_paths, write_model_file(writer, out_path, options.output_split, produce));
-  if (last_source) {
-    ++progress.tensors_done;
-    progress.bytes_done += last_source->nbytes;
   }
-  progress.current.clear();
-  if (on_progress) on_progress(progress);
 
-  for (const auto& info : writer.tensor_infos()) rep.output_bytes += info.nbytes;
+  // Progress: output tensor t starts a source tensor (a tied head's planes start the embedding again).
+  void start_source_tensor(const OutTensor& t) {
+    if (t.source == last_source_ && t.kind != OutKind::kDraftCodes) return;
+    finish_source_tensor();
+    last_source_ = t.source;
+    progress_.current = t.base.empty() ? t.source->name : t.base + " (split)";
+    if (on_progress_) on_progress_(progress_);
+  }
+
+  void finish_source_tensor() {
+    if (!last_source_) return;
+    ++progress_.tensors_done;
+    progress_.bytes_done += last_source_->nbytes;
+  }
+
+  const WeightSource& source_;
+  const ModelConfig& config_;
+  const ConvertOptions& options_;
+  const SplitFormat& format_;
+  const std::function<void(const ConvertProgress&)>& on_progress_;
+  ConvertReport& rep_;
+  gguf::Writer writer_;
+  std::vector<OutTensor> plan_;
+  ConvertProgress progress_;
+  SplitPlanes planes_;  // the projection being written
+  const gguf::TensorInfo* last_source_ = nullptr;
+};
+
+}  // namespace
+
+Status convert_model(const WeightSource& source, const std::string& out_path, const ConvertOptions& options,
+                     const std::function<void(const ConvertProgress&)>& on_progress, ConvertReport* report) {
+  const auto t0 = std::chrono::steady_clock::now();
+  BITSPLIT_RETURN_IF_ERROR(check_split_params(options.split));
+  auto existing = read_split_format(source.metadata());
+  if (!existing) return existing.status().with_context(source.path());
+  if (existing->has_value()) return Status::error(source.path() + ": is already a bit-split model; convert the original");
+  BITSPLIT_ASSIGN_OR_RETURN(ModelConfig config, read_model_config(source));
+  ConvertReport local;
+  ConvertReport& rep = report ? *report : local;
+  rep = {};
+  BITSPLIT_ASSIGN_OR_RETURN(const SplitFormat format, output_format(source, config, options, on_progress, rep, t0));
+  BITSPLIT_RETURN_IF_ERROR(Conversion(source, config, options, format, on_progress, rep).write(out_path));
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);
   rep.peak_rss_bytes = uint64_t(usage.ru_maxrss) * 1024;

@@ -70,7 +70,7 @@ typedef struct bitsplit_model bitsplit_model;
 typedef struct bitsplit_session bitsplit_session;
 
 BITSPLIT_API uint32_t bitsplit_api_version(void);
-/* "0.1.0" */
+/* The library's version, "MAJOR.MINOR.PATCH" (the CMake project's version) */
 BITSPLIT_API const char* bitsplit_version_string(void);
 /* The message of the calling thread's last failure ("" when there was none). */
 BITSPLIT_API const char* bitsplit_last_error(void);
