@@ -1,4 +1,4 @@
-// The draft fitted with error feedback (engine/backend/gptq.cpp): what it buys on correlated inputs, that
+// The draft fitted with error feedback (quant/gptq.cpp): what it buys on correlated inputs, that
 // it changes nothing where inputs are uncorrelated, where it is not used, and its errors.
 #include <gtest/gtest.h>
 
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bitsplit/planes.h"
+#include "bitsplit/quant.h"
 
 namespace bitsplit {
 namespace {
@@ -102,7 +103,7 @@ TEST(ErrorFeedback, SixBitResidualKeepsTheOrdinaryFit) {
   const Problem p = correlated_problem(true);
   quant::SplitParams params;
   params.residual_bits = 6;
-  EXPECT_FALSE(uses_error_feedback(params));
+  EXPECT_FALSE(quant::uses_error_feedback(params));
   const SplitProjection plain = split_projection(p.w, p.rows, p.cols, params, p.diag.data());
   auto fitted = fit_projection(p.w, p.rows, p.cols, params, p.diag.data(), p.cov.data());
   ASSERT_TRUE(fitted.is_ok());

@@ -92,7 +92,7 @@ int convert(const ConvertArgs& a) {
     options.imatrix_path = a.imatrix;
     if (!imatrix.covariances.empty()) {
       options.covariances = &imatrix.covariances;
-      if (uses_error_feedback(options.split)) {
+      if (quant::uses_error_feedback(options.split)) {
         std::fprintf(stderr, "draft: fitted with error feedback (GPTQ) from the input covariances of %zu projections\n",
                      imatrix.covariances.size());
       } else {

@@ -76,6 +76,25 @@ SplitProjection split_projection(const std::vector<float>& w, int64_t rows, int6
   return p;
 }
 
+Result<SplitProjection> split_projection_gptq(const std::vector<float>& w, int64_t rows, int64_t cols,
+                                              const quant::SplitParams& params, const float* importance,
+                                              const float* covariance) {
+  SplitProjection p = SplitProjection::sized(rows, cols, params.group, params.draft_bits, params.residual_bits);
+  BITSPLIT_RETURN_IF_ERROR(quant::split_matrix_gptq(
+      w.data(), rows, cols, params, importance, covariance,
+      {p.draft_codes.data(), p.draft_scales.data(), p.draft_offsets.data(), p.resid_codes.data(), p.resid_scales.data()}));
+  return p;
+}
+
+Result<SplitProjection> fit_projection(const std::vector<float>& w, int64_t rows, int64_t cols,
+                                       const quant::SplitParams& params, const float* importance,
+                                       const float* covariance) {
+  if (covariance && quant::uses_error_feedback(params)) {
+    return split_projection_gptq(w, rows, cols, params, importance, covariance);
+  }
+  return split_projection(w, rows, cols, params, importance);
+}
+
 quant::DraftTensorErrors measure_draft_errors(const std::string& base, const std::vector<float>& w, int64_t rows,
                                               int64_t cols, int64_t n_layers, const quant::SplitParams& params,
                                               const float* importance, int64_t max_rows) {

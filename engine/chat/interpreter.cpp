@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "builtins.h"
 #include "lexer.h"
@@ -523,114 +524,162 @@ Result<Value> repeat(const Value& seq, int64_t times, size_t limit, size_t max_i
   return Value::new_list(std::move(out), seq.list->tuple);
 }
 
+// Python's int operators (bools count as ints): exact, overflow an error rather than a wrap.
+Result<Value> add_ints(int64_t x, int64_t y) {
+  int64_t r = 0;
+  if (__builtin_add_overflow(x, y, &r)) return Status::error("integer overflow");
+  return Value::from_int(r);
+}
+Result<Value> subtract_ints(int64_t x, int64_t y) {
+  int64_t r = 0;
+  if (__builtin_sub_overflow(x, y, &r)) return Status::error("integer overflow");
+  return Value::from_int(r);
+}
+Result<Value> multiply_ints(int64_t x, int64_t y) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(x, y, &r)) return Status::error("integer overflow");
+  return Value::from_int(r);
+}
+Result<Value> divide_ints(int64_t x, int64_t y) {
+  if (y == 0) return Status::error("division by zero");
+  return Value::from_float(static_cast<double>(x) / static_cast<double>(y));
+}
+
+// Floor division and modulo: the quotient rounds toward minus infinity, the remainder takes the
+// divisor's sign.
+Result<std::pair<Value, Value>> int_divmod(int64_t x, int64_t y) {
+  if (y == 0) return Status::error("integer division or modulo by zero");
+  if (x == std::numeric_limits<int64_t>::min() && y == -1) return Status::error("integer overflow");
+  int64_t q = x / y, m = x % y;
+  if (m != 0 && ((m < 0) != (y < 0))) {
+    m += y;
+    q -= 1;
+  }
+  return std::pair{Value::from_int(q), Value::from_int(m)};
+}
+
+Result<Value> power_ints(int64_t x, int64_t y) {
+  if (y < 0) {
+    if (x == 0) return Status::error("0.0 cannot be raised to a negative power");
+    return Value::from_float(std::pow(static_cast<double>(x), static_cast<double>(y)));
+  }
+  int64_t result = 1, base = x, e = y;
+  while (e > 0) {
+    if (e & 1)
+      if (__builtin_mul_overflow(result, base, &result)) return Status::error("integer overflow");
+    e >>= 1;
+    if (e > 0 && __builtin_mul_overflow(base, base, &base)) return Status::error("integer overflow");
+  }
+  return Value::from_int(result);
+}
+
+// Python's float operators (an int with a float is a float).
+Result<Value> add_floats(double x, double y) { return Value::from_float(x + y); }
+Result<Value> subtract_floats(double x, double y) { return Value::from_float(x - y); }
+Result<Value> multiply_floats(double x, double y) { return Value::from_float(x * y); }
+Result<Value> divide_floats(double x, double y) {
+  if (y == 0) return Status::error("float division by zero");
+  return Value::from_float(x / y);
+}
+
+// CPython's float_divmod: the remainder takes the divisor's sign (a zero one too), and the
+// quotient is the floor of the exact (x - mod) / y, corrected where that division rounded.
+Result<std::pair<Value, Value>> float_divmod(double x, double y) {
+  if (y == 0) return Status::error("float divmod()");
+  double mod = std::fmod(x, y);
+  double div = (x - mod) / y;
+  if (mod != 0) {
+    if ((y < 0) != (mod < 0)) {
+      mod += y;
+      div -= 1.0;
+    }
+  } else {
+    mod = std::copysign(0.0, y);
+  }
+  double floordiv = 0;
+  if (div != 0) {
+    floordiv = std::floor(div);
+    if (div - floordiv > 0.5) floordiv += 1.0;
+  } else {
+    floordiv = std::copysign(0.0, x / y);
+  }
+  return std::pair{Value::from_float(floordiv), Value::from_float(mod)};
+}
+
+// `//` or `%`: one half of a divmod.
+template <class T, Result<std::pair<Value, Value>> (*divmod)(T, T), bool quotient>
+Result<Value> divmod_half(T x, T y) {
+  auto qm = divmod(x, y);
+  if (!qm.is_ok()) return qm.status();
+  return quotient ? qm->first : qm->second;
+}
+
+Result<Value> power_floats(double x, double y) {
+  if (x == 0 && y < 0) return Status::error("0.0 cannot be raised to a negative power");
+  return Value::from_float(std::pow(x, y));
+}
+
+// The numeric operators: two ints (or bools) stay exact; any other pair of numbers is computed in
+// floats.
+struct NumericOperator {
+  std::string_view name;
+  Result<Value> (*on_ints)(int64_t, int64_t);
+  Result<Value> (*on_floats)(double, double);
+};
+constexpr NumericOperator kNumericOperators[] = {
+    {"+", add_ints, add_floats},
+    {"-", subtract_ints, subtract_floats},
+    {"*", multiply_ints, multiply_floats},
+    {"/", divide_ints, divide_floats},
+    {"//", divmod_half<int64_t, int_divmod, true>, divmod_half<double, float_divmod, true>},
+    {"%", divmod_half<int64_t, int_divmod, false>, divmod_half<double, float_divmod, false>},
+    {"**", power_ints, power_floats},
+};
+
+const NumericOperator* numeric_operator(const std::string& op) {
+  for (const auto& o : kNumericOperators)
+    if (o.name == op) return &o;
+  return nullptr;
+}
+
+Result<Value> concatenate_strings(const Value& a, const Value& b, size_t limit) {
+  if (a.text.size() + b.text.size() > limit) return Status::error("string exceeds the output limit");
+  return Value::from_string(a.text + b.text);
+}
+
+Result<Value> concatenate_lists(const Value& a, const Value& b, size_t max_items) {
+  if (a.list->items.size() + b.list->items.size() > max_items)
+    return Status::error("list exceeds the limit of " + std::to_string(max_items) + " items");
+  std::vector<Value> items = a.list->items;
+  items.insert(items.end(), b.list->items.begin(), b.list->items.end());
+  return Value::new_list(std::move(items), a.list->tuple);
+}
+
+// `string % args`: a tuple gives the arguments, anything else is the one argument.
+Result<Value> percent_format(const std::string& format, const Value& b) {
+  std::vector<Value> args;
+  if (b.is_list() && b.list->tuple) {
+    args = b.list->items;
+  } else {
+    args.push_back(b);
+  }
+  auto s = format_percent(format, args);
+  if (!s.is_ok()) return s.status();
+  return Value::from_string(std::move(s).value());
+}
+
 Result<Value> arithmetic(const std::string& op, const Value& a, const Value& b, size_t limit, size_t max_items) {
-  if (int_like(a) && int_like(b)) {
-    const int64_t x = int_of(a), y = int_of(b);
-    int64_t r = 0;
-    if (op == "+") {
-      if (__builtin_add_overflow(x, y, &r)) return Status::error("integer overflow");
-      return Value::from_int(r);
-    }
-    if (op == "-") {
-      if (__builtin_sub_overflow(x, y, &r)) return Status::error("integer overflow");
-      return Value::from_int(r);
-    }
-    if (op == "*") {
-      if (__builtin_mul_overflow(x, y, &r)) return Status::error("integer overflow");
-      return Value::from_int(r);
-    }
-    if (op == "/") {
-      if (y == 0) return Status::error("division by zero");
-      return Value::from_float(static_cast<double>(x) / static_cast<double>(y));
-    }
-    if (op == "//" || op == "%") {
-      if (y == 0) return Status::error("integer division or modulo by zero");
-      if (x == std::numeric_limits<int64_t>::min() && y == -1) return Status::error("integer overflow");
-      int64_t q = x / y, m = x % y;
-      if (m != 0 && ((m < 0) != (y < 0))) {
-        m += y;
-        q -= 1;
-      }
-      return Value::from_int(op == "//" ? q : m);
-    }
-    if (op == "**") {
-      if (y < 0) {
-        if (x == 0) return Status::error("0.0 cannot be raised to a negative power");
-        return Value::from_float(std::pow(static_cast<double>(x), static_cast<double>(y)));
-      }
-      int64_t result = 1, base = x, e = y;
-      while (e > 0) {
-        if (e & 1)
-          if (__builtin_mul_overflow(result, base, &result)) return Status::error("integer overflow");
-        e >>= 1;
-        if (e > 0 && __builtin_mul_overflow(base, base, &base)) return Status::error("integer overflow");
-      }
-      return Value::from_int(result);
-    }
+  if (const NumericOperator* numeric = numeric_operator(op)) {
+    if (int_like(a) && int_like(b)) return numeric->on_ints(int_of(a), int_of(b));
+    if (a.is_number() && b.is_number()) return numeric->on_floats(a.as_double(), b.as_double());
   }
-  if (a.is_number() && b.is_number()) {
-    const double x = a.as_double(), y = b.as_double();
-    if (op == "+") return Value::from_float(x + y);
-    if (op == "-") return Value::from_float(x - y);
-    if (op == "*") return Value::from_float(x * y);
-    if (op == "/") {
-      if (y == 0) return Status::error("float division by zero");
-      return Value::from_float(x / y);
-    }
-    if (op == "//" || op == "%") {
-      if (y == 0) return Status::error("float divmod()");
-      double mod = std::fmod(x, y);
-      double div = (x - mod) / y;
-      if (mod != 0) {
-        if ((y < 0) != (mod < 0)) {
-          mod += y;
-          div -= 1.0;
-        }
-      } else {
-        mod = std::copysign(0.0, y);
-      }
-      double floordiv = 0;
-      if (div != 0) {
-        floordiv = std::floor(div);
-        if (div - floordiv > 0.5) floordiv += 1.0;
-      } else {
-        floordiv = std::copysign(0.0, x / y);
-      }
-      return Value::from_float(op == "//" ? floordiv : mod);
-    }
-    if (op == "**") {
-      if (x == 0 && y < 0) return Status::error("0.0 cannot be raised to a negative power");
-      return Value::from_float(std::pow(x, y));
-    }
-  }
-  if (op == "+") {
-    if (a.is_string() && b.is_string()) {
-      if (a.text.size() + b.text.size() > limit) return Status::error("string exceeds the output limit");
-      return Value::from_string(a.text + b.text);
-    }
-    if (a.is_list() && b.is_list() && a.list->tuple == b.list->tuple) {
-      if (a.list->items.size() + b.list->items.size() > max_items)
-        return Status::error("list exceeds the limit of " + std::to_string(max_items) + " items");
-      std::vector<Value> items = a.list->items;
-      items.insert(items.end(), b.list->items.begin(), b.list->items.end());
-      return Value::new_list(std::move(items), a.list->tuple);
-    }
-  }
+  if (op == "+" && a.is_string() && b.is_string()) return concatenate_strings(a, b, limit);
+  if (op == "+" && a.is_list() && b.is_list() && a.list->tuple == b.list->tuple) return concatenate_lists(a, b, max_items);
   if (op == "*") {
     if ((a.is_string() || a.is_list()) && int_like(b)) return repeat(a, int_of(b), limit, max_items);
     if ((b.is_string() || b.is_list()) && int_like(a)) return repeat(b, int_of(a), limit, max_items);
   }
-  if (op == "%" && a.is_string()) {
-    std::vector<Value> args;
-    if (b.is_list() && b.list->tuple) {
-      args = b.list->items;
-    } else {
-      args.push_back(b);
-    }
-    auto s = format_percent(a.text, args);
-    if (!s.is_ok()) return s.status();
-    return Value::from_string(std::move(s).value());
-  }
+  if (op == "%" && a.is_string()) return percent_format(a.text, b);
   return type_error(op, a, b);
 }
 

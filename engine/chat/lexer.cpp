@@ -2,6 +2,7 @@
 #include "lexer.h"
 
 #include <cstring>
+#include <optional>
 
 #include "unicode.h"
 
@@ -208,106 +209,136 @@ class Lexer {
   // The tokens of one {{ }} or {% %} tag; returns the offset after its end (and whitespace control).
   Result<size_t> lex_tag(bool variable, size_t start, size_t body) {
     tokens_.push_back({variable ? TokenType::kVarBegin : TokenType::kBlockBegin, "", static_cast<uint32_t>(start)});
-    const char closer = variable ? '}' : '%';
-    std::vector<char> brackets;
+    std::vector<char> brackets;  // the closers the open brackets wait for; a tag cannot end inside one
     size_t p = body;
     while (true) {
       p = skip_ws(src_, p);
       if (p >= src_.size())
         return error(variable ? "unterminated '{{' (no matching '}}')" : "unterminated '{%' (no matching '%}')", start);
+      if (brackets.empty())
+        if (auto after = lex_tag_end(variable, p)) return *after;
       const char c = src_[p];
-      if (brackets.empty()) {
-        char end_sign = 0;
-        size_t q = p;
-        if ((c == '-' || (c == '+' && !variable)) && q + 2 < src_.size() && src_[q + 1] == closer &&
-            src_[q + 2] == '}') {
-          end_sign = c;
-          ++q;
-        }
-        if (src_[q] == closer && q + 1 < src_.size() && src_[q + 1] == '}') {
-          tokens_.push_back({variable ? TokenType::kVarEnd : TokenType::kBlockEnd, "", static_cast<uint32_t>(p)});
-          if (variable) return end_sign == '-' ? skip_ws(src_, q + 2) : q + 2;
-          return finish_block_end(q + 2, end_sign);
-        }
-      }
-      const uint32_t offset = static_cast<uint32_t>(p);
+      Result<size_t> next = p;
       if (is_name_start(c)) {
-        size_t q = p;
-        while (q < src_.size() && is_name_char(src_[q])) ++q;
-        tokens_.push_back({TokenType::kName, std::string(src_.substr(p, q - p)), offset});
-        p = q;
+        next = lex_name(p);
       } else if (c == '\'' || c == '"') {
-        size_t q = p + 1;
-        while (q < src_.size() && src_[q] != c) q += src_[q] == '\\' ? 2 : 1;
-        if (q >= src_.size()) return error("unterminated string literal", p);
-        tokens_.push_back({TokenType::kString, decode_string_literal(src_.substr(p + 1, q - p - 1)), offset});
-        p = q + 1;
+        next = lex_string(p);
       } else if (c == '0' && p + 2 < src_.size() && std::strchr("xXbBoO", src_[p + 1]) &&
                  hex_value(src_[p + 2]) >= 0) {
-        // 0x1f, 0b101, 0o17: stored as the decimal value.
-        const int base = (src_[p + 1] | 0x20) == 'x' ? 16 : (src_[p + 1] | 0x20) == 'b' ? 2 : 8;
-        size_t q = p + 2;
-        uint64_t value = 0;
-        while (q < src_.size() && (src_[q] == '_' || (hex_value(src_[q]) >= 0 && hex_value(src_[q]) < base))) {
-          if (src_[q] != '_') {
-            if (value > (UINT64_MAX >> 4)) return error("integer literal too large", p);
-            value = value * base + hex_value(src_[q]);
-          }
-          ++q;
-        }
-        if (value > static_cast<uint64_t>(INT64_MAX)) return error("integer literal too large", p);
-        tokens_.push_back({TokenType::kInt, std::to_string(value), offset});
-        p = q;
+        next = lex_prefixed_int(p);
       } else if (is_digit(c)) {
-        size_t q = p;
-        auto digits = [&] {
-          while (q < src_.size() && (is_digit(src_[q]) || (src_[q] == '_' && q + 1 < src_.size() && is_digit(src_[q + 1]))))
-            ++q;
-        };
-        digits();
-        bool is_float = false;
-        if (q + 1 < src_.size() && src_[q] == '.' && is_digit(src_[q + 1])) {
-          is_float = true;
-          ++q;
-          digits();
-        }
-        if (q < src_.size() && (src_[q] == 'e' || src_[q] == 'E')) {
-          size_t e = q + 1;
-          if (e < src_.size() && (src_[e] == '+' || src_[e] == '-')) ++e;
-          if (e < src_.size() && is_digit(src_[e])) {
-            is_float = true;
-            q = e;
-            digits();
-          }
-        }
-        std::string number;
-        for (size_t i = p; i < q; ++i)
-          if (src_[i] != '_') number += src_[i];
-        tokens_.push_back({is_float ? TokenType::kFloat : TokenType::kInt, number, offset});
-        p = q;
+        next = lex_number(p);
       } else {
-        static const char* const kTwo[] = {"//", "**", "==", "!=", "<=", ">="};
-        std::string op;
-        for (const char* two : kTwo)
-          if (src_.substr(p, 2) == two) op = two;
-        if (op.empty()) {
-          if (!std::strchr("+-/*%~[](){}<>=.:|,;", c)) {
-            std::string shown;
-            utf8_append(shown, utf8_decode(src_.substr(p, 4)).at(0));
-            return error("unexpected character '" + shown + "'", p);
-          }
-          op = std::string(1, c);
-        }
-        if (op == "(" || op == "[" || op == "{") {
-          brackets.push_back(op == "(" ? ')' : op == "[" ? ']' : '}');
-        } else if (op == ")" || op == "]" || op == "}") {
-          if (brackets.empty() || brackets.back() != op[0]) return error("unexpected '" + op + "'", p);
-          brackets.pop_back();
-        }
-        tokens_.push_back({TokenType::kOp, op, offset});
-        p += op.size();
+        next = lex_operator(p, brackets);
+      }
+      if (!next.is_ok()) return next.status();
+      p = *next;
+    }
+  }
+
+  // The tag's end at p ('}}' or '%}', with a '-' or, for blocks, '+' before it): pushes its token
+  // and returns the offset after it and the whitespace it eats; nothing when the tag goes on.
+  std::optional<size_t> lex_tag_end(bool variable, size_t p) {
+    const char closer = variable ? '}' : '%';
+    const char c = src_[p];
+    char end_sign = 0;
+    size_t q = p;
+    if ((c == '-' || (c == '+' && !variable)) && q + 2 < src_.size() && src_[q + 1] == closer && src_[q + 2] == '}') {
+      end_sign = c;
+      ++q;
+    }
+    if (src_[q] != closer || q + 1 >= src_.size() || src_[q + 1] != '}') return std::nullopt;
+    tokens_.push_back({variable ? TokenType::kVarEnd : TokenType::kBlockEnd, "", static_cast<uint32_t>(p)});
+    if (variable) return end_sign == '-' ? skip_ws(src_, q + 2) : q + 2;
+    return finish_block_end(q + 2, end_sign);
+  }
+
+  size_t lex_name(size_t p) {
+    size_t q = p;
+    while (q < src_.size() && is_name_char(src_[q])) ++q;
+    tokens_.push_back({TokenType::kName, std::string(src_.substr(p, q - p)), static_cast<uint32_t>(p)});
+    return q;
+  }
+
+  Result<size_t> lex_string(size_t p) {
+    const char quote = src_[p];
+    size_t q = p + 1;
+    while (q < src_.size() && src_[q] != quote) q += src_[q] == '\\' ? 2 : 1;
+    if (q >= src_.size()) return error("unterminated string literal", p);
+    tokens_.push_back({TokenType::kString, decode_string_literal(src_.substr(p + 1, q - p - 1)), static_cast<uint32_t>(p)});
+    return q + 1;
+  }
+
+  // 0x1f, 0b101, 0o17: stored as the decimal value.
+  Result<size_t> lex_prefixed_int(size_t p) {
+    const int base = (src_[p + 1] | 0x20) == 'x' ? 16 : (src_[p + 1] | 0x20) == 'b' ? 2 : 8;
+    size_t q = p + 2;
+    uint64_t value = 0;
+    while (q < src_.size() && (src_[q] == '_' || (hex_value(src_[q]) >= 0 && hex_value(src_[q]) < base))) {
+      if (src_[q] != '_') {
+        if (value > (UINT64_MAX >> 4)) return error("integer literal too large", p);
+        value = value * base + hex_value(src_[q]);
+      }
+      ++q;
+    }
+    if (value > static_cast<uint64_t>(INT64_MAX)) return error("integer literal too large", p);
+    tokens_.push_back({TokenType::kInt, std::to_string(value), static_cast<uint32_t>(p)});
+    return q;
+  }
+
+  // Decimal digits (single '_' between digits allowed), a fraction and an exponent make a float.
+  size_t lex_number(size_t p) {
+    size_t q = p;
+    auto digits = [&] {
+      while (q < src_.size() && (is_digit(src_[q]) || (src_[q] == '_' && q + 1 < src_.size() && is_digit(src_[q + 1]))))
+        ++q;
+    };
+    digits();
+    bool is_float = false;
+    if (q + 1 < src_.size() && src_[q] == '.' && is_digit(src_[q + 1])) {
+      is_float = true;
+      ++q;
+      digits();
+    }
+    if (q < src_.size() && (src_[q] == 'e' || src_[q] == 'E')) {
+      size_t e = q + 1;
+      if (e < src_.size() && (src_[e] == '+' || src_[e] == '-')) ++e;
+      if (e < src_.size() && is_digit(src_[e])) {
+        is_float = true;
+        q = e;
+        digits();
       }
     }
+    std::string number;
+    for (size_t i = p; i < q; ++i)
+      if (src_[i] != '_') number += src_[i];
+    tokens_.push_back({is_float ? TokenType::kFloat : TokenType::kInt, number, static_cast<uint32_t>(p)});
+    return q;
+  }
+
+  // An operator or bracket; brackets must pair up within the tag.
+  Result<size_t> lex_operator(size_t p, std::vector<char>& brackets) {
+    static const char* const kTwo[] = {"//", "**", "==", "!=", "<=", ">="};
+    const char c = src_[p];
+    std::string op;
+    for (const char* two : kTwo)
+      if (src_.substr(p, 2) == two) op = two;
+    if (op.empty()) {
+      if (!std::strchr("+-/*%~[](){}<>=.:|,;", c)) {
+        std::string shown;
+        utf8_append(shown, utf8_decode(src_.substr(p, 4)).at(0));
+        return error("unexpected character '" + shown + "'", p);
+      }
+      op = std::string(1, c);
+    }
+    if (op == "(" || op == "[" || op == "{") {
+      brackets.push_back(op == "(" ? ')' : op == "[" ? ']' : '}');
+    } else if (op == ")" || op == "]" || op == "}") {
+      if (brackets.empty() || brackets.back() != op[0]) return error("unexpected '" + op + "'", p);
+      brackets.pop_back();
+    }
+    tokens_.push_back({TokenType::kOp, op, static_cast<uint32_t>(p)});
+    return p + op.size();
   }
 
   std::string_view src_;

@@ -171,116 +171,178 @@ Value strip_method(const std::string& s, const CallArgs& args, bool left, bool r
   return Value::from_string(strip(s, left, right));
 }
 
+// What a str method is called with: its own name (methods that share a body tell themselves
+// apart by it, and errors name it), the string and the call's arguments.
+struct StringCall {
+  const std::string& name;
+  const std::string& s;
+  Interpreter& in;
+  const CallArgs& args;
+};
+
+Result<Value> splitlines(const StringCall& c) {
+  const std::string& s = c.s;
+  std::vector<std::string> lines;
+  std::string current;
+  const bool keepends = c.args.positional.size() > 0 ? truthy(c.args.positional[0]) : false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\n' || s[i] == '\r') {
+      std::string end(1, s[i]);
+      if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') end += s[++i];
+      lines.push_back(keepends ? current + end : current);
+      current.clear();
+    } else {
+      current += s[i];
+    }
+  }
+  if (!current.empty()) lines.push_back(current);
+  return string_list(std::move(lines));
+}
+
+Result<Value> starts_or_ends_with(const StringCall& c) {
+  auto r = affix_test(c.s, c.args, c.name == "startswith", c.name);
+  if (!r.is_ok()) return r.status();
+  return Value::from_bool(*r);
+}
+
+// find, rfind, index, rindex: code-point positions.
+Result<Value> find_substring(const StringCall& c) {
+  auto sub = string_arg(c.args, 0, "sub", c.name);
+  if (!sub.is_ok()) return sub.status();
+  const bool reverse = c.name[0] == 'r';
+  const size_t p = reverse ? c.s.rfind(*sub) : c.s.find(*sub);
+  if (p == std::string::npos) {
+    if (c.name == "index" || c.name == "rindex") return Status::error("substring not found");
+    return Value::from_int(-1);
+  }
+  return Value::from_int(code_point_index(c.s, p));
+}
+
+Result<Value> count_substring(const StringCall& c) {
+  auto sub = string_arg(c.args, 0, "sub", c.name);
+  if (!sub.is_ok()) return sub.status();
+  if (sub->empty()) return Value::from_int(static_cast<int64_t>(utf8_length(c.s)) + 1);
+  int64_t n = 0;
+  for (size_t p = c.s.find(*sub); p != std::string::npos; p = c.s.find(*sub, p + sub->size())) ++n;
+  return Value::from_int(n);
+}
+
+Result<Value> join_method(const StringCall& c) {
+  if (c.args.positional.size() != 1) return Status::error("join() takes exactly one argument");
+  auto items = iterate(c.args.positional[0]);
+  if (!items.is_ok()) return items.status();
+  std::string out;
+  for (size_t i = 0; i < items->size(); ++i) {
+    if (!(*items)[i].is_string())
+      return Status::error("sequence item " + std::to_string(i) + ": expected str instance, " +
+                           type_name((*items)[i]) + " found");
+    if (i) out += c.s;
+    out += (*items)[i].text;
+    if (out.size() > c.in.limits().max_output_bytes) return Status::error("join: result exceeds the output limit");
+  }
+  return Value::from_string(std::move(out));
+}
+
+Result<Value> format_method(const StringCall& c) {
+  auto r = format_braces(c.s, c.args);
+  if (!r.is_ok()) return r.status();
+  return Value::from_string(std::move(r).value());
+}
+
+// removeprefix, removesuffix.
+Result<Value> remove_affix(const StringCall& c) {
+  const std::string& s = c.s;
+  auto a = string_arg(c.args, 0, c.name == "removeprefix" ? "prefix" : "suffix", c.name);
+  if (!a.is_ok()) return a.status();
+  if (c.name == "removeprefix" && s.compare(0, a->size(), *a) == 0 && s.size() >= a->size())
+    return Value::from_string(s.substr(a->size()));
+  if (c.name == "removesuffix" && !a->empty() && s.size() >= a->size() &&
+      s.compare(s.size() - a->size(), a->size(), *a) == 0)
+    return Value::from_string(s.substr(0, s.size() - a->size()));
+  return Value::from_string(s);
+}
+
+// partition, rpartition: a 3-tuple.
+Result<Value> partition_method(const StringCall& c) {
+  const std::string& s = c.s;
+  auto sep = string_arg(c.args, 0, "sep", c.name);
+  if (!sep.is_ok()) return sep.status();
+  if (sep->empty()) return Status::error("empty separator");
+  const size_t p = c.name == "partition" ? s.find(*sep) : s.rfind(*sep);
+  if (p == std::string::npos) {
+    return c.name == "partition"
+               ? Value::new_list({Value::from_string(s), Value::from_string(""), Value::from_string("")}, true)
+               : Value::new_list({Value::from_string(""), Value::from_string(""), Value::from_string(s)}, true);
+  }
+  return Value::new_list({Value::from_string(s.substr(0, p)), Value::from_string(*sep),
+                          Value::from_string(s.substr(p + sep->size()))},
+                         true);
+}
+
+bool is_decimal_digit(char32_t c) { return c >= '0' && c <= '9'; }
+bool is_letter(char32_t c) { return is_alnum(c) && !is_decimal_digit(c); }
+
+using Call = const StringCall&;
+template <std::string (*transform)(std::string_view)>
+Result<Value> transformed(Call c) {
+  return Value::from_string(transform(c.s));
+}
+template <bool (*pred)(char32_t)>
+Result<Value> all_chars_are(Call c) {
+  return Value::from_bool(all_chars(c.s, pred));
+}
+
+// The str methods templates may call, by name.
+struct StringMethod {
+  std::string_view name;
+  Result<Value> (*call)(Call c);
+};
+constexpr StringMethod kStringMethods[] = {
+    {"strip", [](Call c) -> Result<Value> { return strip_method(c.s, c.args, true, true); }},
+    {"lstrip", [](Call c) -> Result<Value> { return strip_method(c.s, c.args, true, false); }},
+    {"rstrip", [](Call c) -> Result<Value> { return strip_method(c.s, c.args, false, true); }},
+    {"split", [](Call c) { return split(c.s, c.args, false); }},
+    {"rsplit", [](Call c) { return split(c.s, c.args, true); }},
+    {"splitlines", splitlines},
+    {"startswith", starts_or_ends_with},
+    {"endswith", starts_or_ends_with},
+    {"upper", transformed<upper>},
+    {"lower", transformed<lower>},
+    {"title", transformed<title_method>},
+    {"capitalize", transformed<capitalize>},
+    {"replace", [](Call c) { return replace(c.s, c.args, c.in.limits().max_output_bytes); }},
+    {"find", find_substring},
+    {"rfind", find_substring},
+    {"index", find_substring},
+    {"rindex", find_substring},
+    {"count", count_substring},
+    {"join", join_method},
+    {"format", format_method},
+    {"removeprefix", remove_affix},
+    {"removesuffix", remove_affix},
+    {"partition", partition_method},
+    {"rpartition", partition_method},
+    {"isdigit", all_chars_are<is_decimal_digit>},
+    {"isnumeric", all_chars_are<is_decimal_digit>},
+    {"isdecimal", all_chars_are<is_decimal_digit>},
+    {"isalpha", all_chars_are<is_letter>},
+    {"isalnum", all_chars_are<is_alnum>},
+    {"isspace", all_chars_are<is_space>},
+    {"islower", [](Call c) -> Result<Value> { return Value::from_bool(lower(c.s) == c.s && upper(c.s) != c.s); }},
+    {"isupper", [](Call c) -> Result<Value> { return Value::from_bool(upper(c.s) == c.s && lower(c.s) != c.s); }},
+};
+
+const StringMethod* string_method_named(const std::string& name) {
+  for (const auto& m : kStringMethods)
+    if (m.name == name) return &m;
+  return nullptr;
+}
+
 Result<Value> string_method(const std::string& name, const std::string& s, Interpreter& in, const CallArgs& args) {
-  if (name == "strip") return strip_method(s, args, true, true);
-  if (name == "lstrip") return strip_method(s, args, true, false);
-  if (name == "rstrip") return strip_method(s, args, false, true);
-  if (name == "split") return split(s, args, false);
-  if (name == "rsplit") return split(s, args, true);
-  if (name == "splitlines") {
-    std::vector<std::string> lines;
-    std::string current;
-    const bool keepends = args.positional.size() > 0 ? truthy(args.positional[0]) : false;
-    for (size_t i = 0; i < s.size(); ++i) {
-      if (s[i] == '\n' || s[i] == '\r') {
-        std::string end(1, s[i]);
-        if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') end += s[++i];
-        lines.push_back(keepends ? current + end : current);
-        current.clear();
-      } else {
-        current += s[i];
-      }
-    }
-    if (!current.empty()) lines.push_back(current);
-    return string_list(std::move(lines));
-  }
-  if (name == "startswith" || name == "endswith") {
-    auto r = affix_test(s, args, name == "startswith", name);
-    if (!r.is_ok()) return r.status();
-    return Value::from_bool(*r);
-  }
-  if (name == "upper") return Value::from_string(upper(s));
-  if (name == "lower") return Value::from_string(lower(s));
-  if (name == "title") return Value::from_string(title_method(s));
-  if (name == "capitalize") return Value::from_string(capitalize(s));
-  if (name == "replace") return replace(s, args, in.limits().max_output_bytes);
-  if (name == "find" || name == "rfind" || name == "index" || name == "rindex" || name == "count") {
-    auto sub = string_arg(args, 0, "sub", name);
-    if (!sub.is_ok()) return sub.status();
-    if (name == "count") {
-      if (sub->empty()) return Value::from_int(static_cast<int64_t>(utf8_length(s)) + 1);
-      int64_t n = 0;
-      for (size_t p = s.find(*sub); p != std::string::npos; p = s.find(*sub, p + sub->size())) ++n;
-      return Value::from_int(n);
-    }
-    const bool reverse = name[0] == 'r';
-    const size_t p = reverse ? s.rfind(*sub) : s.find(*sub);
-    if (p == std::string::npos) {
-      if (name == "index" || name == "rindex") return Status::error("substring not found");
-      return Value::from_int(-1);
-    }
-    return Value::from_int(code_point_index(s, p));
-  }
-  if (name == "join") {
-    if (args.positional.size() != 1) return Status::error("join() takes exactly one argument");
-    auto items = iterate(args.positional[0]);
-    if (!items.is_ok()) return items.status();
-    std::string out;
-    for (size_t i = 0; i < items->size(); ++i) {
-      if (!(*items)[i].is_string())
-        return Status::error("sequence item " + std::to_string(i) + ": expected str instance, " +
-                             type_name((*items)[i]) + " found");
-      if (i) out += s;
-      out += (*items)[i].text;
-      if (out.size() > in.limits().max_output_bytes) return Status::error("join: result exceeds the output limit");
-    }
-    return Value::from_string(std::move(out));
-  }
-  if (name == "format") {
-    auto r = format_braces(s, args);
-    if (!r.is_ok()) return r.status();
-    return Value::from_string(std::move(r).value());
-  }
-  if (name == "removeprefix" || name == "removesuffix") {
-    auto a = string_arg(args, 0, name == "removeprefix" ? "prefix" : "suffix", name);
-    if (!a.is_ok()) return a.status();
-    if (name == "removeprefix" && s.compare(0, a->size(), *a) == 0 && s.size() >= a->size())
-      return Value::from_string(s.substr(a->size()));
-    if (name == "removesuffix" && !a->empty() && s.size() >= a->size() &&
-        s.compare(s.size() - a->size(), a->size(), *a) == 0)
-      return Value::from_string(s.substr(0, s.size() - a->size()));
-    return Value::from_string(s);
-  }
-  if (name == "partition" || name == "rpartition") {
-    auto sep = string_arg(args, 0, "sep", name);
-    if (!sep.is_ok()) return sep.status();
-    if (sep->empty()) return Status::error("empty separator");
-    const size_t p = name == "partition" ? s.find(*sep) : s.rfind(*sep);
-    if (p == std::string::npos) {
-      return name == "partition"
-                 ? Value::new_list({Value::from_string(s), Value::from_string(""), Value::from_string("")}, true)
-                 : Value::new_list({Value::from_string(""), Value::from_string(""), Value::from_string(s)}, true);
-    }
-    return Value::new_list({Value::from_string(s.substr(0, p)), Value::from_string(*sep),
-                            Value::from_string(s.substr(p + sep->size()))},
-                           true);
-  }
-  if (name == "isdigit" || name == "isnumeric" || name == "isdecimal")
-    return Value::from_bool(all_chars(s, [](char32_t c) { return c >= '0' && c <= '9'; }));
-  if (name == "isalpha")
-    return Value::from_bool(all_chars(s, [](char32_t c) { return is_alnum(c) && !(c >= '0' && c <= '9'); }));
-  if (name == "isalnum") return Value::from_bool(all_chars(s, [](char32_t c) { return is_alnum(c); }));
-  if (name == "isspace") return Value::from_bool(all_chars(s, [](char32_t c) { return is_space(c); }));
-  if (name == "islower") return Value::from_bool(lower(s) == s && upper(s) != s);
-  if (name == "isupper") return Value::from_bool(upper(s) == s && lower(s) != s);
+  if (const StringMethod* m = string_method_named(name)) return m->call({name, s, in, args});
   return Status::error("unsupported str method '" + name + "'");
 }
 
-constexpr std::string_view kStringMethods[] = {
-    "strip", "lstrip", "rstrip", "split", "rsplit", "splitlines", "startswith", "endswith", "upper", "lower",
-    "title", "capitalize", "replace", "find", "rfind", "index", "rindex", "count", "join", "format",
-    "removeprefix", "removesuffix", "partition", "rpartition", "isdigit", "isnumeric", "isdecimal", "isalpha",
-    "isalnum", "isspace", "islower", "isupper"};
 constexpr std::string_view kUnsafeDictMethods[] = {"pop", "popitem", "setdefault", "update", "clear"};
 constexpr std::string_view kUnsafeListMethods[] = {"append", "extend", "insert", "pop", "remove", "reverse",
                                                    "sort", "clear"};
@@ -351,7 +413,7 @@ std::string strftime_now(const std::string& format) {
 
 Value method_of(const Value& object, const std::string& name, bool* found) {
   *found = true;
-  if (object.is_string() && contains_name(kStringMethods, name)) return bind(object, name);
+  if (object.is_string() && string_method_named(name)) return bind(object, name);
   if (object.is_mapping()) {
     if (name == "items" || name == "keys" || name == "values" || name == "get" || name == "copy")
       return bind(object, name);

@@ -499,40 +499,9 @@ class Parser {
   Result<ExprPtr> parse_primary() {
     const Token& t = peek();
     switch (t.type) {
-      case TokenType::kName: {
-        next();
-        auto e = make(ExprKind::kLiteral, t.offset);
-        if (t.text == "true" || t.text == "True") {
-          e->literal = Value::from_bool(true);
-        } else if (t.text == "false" || t.text == "False") {
-          e->literal = Value::from_bool(false);
-        } else if (t.text == "none" || t.text == "None") {
-          e->literal = Value::none();
-        } else {
-          e->kind = ExprKind::kName;
-          e->name = t.text;
-        }
-        return ExprPtr(std::move(e));
-      }
-      case TokenType::kString: {
-        auto e = make(ExprKind::kLiteral, t.offset);
-        std::string s;
-        while (peek().type == TokenType::kString) s += next().text;  // adjacent literals concatenate
-        e->literal = Value::from_string(std::move(s));
-        return ExprPtr(std::move(e));
-      }
-      case TokenType::kInt: {
-        next();
-        errno = 0;
-        const long long v = std::strtoll(t.text.c_str(), nullptr, 10);
-        auto e = make(ExprKind::kLiteral, t.offset);
-        if (errno == ERANGE) {
-          e->literal = Value::from_float(std::strtod(t.text.c_str(), nullptr));
-        } else {
-          e->literal = Value::from_int(v);
-        }
-        return ExprPtr(std::move(e));
-      }
+      case TokenType::kName: return parse_name(next());
+      case TokenType::kString: return parse_strings();
+      case TokenType::kInt: return parse_int(next());
       case TokenType::kFloat: {
         next();
         auto e = make(ExprKind::kLiteral, t.offset);
@@ -540,65 +509,111 @@ class Parser {
         return ExprPtr(std::move(e));
       }
       case TokenType::kOp:
-        if (t.text == "(") {
-          next();
-          if (at_op(")")) {
-            next();
-            auto e = make(ExprKind::kTuple, t.offset);
-            return ExprPtr(std::move(e));
-          }
-          auto first = parse_expression(true);
-          if (!first.is_ok()) return first;
-          if (at_op(")")) {
-            next();
-            return first;
-          }
-          auto tuple = make(ExprKind::kTuple, t.offset);
-          tuple->items.push_back(std::move(first).value());
-          while (at_op(",")) {
-            next();
-            if (at_op(")")) break;
-            auto item = parse_expression(true);
-            if (!item.is_ok()) return item;
-            tuple->items.push_back(std::move(item).value());
-          }
-          BITSPLIT_RETURN_IF_ERROR(expect_op(")"));
-          return ExprPtr(std::move(tuple));
-        }
-        if (t.text == "[") {
-          next();
-          auto list = make(ExprKind::kList, t.offset);
-          while (!at_op("]")) {
-            auto item = parse_expression(true);
-            if (!item.is_ok()) return item;
-            list->items.push_back(std::move(item).value());
-            if (!at_op(",")) break;
-            next();
-          }
-          BITSPLIT_RETURN_IF_ERROR(expect_op("]"));
-          return ExprPtr(std::move(list));
-        }
-        if (t.text == "{") {
-          next();
-          auto dict = make(ExprKind::kDict, t.offset);
-          while (!at_op("}")) {
-            auto key = parse_expression(true);
-            if (!key.is_ok()) return key;
-            BITSPLIT_RETURN_IF_ERROR(expect_op(":"));
-            auto value = parse_expression(true);
-            if (!value.is_ok()) return value;
-            dict->items.push_back(std::move(key).value());
-            dict->items.push_back(std::move(value).value());
-            if (!at_op(",")) break;
-            next();
-          }
-          BITSPLIT_RETURN_IF_ERROR(expect_op("}"));
-          return ExprPtr(std::move(dict));
-        }
+        if (t.text == "(") return parse_parenthesized(next());
+        if (t.text == "[") return parse_list(next());
+        if (t.text == "{") return parse_dict(next());
         break;
       default: break;
     }
     return fail("unexpected " + describe(t), t.offset);
+  }
+
+  // A variable, or one of the constants true / false / none (either capitalisation).
+  ExprPtr parse_name(const Token& t) {
+    auto e = make(ExprKind::kLiteral, t.offset);
+    if (t.text == "true" || t.text == "True") {
+      e->literal = Value::from_bool(true);
+    } else if (t.text == "false" || t.text == "False") {
+      e->literal = Value::from_bool(false);
+    } else if (t.text == "none" || t.text == "None") {
+      e->literal = Value::none();
+    } else {
+      e->kind = ExprKind::kName;
+      e->name = t.text;
+    }
+    return e;
+  }
+
+  ExprPtr parse_strings() {
+    auto e = make(ExprKind::kLiteral, peek().offset);
+    std::string s;
+    while (peek().type == TokenType::kString) s += next().text;  // adjacent literals concatenate
+    e->literal = Value::from_string(std::move(s));
+    return e;
+  }
+
+  // An integer literal too large for 64 bits becomes a float.
+  ExprPtr parse_int(const Token& t) {
+    errno = 0;
+    const long long v = std::strtoll(t.text.c_str(), nullptr, 10);
+    auto e = make(ExprKind::kLiteral, t.offset);
+    if (errno == ERANGE) {
+      e->literal = Value::from_float(std::strtod(t.text.c_str(), nullptr));
+    } else {
+      e->literal = Value::from_int(v);
+    }
+    return e;
+  }
+
+  // After '(': "()" is the empty tuple, "(x)" is x, "(x, ...)" a tuple (a trailing comma allowed).
+  Result<ExprPtr> parse_parenthesized(const Token& open) {
+    if (at_op(")")) {
+      next();
+      return make(ExprKind::kTuple, open.offset);
+    }
+    auto first = parse_expression(true);
+    if (!first.is_ok()) return first;
+    if (at_op(")")) {
+      next();
+      return first;
+    }
+    auto tuple = make(ExprKind::kTuple, open.offset);
+    tuple->items.push_back(std::move(first).value());
+    while (at_op(",")) {
+      next();
+      if (at_op(")")) break;
+      auto item = parse_expression(true);
+      if (!item.is_ok()) return item;
+      tuple->items.push_back(std::move(item).value());
+    }
+    BITSPLIT_RETURN_IF_ERROR(expect_op(")"));
+    return ExprPtr(std::move(tuple));
+  }
+
+  // After '[': items up to ']'.
+  Result<ExprPtr> parse_list(const Token& open) {
+    auto list = make(ExprKind::kList, open.offset);
+    BITSPLIT_RETURN_IF_ERROR(parse_items("]", [&] { return parse_item_into(*list); }));
+    return ExprPtr(std::move(list));
+  }
+
+  // After '{': key: value pairs up to '}', kept as alternating items.
+  Result<ExprPtr> parse_dict(const Token& open) {
+    auto dict = make(ExprKind::kDict, open.offset);
+    BITSPLIT_RETURN_IF_ERROR(parse_items("}", [&] {
+      BITSPLIT_RETURN_IF_ERROR(parse_item_into(*dict));
+      BITSPLIT_RETURN_IF_ERROR(expect_op(":"));
+      return parse_item_into(*dict);
+    }));
+    return ExprPtr(std::move(dict));
+  }
+
+  // Comma-separated entries up to `closer` (a trailing comma allowed), each read by parse_entry.
+  template <class ParseEntry>
+  Status parse_items(std::string_view closer, const ParseEntry& parse_entry) {
+    while (!at_op(closer)) {
+      BITSPLIT_RETURN_IF_ERROR(parse_entry());
+      if (!at_op(",")) break;
+      next();
+    }
+    return expect_op(closer);
+  }
+
+  Status parse_item_into(Expr& container) {
+    auto item = parse_expression(true);
+    if (!item.is_ok()) return item.status();
+    container.items.push_back(std::move(item).value());
+    return Status::ok();
   }
 
   Result<ExprPtr> parse_postfix(ExprPtr expr) {

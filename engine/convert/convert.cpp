@@ -72,7 +72,7 @@ Result<const float*> importance_for(const ConvertOptions& options, const std::st
 // an error rather than a silent fall back to the ordinary fit.
 Result<const float*> covariance_for(const ConvertOptions& options, const quant::SplitParams& p, const std::string& base,
                                     int64_t in) {
-  if (!options.covariances || options.covariances->empty() || !uses_error_feedback(p)) {
+  if (!options.covariances || options.covariances->empty() || !quant::uses_error_feedback(p)) {
     return static_cast<const float*>(nullptr);
   }
   auto it = options.covariances->find(base + ".weight");
@@ -234,7 +234,7 @@ std::string params_description(const ConvertOptions& o) {
          " search_steps=" + std::to_string(p.search_steps) + " refine_iters=" + std::to_string(p.refine_iters) +
          " draft_objective=" + (p.residual_bits == 6 ? "draft+residual" : "draft") +
          " imatrix=" + (o.imatrix ? o.imatrix_path : "none") +
-         (o.covariances && !o.covariances->empty() && uses_error_feedback(p) ? " draft_fit=gptq" : "") +
+         (o.covariances && !o.covariances->empty() && quant::uses_error_feedback(p) ? " draft_fit=gptq" : "") +
          (o.draft_bpw > 0 ? " draft_bpw=" + std::to_string(o.draft_bpw) : std::string());
 }
 

@@ -50,30 +50,34 @@ Status reject_derived(const WeightSource& s, const char* role) {
   return require_model(s, ModelUse::kAny).with_context(std::string("the ") + role + " model");
 }
 
-}  // namespace
-
-std::string delta_signs_name(const std::string& weight) { return strip_weight(weight) + std::string(kSignsSuffix); }
-std::string delta_alpha_name(const std::string& weight) { return strip_weight(weight) + std::string(kAlphaSuffix); }
-
-Status make_delta(const WeightSource& base, const WeightSource& ft, const std::string& out_path,
-                  const DeltaOptions& options, DeltaReport* report) {
-  const auto t0 = std::chrono::steady_clock::now();
-  DeltaReport local;
-  DeltaReport& rep = report ? *report : local;
-  rep = {};
+// Both models are originals (not converted files), and the fine-tune has every base tensor.
+Status check_delta_inputs(const WeightSource& base, const WeightSource& ft) {
   BITSPLIT_RETURN_IF_ERROR(reject_derived(base, "base"));
   BITSPLIT_RETURN_IF_ERROR(reject_derived(ft, "fine-tuned"));
-  const bool per_row = options.alpha == quant::DeltaAlpha::kRow;
-
   for (const auto& bt : base.tensors()) {
     if (!ft.find_tensor(bt.name)) {
       return Status::error("tensor '" + bt.name + "' of the base " + base.path() + " is missing from the fine-tuned " +
                            ft.path() + "; a delta cannot remove tensors");
     }
   }
-  // Plan every output tensor first (the writer needs them all before the data). Comparing
-  // the tensors here costs one extra read of both models but keeps identical tensors out.
-  gguf::Writer writer;
+  return Status::ok();
+}
+
+// Whether the fine-tune left tensor t as it is in the base (the same shape and the same values).
+Result<bool> unchanged(const WeightSource& base, const WeightSource& ft, const gguf::TensorInfo& t,
+                       const gguf::TensorInfo& bt) {
+  BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> w, ft.load_f32(t));
+  BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> b, base.load_f32(bt));
+  ft.release(t);
+  base.release(bt);
+  return w == b;
+}
+
+// Plans every output tensor first (the writer needs them all before the data): a sign plane and
+// its scales for a changed projection, the whole tensor for anything else that changed. Comparing
+// the tensors here costs one extra read of both models but keeps identical tensors out.
+Result<std::vector<PlanItem>> plan_delta(const WeightSource& base, const WeightSource& ft, bool per_row,
+                                         gguf::Writer& writer, DeltaReport& rep) {
   std::vector<PlanItem> plan;
   for (const auto& t : ft.tensors()) {
     const gguf::TensorInfo* bt = base.find_tensor(t.name);
@@ -85,11 +89,8 @@ Status make_delta(const WeightSource& base, const WeightSource& ft, const std::s
     }
     const bool same_shape = bt && bt->dims == t.dims;
     if (same_shape) {
-      BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> w, ft.load_f32(t));
-      BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> b, base.load_f32(*bt));
-      ft.release(t);
-      base.release(*bt);
-      if (w == b) {
+      BITSPLIT_ASSIGN_OR_RETURN(bool same, unchanged(base, ft, t, *bt));
+      if (same) {
         ++rep.omitted_tensors;
         continue;
       }
@@ -109,11 +110,13 @@ Status make_delta(const WeightSource& base, const WeightSource& ft, const std::s
       ++rep.full_tensors;
     }
   }
+  return plan;
+}
 
-  BITSPLIT_ASSIGN_OR_RETURN(rep.base_sha256, base.content_sha256());
-  BITSPLIT_ASSIGN_OR_RETURN(rep.finetuned_sha256, ft.content_sha256());
+// The delta's metadata: what it is, the base it binds to (by hash), how its scales were made.
+Status write_delta_metadata(const WeightSource& base, const WeightSource& ft, const DeltaOptions& options,
+                            const DeltaReport& rep, gguf::Metadata& m) {
   using gguf::Value;
-  auto& m = writer.metadata();
   m.set("general.type", Value::string(kDeltaFileType));
   if (const Value* arch = ft.metadata().find("general.architecture")) m.set("general.architecture", *arch);
   BITSPLIT_ASSIGN_OR_RETURN(std::string ft_name, ft.metadata().get_string_or("general.name", ""));
@@ -125,43 +128,83 @@ Status make_delta(const WeightSource& base, const WeightSource& ft, const std::s
   m.set("bitsplit.delta.base_name", Value::string(base_name));
   m.set("bitsplit.delta.finetuned_sha256", Value::string(rep.finetuned_sha256));
   if (options.alpha_override) m.set("bitsplit.delta.alpha_fit", Value::string(options.alpha_fit));
+  return Status::ok();
+}
 
-  std::vector<float> pending_alpha;  // the alpha of the sign plane just written
-  BITSPLIT_RETURN_IF_ERROR(writer.write_file_streaming(
-      out_path, [&](size_t i, const gguf::TensorInfo&) -> Result<std::vector<uint8_t>> {
-        const PlanItem& p = plan[i];
-        switch (p.kind) {
-          case PlanKind::kFull: {
-            BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> w, ft.load_f32(*p.ft));
-            ft.release(*p.ft);
-            return f32_bytes(w);
-          }
-          case PlanKind::kSigns: {
-            BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> delta, ft.load_f32(*p.ft));
-            BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> b, base.load_f32(*p.base));
-            ft.release(*p.ft);
-            base.release(*p.base);
-            for (size_t k = 0; k < delta.size(); ++k) delta[k] -= b[k];
-            const int64_t in = p.ft->dims[0], out = p.ft->dims[1];
-            std::vector<uint8_t> signs(size_t(out * quant::delta_sign_row_bytes(in)));
-            pending_alpha.assign(size_t(per_row ? out : 1), 0.0f);
-            quant::bitdelta_encode_ref(delta.data(), out, in, options.alpha, signs.data(), pending_alpha.data());
-            if (options.alpha_override) {
-              auto it = options.alpha_override->find(p.ft->name);
-              if (it != options.alpha_override->end()) {
-                if (it->second.size() != pending_alpha.size()) {
-                  return Status::error("distilled scales of '" + p.ft->name + "' have the wrong length");
-                }
-                pending_alpha = it->second;
-              }
-            }
-            return signs;
-          }
-          case PlanKind::kAlpha:
-            return f32_bytes(pending_alpha);
+// The planned tensors' bytes, in order: a sign plane's scales come right after its signs, so the
+// scales of the plane just written are all it keeps.
+class DeltaTensorWriter {
+ public:
+  DeltaTensorWriter(const WeightSource& base, const WeightSource& ft, const DeltaOptions& options,
+                    const std::vector<PlanItem>& plan)
+      : base_(base), ft_(ft), options_(options), plan_(plan) {}
+
+  Result<std::vector<uint8_t>> tensor(size_t i) {
+    const PlanItem& p = plan_[i];
+    switch (p.kind) {
+      case PlanKind::kFull: {
+        BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> w, ft_.load_f32(*p.ft));
+        ft_.release(*p.ft);
+        return f32_bytes(w);
+      }
+      case PlanKind::kSigns: return sign_plane(p);
+      case PlanKind::kAlpha: return f32_bytes(pending_alpha_);
+    }
+    return Status::error("internal: unknown delta plan kind");
+  }
+
+ private:
+  // The signs of W_ft - W_base, and their scales into pending_alpha_ (or the distilled ones).
+  Result<std::vector<uint8_t>> sign_plane(const PlanItem& p) {
+    BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> delta, ft_.load_f32(*p.ft));
+    BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> b, base_.load_f32(*p.base));
+    ft_.release(*p.ft);
+    base_.release(*p.base);
+    for (size_t k = 0; k < delta.size(); ++k) delta[k] -= b[k];
+    const int64_t in = p.ft->dims[0], out = p.ft->dims[1];
+    std::vector<uint8_t> signs(size_t(out * quant::delta_sign_row_bytes(in)));
+    pending_alpha_.assign(size_t(options_.alpha == quant::DeltaAlpha::kRow ? out : 1), 0.0f);
+    quant::bitdelta_encode_ref(delta.data(), out, in, options_.alpha, signs.data(), pending_alpha_.data());
+    if (options_.alpha_override) {
+      auto it = options_.alpha_override->find(p.ft->name);
+      if (it != options_.alpha_override->end()) {
+        if (it->second.size() != pending_alpha_.size()) {
+          return Status::error("distilled scales of '" + p.ft->name + "' have the wrong length");
         }
-        return Status::error("internal: unknown delta plan kind");
-      }));
+        pending_alpha_ = it->second;
+      }
+    }
+    return signs;
+  }
+
+  const WeightSource& base_;
+  const WeightSource& ft_;
+  const DeltaOptions& options_;
+  const std::vector<PlanItem>& plan_;
+  std::vector<float> pending_alpha_;  // the scales of the sign plane just written
+};
+
+}  // namespace
+
+std::string delta_signs_name(const std::string& weight) { return strip_weight(weight) + std::string(kSignsSuffix); }
+std::string delta_alpha_name(const std::string& weight) { return strip_weight(weight) + std::string(kAlphaSuffix); }
+
+Status make_delta(const WeightSource& base, const WeightSource& ft, const std::string& out_path,
+                  const DeltaOptions& options, DeltaReport* report) {
+  const auto t0 = std::chrono::steady_clock::now();
+  DeltaReport local;
+  DeltaReport& rep = report ? *report : local;
+  rep = {};
+  BITSPLIT_RETURN_IF_ERROR(check_delta_inputs(base, ft));
+  gguf::Writer writer;
+  const bool per_row = options.alpha == quant::DeltaAlpha::kRow;
+  BITSPLIT_ASSIGN_OR_RETURN(const std::vector<PlanItem> plan, plan_delta(base, ft, per_row, writer, rep));
+  BITSPLIT_ASSIGN_OR_RETURN(rep.base_sha256, base.content_sha256());
+  BITSPLIT_ASSIGN_OR_RETURN(rep.finetuned_sha256, ft.content_sha256());
+  BITSPLIT_RETURN_IF_ERROR(write_delta_metadata(base, ft, options, rep, writer.metadata()));
+  DeltaTensorWriter tensors(base, ft, options, plan);
+  BITSPLIT_RETURN_IF_ERROR(writer.write_file_streaming(
+      out_path, [&](size_t i, const gguf::TensorInfo&) { return tensors.tensor(i); }));
   for (const auto& info : writer.tensor_infos()) rep.output_bytes += info.nbytes;
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return Status::ok();

@@ -135,6 +135,117 @@ Result<Value> read_value(Cursor& c, ValueType type, const std::string& what, int
   return read_scalar(c, type, what);
 }
 
+struct HeaderCounts {
+  uint32_t version = 0;
+  uint64_t n_tensors = 0, n_kv = 0;
+};
+
+// Magic, version and the two counts. Each entry needs a few bytes at least, so counts the file
+// cannot hold are rejected before anything is allocated for them.
+Result<HeaderCounts> read_header(Cursor& c, const std::string& name) {
+  if (c.remaining() < 4) return c.error("not a GGUF file: too short to hold the magic number");
+  BITSPLIT_ASSIGN_OR_RETURN(uint32_t magic, c.read<uint32_t>("magic"));
+  if (magic != kMagic) return Status::error(name + ": not a GGUF file (the first 4 bytes are not 'GGUF')");
+  HeaderCounts h;
+  BITSPLIT_ASSIGN_OR_RETURN(h.version, c.read<uint32_t>("version"));
+  if (h.version == 1) return Status::error(name + ": GGUF version 1 is not supported (only versions 2 and 3)");
+  if ((h.version & 0xffff) == 0 && (h.version >> 16) != 0) {
+    return Status::error(name + ": looks like a big-endian GGUF file, which is not supported");
+  }
+  if (h.version != 2 && h.version != 3) {
+    return Status::error(name + ": GGUF version " + std::to_string(h.version) +
+                         " is not supported (only versions 2 and 3)");
+  }
+  BITSPLIT_ASSIGN_OR_RETURN(h.n_tensors, c.read<uint64_t>("tensor count"));
+  BITSPLIT_ASSIGN_OR_RETURN(h.n_kv, c.read<uint64_t>("metadata count"));
+  if (h.n_kv > c.remaining() / (8 + 4 + 1)) {
+    return c.error("header declares " + std::to_string(h.n_kv) + " metadata entries, more than the file can hold");
+  }
+  if (h.n_tensors > c.remaining() / (8 + 4 + 8 + 4 + 8)) {
+    return c.error("header declares " + std::to_string(h.n_tensors) + " tensors, more than the file can hold");
+  }
+  return h;
+}
+
+Status read_metadata(Cursor& c, uint64_t n_kv, Metadata& metadata) {
+  for (uint64_t i = 0; i < n_kv; ++i) {
+    BITSPLIT_ASSIGN_OR_RETURN(std::string key, c.read_string("metadata key #" + std::to_string(i)));
+    const std::string what = "metadata key '" + key + "'";
+    BITSPLIT_ASSIGN_OR_RETURN(uint32_t type, c.read<uint32_t>(what + " type"));
+    if (!valid_value_type(type)) return c.error(what + ": unknown value type " + std::to_string(type));
+    BITSPLIT_ASSIGN_OR_RETURN(Value value, read_value(c, ValueType(type), what, 0));
+    if (metadata.contains(key)) return c.error(what + " appears twice");
+    metadata.set(std::move(key), std::move(value));
+  }
+  return Status::ok();
+}
+
+// general.alignment when the file sets it (a uint32 power of two), else the default.
+Result<uint64_t> read_alignment(const Metadata& metadata, const std::string& name, uint64_t fallback) {
+  const Value* a = metadata.find("general.alignment");
+  if (!a) return fallback;
+  const auto* u = std::get_if<uint64_t>(&a->data);
+  if (a->type != ValueType::kUint32 || u == nullptr) {
+    return Status::error(name + ": metadata key 'general.alignment' must be a uint32, found " +
+                         value_type_name(a->type));
+  }
+  if (*u == 0 || (*u & (*u - 1)) != 0) {
+    return Status::error(name + ": general.alignment = " + std::to_string(*u) + " is not a power of two");
+  }
+  return *u;
+}
+
+// One tensor's dimensions, type, size and offset (after its name, which the caller has read).
+Status read_tensor_info(Cursor& c, const std::string& what, uint64_t alignment, TensorInfo& t) {
+  BITSPLIT_ASSIGN_OR_RETURN(uint32_t n_dims, c.read<uint32_t>(what + " dimension count"));
+  if (n_dims == 0 || n_dims > kMaxDims) {
+    return c.error(what + ": " + std::to_string(n_dims) + " dimensions (must be 1 to 4)");
+  }
+  uint64_t n_elements = 1;
+  for (uint32_t d = 0; d < n_dims; ++d) {
+    BITSPLIT_ASSIGN_OR_RETURN(uint64_t dim, c.read<uint64_t>(what + " dimension"));
+    if (dim == 0) return c.error(what + ": dimension " + std::to_string(d) + " is 0");
+    if (dim > uint64_t(INT64_MAX) || __builtin_mul_overflow(n_elements, dim, &n_elements) ||
+        n_elements > uint64_t(INT64_MAX)) {
+      return c.error(what + ": dimensions overflow 64 bits (dimension " + std::to_string(d) + " = " +
+                     std::to_string(dim) + ")");
+    }
+    t.dims.push_back(int64_t(dim));
+  }
+  BITSPLIT_ASSIGN_OR_RETURN(uint32_t type, c.read<uint32_t>(what + " type"));
+  if (!tensor_type_traits(type)) {
+    return c.error(what + ": unknown tensor type id " + std::to_string(type));
+  }
+  t.type = TensorType(type);
+  auto nbytes = tensor_nbytes(type, t.dims);
+  if (!nbytes) return c.error(what + ": " + nbytes.status().message());
+  t.nbytes = *nbytes;
+  BITSPLIT_ASSIGN_OR_RETURN(t.offset, c.read<uint64_t>(what + " offset"));
+  if (t.offset % alignment != 0) {
+    return c.error(what + ": data offset " + std::to_string(t.offset) + " is not a multiple of the alignment " +
+                   std::to_string(alignment));
+  }
+  return Status::ok();
+}
+
+// Every tensor's data lies inside the data section.
+Status check_tensor_data(const std::string& name, uint64_t file_size, uint64_t data_offset,
+                         const std::vector<TensorInfo>& tensors) {
+  if (data_offset > file_size) {
+    return Status::error(name + ": the tensor data section would start at byte " + std::to_string(data_offset) +
+                         ", past the end of the file (" + std::to_string(file_size) + " bytes)");
+  }
+  const uint64_t data_size = file_size - data_offset;
+  for (const auto& t : tensors) {
+    if (t.offset > data_size || t.nbytes > data_size - t.offset) {
+      return Status::error(name + ": tensor '" + t.name + "': data at offset " + std::to_string(data_offset + t.offset) +
+                           " + " + std::to_string(t.nbytes) + " bytes runs past the end of the file (" +
+                           std::to_string(file_size) + " bytes)");
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<File> File::open(const std::string& path) {
@@ -149,86 +260,18 @@ Result<File> File::parse(std::shared_ptr<Storage> storage, std::string name) {
   const auto bytes = f.storage_->bytes();
   Cursor c(bytes, f.name_);
 
-  if (bytes.size() < 4) return c.error("not a GGUF file: too short to hold the magic number");
-  BITSPLIT_ASSIGN_OR_RETURN(uint32_t magic, c.read<uint32_t>("magic"));
-  if (magic != kMagic) return Status::error(f.name_ + ": not a GGUF file (the first 4 bytes are not 'GGUF')");
-  BITSPLIT_ASSIGN_OR_RETURN(uint32_t version, c.read<uint32_t>("version"));
-  if (version == 1) return Status::error(f.name_ + ": GGUF version 1 is not supported (only versions 2 and 3)");
-  if ((version & 0xffff) == 0 && (version >> 16) != 0) {
-    return Status::error(f.name_ + ": looks like a big-endian GGUF file, which is not supported");
-  }
-  if (version != 2 && version != 3) {
-    return Status::error(f.name_ + ": GGUF version " + std::to_string(version) +
-                         " is not supported (only versions 2 and 3)");
-  }
-  f.version_ = version;
-  BITSPLIT_ASSIGN_OR_RETURN(uint64_t n_tensors, c.read<uint64_t>("tensor count"));
-  BITSPLIT_ASSIGN_OR_RETURN(uint64_t n_kv, c.read<uint64_t>("metadata count"));
-  // Each entry needs a few bytes at least, so counts the file cannot hold are rejected
-  // before anything is allocated for them.
-  if (n_kv > c.remaining() / (8 + 4 + 1)) {
-    return c.error("header declares " + std::to_string(n_kv) + " metadata entries, more than the file can hold");
-  }
-  if (n_tensors > c.remaining() / (8 + 4 + 8 + 4 + 8)) {
-    return c.error("header declares " + std::to_string(n_tensors) + " tensors, more than the file can hold");
-  }
+  BITSPLIT_ASSIGN_OR_RETURN(HeaderCounts header, read_header(c, f.name_));
+  f.version_ = header.version;
+  BITSPLIT_RETURN_IF_ERROR(read_metadata(c, header.n_kv, f.metadata_));
+  BITSPLIT_ASSIGN_OR_RETURN(f.alignment_, read_alignment(f.metadata_, f.name_, f.alignment_));
 
-  for (uint64_t i = 0; i < n_kv; ++i) {
-    BITSPLIT_ASSIGN_OR_RETURN(std::string key, c.read_string("metadata key #" + std::to_string(i)));
-    const std::string what = "metadata key '" + key + "'";
-    BITSPLIT_ASSIGN_OR_RETURN(uint32_t type, c.read<uint32_t>(what + " type"));
-    if (!valid_value_type(type)) return c.error(what + ": unknown value type " + std::to_string(type));
-    BITSPLIT_ASSIGN_OR_RETURN(Value value, read_value(c, ValueType(type), what, 0));
-    if (f.metadata_.contains(key)) return c.error(what + " appears twice");
-    f.metadata_.set(std::move(key), std::move(value));
-  }
-
-  if (const Value* a = f.metadata_.find("general.alignment")) {
-    const auto* u = std::get_if<uint64_t>(&a->data);
-    if (a->type != ValueType::kUint32 || u == nullptr) {
-      return Status::error(f.name_ + ": metadata key 'general.alignment' must be a uint32, found " +
-                           value_type_name(a->type));
-    }
-    if (*u == 0 || (*u & (*u - 1)) != 0) {
-      return Status::error(f.name_ + ": general.alignment = " + std::to_string(*u) + " is not a power of two");
-    }
-    f.alignment_ = *u;
-  }
-
-  f.tensors_.reserve(size_t(n_tensors));
-  for (uint64_t i = 0; i < n_tensors; ++i) {
+  f.tensors_.reserve(size_t(header.n_tensors));
+  for (uint64_t i = 0; i < header.n_tensors; ++i) {
     TensorInfo t;
     BITSPLIT_ASSIGN_OR_RETURN(t.name, c.read_string("tensor #" + std::to_string(i) + " name"));
     const std::string what = "tensor '" + t.name + "'";
     if (f.tensor_index_.count(t.name)) return c.error(what + " appears twice");
-    BITSPLIT_ASSIGN_OR_RETURN(uint32_t n_dims, c.read<uint32_t>(what + " dimension count"));
-    if (n_dims == 0 || n_dims > kMaxDims) {
-      return c.error(what + ": " + std::to_string(n_dims) + " dimensions (must be 1 to 4)");
-    }
-    uint64_t n_elements = 1;
-    for (uint32_t d = 0; d < n_dims; ++d) {
-      BITSPLIT_ASSIGN_OR_RETURN(uint64_t dim, c.read<uint64_t>(what + " dimension"));
-      if (dim == 0) return c.error(what + ": dimension " + std::to_string(d) + " is 0");
-      if (dim > uint64_t(INT64_MAX) || __builtin_mul_overflow(n_elements, dim, &n_elements) ||
-          n_elements > uint64_t(INT64_MAX)) {
-        return c.error(what + ": dimensions overflow 64 bits (dimension " + std::to_string(d) + " = " +
-                       std::to_string(dim) + ")");
-      }
-      t.dims.push_back(int64_t(dim));
-    }
-    BITSPLIT_ASSIGN_OR_RETURN(uint32_t type, c.read<uint32_t>(what + " type"));
-    if (!tensor_type_traits(type)) {
-      return c.error(what + ": unknown tensor type id " + std::to_string(type));
-    }
-    t.type = TensorType(type);
-    auto nbytes = tensor_nbytes(type, t.dims);
-    if (!nbytes) return c.error(what + ": " + nbytes.status().message());
-    t.nbytes = *nbytes;
-    BITSPLIT_ASSIGN_OR_RETURN(t.offset, c.read<uint64_t>(what + " offset"));
-    if (t.offset % f.alignment_ != 0) {
-      return c.error(what + ": data offset " + std::to_string(t.offset) + " is not a multiple of the alignment " +
-                     std::to_string(f.alignment_));
-    }
+    BITSPLIT_RETURN_IF_ERROR(read_tensor_info(c, what, f.alignment_, t));
     f.tensor_index_.emplace(t.name, f.tensors_.size());
     f.tensors_.push_back(std::move(t));
   }
@@ -237,19 +280,7 @@ Result<File> File::parse(std::shared_ptr<Storage> storage, std::string name) {
   const uint64_t header_end = c.pos();
   f.data_offset_ = header_end + (f.alignment_ - header_end % f.alignment_) % f.alignment_;
   if (f.tensors_.empty()) return f;
-  if (f.data_offset_ > bytes.size()) {
-    return Status::error(f.name_ + ": the tensor data section would start at byte " +
-                         std::to_string(f.data_offset_) + ", past the end of the file (" +
-                         std::to_string(bytes.size()) + " bytes)");
-  }
-  const uint64_t data_size = bytes.size() - f.data_offset_;
-  for (const auto& t : f.tensors_) {
-    if (t.offset > data_size || t.nbytes > data_size - t.offset) {
-      return Status::error(f.name_ + ": tensor '" + t.name + "': data at offset " +
-                           std::to_string(f.data_offset_ + t.offset) + " + " + std::to_string(t.nbytes) +
-                           " bytes runs past the end of the file (" + std::to_string(bytes.size()) + " bytes)");
-    }
-  }
+  BITSPLIT_RETURN_IF_ERROR(check_tensor_data(f.name_, bytes.size(), f.data_offset_, f.tensors_));
   return f;
 }
 

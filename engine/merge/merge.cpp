@@ -223,17 +223,14 @@ Result<std::vector<float>> truncated_svd(const std::vector<float>& m, int64_t ro
   return out;
 }
 
-Status merge_models(const WeightSource& base, const std::vector<std::string>& inputs, const std::string& out_path,
-                    const MergeOptions& options, MergeReport* report,
-                    const std::function<void(const MergeProgress&)>& on_progress) {
-  const auto t0 = std::chrono::steady_clock::now();
-  BITSPLIT_RETURN_IF_ERROR(require_model(base, ModelUse::kOriginal));
-  if (inputs.empty()) return Status::error("merge needs fine-tunes of the base");
-  if (options.method == MergeMethod::kTaskArithmetic && !std::isfinite(options.lambda)) {
-    return Status::error("--lambda must be a finite number");
-  }
+namespace {
+
+using TaskVectors = std::vector<std::unique_ptr<TaskVector>>;
+
+// The inputs' task vectors: each checked against the base, none the base itself or a repeat.
+Result<TaskVectors> open_task_vectors(const WeightSource& base, const std::vector<std::string>& inputs) {
   BITSPLIT_ASSIGN_OR_RETURN(std::string base_sha, base.content_sha256());
-  std::vector<std::unique_ptr<TaskVector>> tvs;
+  TaskVectors tvs;
   for (const std::string& path : inputs) {
     BITSPLIT_ASSIGN_OR_RETURN(auto tv, TaskVector::open(path, base));
     if (tv->sha256() == base_sha) return Status::error(path + ": is the base model itself (its task vector is zero)");
@@ -244,20 +241,27 @@ Status merge_models(const WeightSource& base, const std::vector<std::string>& in
     }
     tvs.push_back(std::move(tv));
   }
-  // A rank no matrix can hold is refused before anything is written.
-  if (options.method == MergeMethod::kMonoSoup) {
-    for (const gguf::TensorInfo& t : base.tensors()) {
-      if (!is_matrix(t)) continue;
-      const Shape s = shape_of(t);
-      if (options.rank < 1 || options.rank > std::min(s.rows, s.cols)) {
-        return Status::error("--rank " + std::to_string(options.rank) + " is larger than '" + t.name + "' (" +
-                             std::to_string(s.rows) + " x " + std::to_string(s.cols) + ") allows: at most " +
-                             std::to_string(std::min(s.rows, s.cols)));
-      }
+  return tvs;
+}
+
+// A rank no matrix can hold is refused before anything is written.
+Status check_rank(const WeightSource& base, int64_t rank) {
+  for (const gguf::TensorInfo& t : base.tensors()) {
+    if (!is_matrix(t)) continue;
+    const Shape s = shape_of(t);
+    if (rank < 1 || rank > std::min(s.rows, s.cols)) {
+      return Status::error("--rank " + std::to_string(rank) + " is larger than '" + t.name + "' (" +
+                           std::to_string(s.rows) + " x " + std::to_string(s.cols) + ") allows: at most " +
+                           std::to_string(std::min(s.rows, s.cols)));
     }
   }
+  return Status::ok();
+}
 
-  gguf::Writer writer;
+// The output's header: the base's metadata (less its alignment and any bitsplit.* keys), how it
+// was merged and from what, and every base tensor (matrices as F16 when asked).
+Status declare_merged_file(const WeightSource& base, const TaskVectors& tvs, const MergeOptions& options,
+                           gguf::Writer& writer) {
   using gguf::Value;
   for (const auto& [key, value] : base.metadata().entries()) {
     if (key != "general.alignment" && !key.starts_with("bitsplit.")) writer.metadata().set(key, value);
@@ -273,61 +277,116 @@ Status merge_models(const WeightSource& base, const std::vector<std::string>& in
     const gguf::TensorType type = options.f16 && t.dims.size() >= 2 ? gguf::TensorType::F16 : gguf::TensorType::F32;
     BITSPLIT_RETURN_IF_ERROR(writer.add_tensor_info(t.name, type, t.dims));
   }
+  return Status::ok();
+}
 
-  MergeReport rep;
-  MergeProgress progress;
-  progress.tensors_total = int64_t(base.tensors().size());
-  double energy_sum = 0;
-  const float coef = options.method == MergeMethod::kTaskArithmetic ? options.lambda : 1.0f / float(tvs.size());
+std::vector<uint8_t> tensor_bytes(const std::vector<float>& w, gguf::TensorType type) {
+  std::vector<uint8_t> bytes;
+  if (type == gguf::TensorType::F16) {
+    bytes.resize(w.size() * 2);
+    for (size_t e = 0; e < w.size(); ++e) {
+      const uint16_t h = quant::fp32_to_fp16(w[e]);
+      std::memcpy(bytes.data() + 2 * e, &h, 2);
+    }
+  } else {
+    bytes.resize(w.size() * 4);
+    std::memcpy(bytes.data(), w.data(), bytes.size());
+  }
+  return bytes;
+}
+
+// Merges the base tensors one at a time, in the file's order: W + coef · Σ Δ_i (each Δ_i cut to
+// the rank first by monosoup), and keeps the report and the progress.
+class TensorMerger {
+ public:
+  TensorMerger(const WeightSource& base, const TaskVectors& tvs, const MergeOptions& options,
+               const std::function<void(const MergeProgress&)>& on_progress)
+      : base_(base), tvs_(tvs), options_(options), on_progress_(on_progress),
+        coef_(options.method == MergeMethod::kTaskArithmetic ? options.lambda : 1.0f / float(tvs.size())) {
+    progress_.tensors_total = int64_t(base.tensors().size());
+  }
+
+  Result<std::vector<uint8_t>> merge(size_t i, const gguf::TensorInfo& out) {
+    const gguf::TensorInfo& t = base_.tensors()[i];
+    progress_.current = t.name;
+    if (on_progress_) on_progress_(progress_);
+    BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> w, base_.load_f32(t));
+    base_.release(t);
+    BITSPLIT_ASSIGN_OR_RETURN(std::vector<double> sum, summed_deltas(t, w));
+    if (!sum.empty()) {
+      ++rep_.changed;
+      for (size_t e = 0; e < w.size(); ++e) w[e] = float(double(w[e]) + double(coef_) * sum[e]);
+    }
+    for (float v : w)
+      if (!std::isfinite(v)) return Status::error("the merged '" + t.name + "' has a non-finite value");
+    ++rep_.tensors;
+    ++progress_.tensors_done;
+    if (on_progress_) on_progress_(progress_);
+    return tensor_bytes(w, out.type);
+  }
+
+  // The report so far, with the mean energy kept over the SVDs made.
+  MergeReport report() const {
+    MergeReport rep = rep_;
+    if (rep.svd_matrices > 0) rep.mean_energy_kept = energy_sum_ / double(rep.svd_matrices);
+    return rep;
+  }
+
+ private:
+  // Σ Δ_i over the inputs that change t (empty when none does), in double.
+  Result<std::vector<double>> summed_deltas(const gguf::TensorInfo& t, const std::vector<float>& w) {
+    std::vector<double> sum;
+    for (const auto& tv : tvs_) {
+      auto d = tv->delta(t, w);
+      if (!d) return d.status().with_context(t.name);
+      if (d->empty()) continue;
+      if (options_.method == MergeMethod::kMonoSoup && is_matrix(t)) {
+        const Shape s = shape_of(t);
+        double energy = 1.0;
+        auto approx = truncated_svd(*d, s.rows, s.cols, options_.rank, &energy);
+        if (!approx) return approx.status().with_context(tv->path() + ": " + t.name);
+        *d = std::move(*approx);
+        energy_sum_ += energy;
+        rep_.min_energy_kept = std::min(rep_.min_energy_kept, energy);
+        ++rep_.svd_matrices;
+      }
+      if (sum.empty()) sum.assign(d->size(), 0.0);
+      for (size_t e = 0; e < d->size(); ++e) sum[e] += (*d)[e];
+    }
+    return sum;
+  }
+
+  const WeightSource& base_;
+  const TaskVectors& tvs_;
+  const MergeOptions& options_;
+  const std::function<void(const MergeProgress&)>& on_progress_;
+  const float coef_;
+  MergeReport rep_;
+  MergeProgress progress_;
+  double energy_sum_ = 0;
+};
+
+}  // namespace
+
+Status merge_models(const WeightSource& base, const std::vector<std::string>& inputs, const std::string& out_path,
+                    const MergeOptions& options, MergeReport* report,
+                    const std::function<void(const MergeProgress&)>& on_progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  BITSPLIT_RETURN_IF_ERROR(require_model(base, ModelUse::kOriginal));
+  if (inputs.empty()) return Status::error("merge needs fine-tunes of the base");
+  if (options.method == MergeMethod::kTaskArithmetic && !std::isfinite(options.lambda)) {
+    return Status::error("--lambda must be a finite number");
+  }
+  BITSPLIT_ASSIGN_OR_RETURN(TaskVectors tvs, open_task_vectors(base, inputs));
+  if (options.method == MergeMethod::kMonoSoup) BITSPLIT_RETURN_IF_ERROR(check_rank(base, options.rank));
+
+  gguf::Writer writer;
+  BITSPLIT_RETURN_IF_ERROR(declare_merged_file(base, tvs, options, writer));
+  TensorMerger merger(base, tvs, options, on_progress);
   BITSPLIT_RETURN_IF_ERROR(writer.write_file_streaming(
-      out_path, [&](size_t i, const gguf::TensorInfo& out) -> Result<std::vector<uint8_t>> {
-        const gguf::TensorInfo& t = base.tensors()[i];
-        progress.current = t.name;
-        if (on_progress) on_progress(progress);
-        BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> w, base.load_f32(t));
-        base.release(t);
-        std::vector<double> sum;
-        for (const auto& tv : tvs) {
-          auto d = tv->delta(t, w);
-          if (!d) return d.status().with_context(t.name);
-          if (d->empty()) continue;
-          if (options.method == MergeMethod::kMonoSoup && is_matrix(t)) {
-            const Shape s = shape_of(t);
-            double energy = 1.0;
-            auto approx = truncated_svd(*d, s.rows, s.cols, options.rank, &energy);
-            if (!approx) return approx.status().with_context(tv->path() + ": " + t.name);
-            *d = std::move(*approx);
-            energy_sum += energy;
-            rep.min_energy_kept = std::min(rep.min_energy_kept, energy);
-            ++rep.svd_matrices;
-          }
-          if (sum.empty()) sum.assign(d->size(), 0.0);
-          for (size_t e = 0; e < d->size(); ++e) sum[e] += (*d)[e];
-        }
-        if (!sum.empty()) {
-          ++rep.changed;
-          for (size_t e = 0; e < w.size(); ++e) w[e] = float(double(w[e]) + double(coef) * sum[e]);
-        }
-        for (float v : w)
-          if (!std::isfinite(v)) return Status::error("the merged '" + t.name + "' has a non-finite value");
-        ++rep.tensors;
-        ++progress.tensors_done;
-        if (on_progress) on_progress(progress);
-        std::vector<uint8_t> bytes;
-        if (out.type == gguf::TensorType::F16) {
-          bytes.resize(w.size() * 2);
-          for (size_t e = 0; e < w.size(); ++e) {
-            const uint16_t h = quant::fp32_to_fp16(w[e]);
-            std::memcpy(bytes.data() + 2 * e, &h, 2);
-          }
-        } else {
-          bytes.resize(w.size() * 4);
-          std::memcpy(bytes.data(), w.data(), bytes.size());
-        }
-        return bytes;
-      }));
+      out_path, [&](size_t i, const gguf::TensorInfo& out) { return merger.merge(i, out); }));
+  MergeReport rep = merger.report();
   for (const auto& info : writer.tensor_infos()) rep.output_bytes += info.nbytes;
-  if (rep.svd_matrices > 0) rep.mean_energy_kept = energy_sum / double(rep.svd_matrices);
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (report) *report = rep;
   return Status::ok();

@@ -186,7 +186,8 @@ void read_post_processor(const json& p, const Vocabulary& v, int32_t* bos, int32
   *eos = p["single"].size() > 1 ? special_id(p["single"].back()) : -1;
 }
 
-Result<std::unique_ptr<Tokenizer>> build(const json& j, const std::string& path) {
+// The model must be a plain BPE (no word prefixes or suffixes) with a vocabulary object.
+Status check_model(const json& j) {
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object()) {
     return Status::error("no \"model\" object (is this a tokenizer.json?)");
   }
@@ -201,14 +202,18 @@ Result<std::unique_ptr<Tokenizer>> build(const json& j, const std::string& path)
     }
   }
   if (!model.contains("vocab") || !model["vocab"].is_object()) return Status::error("model.vocab is not an object");
+  return Status::ok();
+}
 
-  // Ids may leave holes (llama.cpp's converter pads them), but a few entries naming huge ids would
-  // otherwise allocate millions of padding tokens: the largest id must stay within twice the
-  // number of entries (plus kMaxIdSlack).
+// Ids may leave holes (llama.cpp's converter pads them), but a few entries naming huge ids would
+// otherwise allocate millions of padding tokens: the largest id must stay within twice the
+// number of entries (plus kMaxIdSlack).
+Status check_id_range(const json& j) {
+  const json& vocab = j["model"]["vocab"];
   const bool has_added = j.contains("added_tokens") && j["added_tokens"].is_array();
-  size_t entries = model["vocab"].size() + (has_added ? j["added_tokens"].size() : 0);
+  size_t entries = vocab.size() + (has_added ? j["added_tokens"].size() : 0);
   int64_t largest = -1;
-  for (const auto& [text, id] : model["vocab"].items()) {
+  for (const auto& [text, id] : vocab.items()) {
     if (id.is_number_integer()) largest = std::max(largest, id.get<int64_t>());
   }
   if (has_added) {
@@ -221,28 +226,50 @@ Result<std::unique_ptr<Tokenizer>> build(const json& j, const std::string& path)
                          " vocabulary entries (ids may leave at most " + std::to_string(entries + kMaxIdSlack) +
                          " unused; is the tokenizer.json corrupt?)");
   }
+  return Status::ok();
+}
 
-  Vocabulary v;
-  v.family = TokenizerFamily::kBytePairEncoding;
-  v.model = "tokenizer.json";
-  std::vector<bool> have;
-  auto place = [&](int64_t id, const std::string& text, TokenType type) -> Status {
+// Fills a Vocabulary's tokens by id: model.vocab, then added_tokens (which may replace entries),
+// then names the holes.
+class VocabularyFiller {
+ public:
+  explicit VocabularyFiller(Vocabulary& v) : v_(v) {}
+
+  Status place(int64_t id, const std::string& text, TokenType type) {
     if (id < 0 || id >= kMaxTokenId) {
       return Status::error("token id " + std::to_string(id) + " for '" + text + "' is out of range");
     }
-    if (size_t(id) >= v.tokens.size()) {
-      v.tokens.resize(size_t(id) + 1);
-      v.types.resize(size_t(id) + 1, TokenType::kUnused);
-      have.resize(size_t(id) + 1, false);
+    if (size_t(id) >= v_.tokens.size()) {
+      v_.tokens.resize(size_t(id) + 1);
+      v_.types.resize(size_t(id) + 1, TokenType::kUnused);
+      have_.resize(size_t(id) + 1, false);
     }
-    v.tokens[size_t(id)] = text;
-    v.types[size_t(id)] = type;
-    have[size_t(id)] = true;
+    v_.tokens[size_t(id)] = text;
+    v_.types[size_t(id)] = type;
+    have_[size_t(id)] = true;
     return Status::ok();
-  };
-  for (const auto& [text, id] : model["vocab"].items()) {
+  }
+
+  // Ids nobody uses, named as llama.cpp's converter names them; then scores and the text index.
+  void finish() {
+    for (size_t i = 0; i < v_.tokens.size(); ++i) {
+      if (!have_[i]) v_.tokens[i] = "[PAD" + std::to_string(i) + "]";
+    }
+    v_.scores.assign(v_.tokens.size(), 0.0f);
+    v_.token_to_id.reserve(v_.tokens.size());
+    for (size_t i = 0; i < v_.tokens.size(); ++i) v_.token_to_id.emplace(v_.tokens[i], int32_t(i));
+  }
+
+ private:
+  Vocabulary& v_;
+  std::vector<bool> have_;
+};
+
+Status read_tokens(const json& j, Vocabulary& v) {
+  VocabularyFiller filler(v);
+  for (const auto& [text, id] : j["model"]["vocab"].items()) {
     if (!id.is_number_integer()) return Status::error("model.vocab['" + text + "'] is not an integer id");
-    BITSPLIT_RETURN_IF_ERROR(place(id.get<int64_t>(), text, TokenType::kNormal));
+    BITSPLIT_RETURN_IF_ERROR(filler.place(id.get<int64_t>(), text, TokenType::kNormal));
   }
   if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
     for (const json& t : j["added_tokens"]) {
@@ -251,18 +278,17 @@ Result<std::unique_ptr<Tokenizer>> build(const json& j, const std::string& path)
         return Status::error("added_tokens has an entry without an integer id and a content string");
       }
       const bool special = t.value("special", false);
-      BITSPLIT_RETURN_IF_ERROR(place(t["id"].get<int64_t>(), t["content"].get<std::string>(),
-                                     special ? TokenType::kControl : TokenType::kUserDefined));
+      BITSPLIT_RETURN_IF_ERROR(filler.place(t["id"].get<int64_t>(), t["content"].get<std::string>(),
+                                            special ? TokenType::kControl : TokenType::kUserDefined));
     }
   }
   if (v.tokens.empty()) return Status::error("the vocabulary is empty");
-  for (size_t i = 0; i < v.tokens.size(); ++i) {
-    if (!have[i]) v.tokens[i] = "[PAD" + std::to_string(i) + "]";  // ids nobody uses, as llama.cpp's converter names them
-  }
-  v.scores.assign(v.tokens.size(), 0.0f);
-  v.token_to_id.reserve(v.tokens.size());
-  for (size_t i = 0; i < v.tokens.size(); ++i) v.token_to_id.emplace(v.tokens[i], int32_t(i));
+  filler.finish();
+  return Status::ok();
+}
 
+// model.merges: "a b" strings or ["a", "b"] pairs.
+Status read_merges(const json& model, Vocabulary& v) {
   if (!model.contains("merges") || !model["merges"].is_array()) return Status::error("model.merges is not a list");
   const json& merges = model["merges"];
   v.merges.reserve(merges.size());
@@ -279,7 +305,11 @@ Result<std::unique_ptr<Tokenizer>> build(const json& j, const std::string& path)
       return Status::error("model.merges[" + std::to_string(i) + "] is neither \"a b\" nor [\"a\", \"b\"]");
     }
   }
+  return Status::ok();
+}
 
+// The normalizer and pre-tokenizer, which must handle spaces one way: byte-level or "▁".
+Result<PipelineInfo> read_pipeline(const json& j) {
   PipelineInfo info;
   BITSPLIT_RETURN_IF_ERROR(read_normalizer(j.contains("normalizer") ? j["normalizer"] : json(), info).with_context("normalizer"));
   BITSPLIT_RETURN_IF_ERROR(read_pre_tokenizer(j.contains("pre_tokenizer") ? j["pre_tokenizer"] : json(), info));
@@ -288,12 +318,15 @@ Result<std::unique_ptr<Tokenizer>> build(const json& j, const std::string& path)
                                          : "BPE without a ByteLevel pre-tokenizer or a \"\u2581\" space normalizer "
                                            "is not supported");
   }
+  return info;
+}
 
+// The unknown token, and with SentencePiece-style byte fallback the <0xXX> byte tokens.
+void mark_token_types(const json& model, const PipelineInfo& info, bool byte_fallback, Vocabulary& v) {
   if (model.contains("unk_token") && model["unk_token"].is_string()) {
     v.unk = v.find(model["unk_token"].get<std::string>());
     if (v.unk >= 0) v.types[size_t(v.unk)] = TokenType::kUnknown;
   }
-  const bool byte_fallback = model.value("byte_fallback", false);
   if (info.metaspace && byte_fallback) {
     for (size_t i = 0; i < v.tokens.size(); ++i) {
       const std::string& t = v.tokens[i];
@@ -303,7 +336,10 @@ Result<std::unique_ptr<Tokenizer>> build(const json& j, const std::string& path)
     }
   }
   v.add_space_prefix = info.metaspace && info.prepend_space;
+}
 
+// BOS / EOS: the post-processor's template, overridden by tokenizer_config.json beside the file.
+Status read_bos_eos(const json& j, const std::string& path, Vocabulary& v) {
   int32_t bos = -1, eos = -1;
   read_post_processor(j.contains("post_processor") ? j["post_processor"] : json(), v, &bos, &eos);
   v.add_bos = bos >= 0;
@@ -331,6 +367,22 @@ Result<std::unique_ptr<Tokenizer>> build(const json& j, const std::string& path)
   }
   if (v.add_bos && v.bos < 0) return Status::error("BOS is to be added but no BOS token is named");
   if (v.add_eos && v.eos < 0) return Status::error("EOS is to be added but no EOS token is named");
+  return Status::ok();
+}
+
+Result<std::unique_ptr<Tokenizer>> build(const json& j, const std::string& path) {
+  BITSPLIT_RETURN_IF_ERROR(check_model(j));
+  BITSPLIT_RETURN_IF_ERROR(check_id_range(j));
+  const json& model = j["model"];
+  Vocabulary v;
+  v.family = TokenizerFamily::kBytePairEncoding;
+  v.model = "tokenizer.json";
+  BITSPLIT_RETURN_IF_ERROR(read_tokens(j, v));
+  BITSPLIT_RETURN_IF_ERROR(read_merges(model, v));
+  BITSPLIT_ASSIGN_OR_RETURN(PipelineInfo info, read_pipeline(j));
+  const bool byte_fallback = model.value("byte_fallback", false);
+  mark_token_types(model, info, byte_fallback, v);
+  BITSPLIT_RETURN_IF_ERROR(read_bos_eos(j, path, v));
 
   BpeOptions options;
   options.patterns = std::move(info.patterns);

@@ -1,5 +1,6 @@
-// quant/: packed weight formats and their scalar reference encoders/decoders (the specification).
-// No threads, no I/O. Every packed block is a struct with a static_assert'ed size; docs/FORMAT.md
+// quant/: packed weight formats and their scalar reference encoders/decoders (the specification),
+// and the fits that make them. No I/O, and no threads but the error-feedback fit's
+// (split_matrix_gptq). Every packed block is a struct with a static_assert'ed size; docs/FORMAT.md
 // repeats the byte layouts.
 #pragma once
 
@@ -296,7 +297,7 @@ inline void split_row(const float* w, const float* importance, int64_t in, const
                       ResidualRow r) {
   split_row(default_fit_tier(), w, importance, in, p, d, r);
 }
-// The residual plane alone for a draft fitted elsewhere (error feedback, engine/backend/gptq.cpp):
+// The residual plane alone for a draft fitted elsewhere (error feedback, split_matrix_gptq):
 // r = w - draft (draft = the row's decoded D values, `in` floats), coded per group exactly as
 // split_row codes its own residual (same scale search, same bits on every tier).
 void fit_residual_row(FitTier tier, const float* w, const float* draft, const float* importance, int64_t in,
@@ -307,6 +308,31 @@ void dequantize_draft_row_ref(const uint8_t* codes, const uint16_t* scales, cons
 // r_i for the row (padding dropped).
 void dequantize_residual_row_ref(const uint8_t* codes, const uint16_t* scales, int64_t in, int group, int bits,
                                  float* out);
+
+// ---- the draft fitted with error feedback (GPTQ, quant/gptq.cpp) ----
+//
+// A whole matrix's planes in the file layout: `rows` code rows of code_row_bytes each, and
+// rows x groups_per_row fp16 scales (and draft offsets), row-major.
+struct SplitPlanes {
+  uint8_t* draft_codes;
+  uint16_t* draft_scales;
+  uint16_t* draft_offsets;
+  uint8_t* resid_codes;  // unused when residual_bits is 0
+  uint16_t* resid_scales;
+};
+// Fits W [rows x cols] into `out` with the draft's codes chosen by error feedback against
+// `covariance`, the [cols x cols] second moments E[x x^T] of the matrix's input: they minimise
+// the draft's output error on such inputs rather than its weight error; the residual is fitted to
+// W - D with feedback too. Column weights of each group's grid: `importance`, or the covariance's
+// diagonal when null. Rows run in parallel (oneTBB; the result does not depend on the schedule).
+// Errors: a covariance that stays singular under damping.
+Status split_matrix_gptq(const float* w, int64_t rows, int64_t cols, const SplitParams& params,
+                         const float* importance, const float* covariance, SplitPlanes out);
+// Whether a conversion given covariances feeds errors back for these params: with an 8-bit
+// residual or none. A fed-back draft leaves a wider residual than 6 bits cover well
+// (SmolLM2-135M: D + R6 KL 0.0021 with the ordinary D + R6 fit, 0.0058 with feedback on both
+// planes), so a 6-bit residual keeps the ordinary fit, whose draft is chosen for D + R6.
+bool uses_error_feedback(const SplitParams& params);
 
 // ---- draft precision under a budget (docs/FORMAT.md, "Mixed-precision drafts") ----
 //

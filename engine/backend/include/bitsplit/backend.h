@@ -60,7 +60,7 @@ class Backend : public std::enable_shared_from_this<Backend> {
   virtual DeviceTransfers transfers() const { return {}; }
   // The whole draft forward pass (not just D·X) on the backend's device, with a K/V cache of
   // n_slots slots there (device_draft.h). `describe` gives the draft's description
-  // (engine/model/draft_description.h builds it from a model and a variant); it is called only when the
+  // (draft_description.h in engine/model/ builds it from a model and a variant); it is called only when the
   // backend can run a device draft at all. With `reuse_key` the device draft is kept and handed
   // out again for the same key while idle (the base's; null for a variant's). An error says why
   // the backend cannot (the CPU backend runs the draft in forward_pass; a GPU backend whose

@@ -1,7 +1,7 @@
 // The draft model run whole on a device: embedding, every layer, the head and the top-k of
 // each row, with its own K/V cache in device memory (Backend::make_device_draft makes one).
 // Speaks in plain arrays (no Model, KvCache or Batch: those live in the layer above); the
-// decoding layer's device draft source (engine/decode/draft_source.h) adapts it.
+// decoding layer's device draft source (draft_source.h in engine/decode/) adapts it.
 #pragma once
 
 #include <cstdint>

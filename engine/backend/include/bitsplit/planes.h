@@ -52,22 +52,14 @@ struct SplitProjection {
 SplitProjection split_projection(const std::vector<float>& w, int64_t rows, int64_t cols, const quant::SplitParams& params,
                                  const float* importance);
 
-// The same planes with the draft fitted by error feedback (GPTQ, engine/backend/gptq.cpp) against
-// `covariance`, the [cols x cols] second moments E[x x^T] of the projection's input: the draft's
-// codes minimise its output error on such inputs rather than its weight error; the residual is
-// fitted to W - D as usual. Column weights of each group's grid: `importance`, or the
-// covariance's diagonal when null. Errors: a covariance that stays singular under damping.
+// The same planes with the draft fitted by error feedback against `covariance`, the [cols x cols]
+// second moments of the projection's input (quant::split_matrix_gptq has the fit and its errors).
 Result<SplitProjection> split_projection_gptq(const std::vector<float>& w, int64_t rows, int64_t cols,
                                               const quant::SplitParams& params, const float* importance,
                                               const float* covariance);
 
-// Whether fit_projection feeds errors back for these params: with an 8-bit residual or none. A
-// fed-back draft leaves a wider residual than 6 bits cover well (SmolLM2-135M: D + R6 KL 0.0021
-// with the ordinary D + R6 fit, 0.0058 with feedback on both planes), so a 6-bit residual keeps
-// the ordinary fit, whose draft is chosen for D + R6.
-bool uses_error_feedback(const quant::SplitParams& params);
 // The planes of W as convert makes them: split_projection_gptq where a covariance is given and
-// uses_error_feedback(params), else split_projection.
+// quant::uses_error_feedback(params), else split_projection.
 Result<SplitProjection> fit_projection(const std::vector<float>& w, int64_t rows, int64_t cols,
                                        const quant::SplitParams& params, const float* importance,
                                        const float* covariance);

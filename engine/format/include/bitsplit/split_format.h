@@ -1,7 +1,7 @@
 // The bit-split file format (docs/FORMAT.md): the bitsplit.* metadata of a converted file, the
 // tensors a split projection becomes (four in format 3, five before), and which projections
 // are split. The one place that answers "is this a bit-split file?" (read_split_format).
-// engine/convert/ writes these files; engine/backend/planes.h reads a projection's planes back.
+// engine/convert/ writes these files; planes.h in engine/backend/ reads a projection's planes back.
 #pragma once
 
 #include <array>
