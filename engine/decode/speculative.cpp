@@ -1,7 +1,8 @@
-// Speculative decoding as three steps per check over a draft source (draft_source.h): draft a
-// token tree level by level (spec::grow_tree) plus, for greedy decoding, a context-lookup
-// chain, verify every node in one target pass, commit the accepted path's K/V; the budget
-// controller picks each check's setting. Validation, prefill and stopping are plain generation's.
+// Speculative decoding as steps per check over a draft source (draft_source.h): the budget
+// controller picks the check's setting; draft a token tree level by level (spec::grow_tree) plus,
+// for greedy decoding, a context-lookup chain; verify every node in one target pass; record what
+// the check tells the controller and the statistics; commit the accepted path's K/V; emit its
+// tokens. Validation, prefill and stopping are plain generation's.
 #include "bitsplit/speculative.h"
 
 #include <algorithm>
@@ -67,6 +68,35 @@ std::vector<int32_t> history_at(const std::vector<int32_t>& history, const spec:
   return h;
 }
 
+// One check's draft: the tree (the root, the model draft's levels, the lookup chain) and what
+// the controller and the statistics learn from it.
+struct CheckDraft {
+  explicit CheckDraft(int32_t root) : tree(root) {}
+  spec::DraftSetting setting;
+  // Crowded (many sequences in the combined passes): no model draft on this check, and the
+  // controller, which models one sequence's costs, does not learn from it.
+  bool crowded = false;
+  spec::DraftPolicy policy;                 // the setting's shape and budget
+  spec::TokenTree tree;
+  std::vector<std::vector<float>> draft_q;  // proposal distributions by node (sampling)
+  int32_t budget = 0;                       // model-drafted nodes asked for (at most the tokens still wanted)
+  int32_t drafted = 0;
+  int32_t model_nodes = 0;                  // the root and the model draft's nodes
+  int32_t model_depth = 0;                  // the model draft's complete levels
+  std::vector<int32_t> proposal;            // the lookup chain found (in the tree or not)
+  int32_t lookup_nodes = 0;                 // its nodes in the tree
+  double seconds = 0;
+};
+
+// One check's verdict and the tokens it emits.
+struct CheckVerdict {
+  spec::Verdict verdict;
+  std::vector<int32_t> target_argmax;  // greedy: the target's choice at every node
+  std::vector<int32_t> emitted;        // the accepted path's tokens, then the bonus token
+  int32_t lookup_accepted = 0;         // accepted nodes of the lookup chain
+  double seconds = 0;
+};
+
 // One generation's state between checks. KV cache discipline: slots [0, committed) hold the
 // target's K/V of committed tokens; a check's tree nodes use scratch slots committed + node.
 struct Decoder {
@@ -76,8 +106,12 @@ struct Decoder {
   KvCache& cache;
   DraftSource& draft;
   std::mt19937_64& rng;
+  spec::BudgetController* controller;  // null: every check uses options.policy
+  SpeculativeResult& result;
   const int64_t n_vocab;
   const bool greedy;
+  const bool lookup;                   // context lookup runs (lookup_runs)
+  const int64_t needed;                // prompt + n_predict tokens
   std::vector<int32_t> history;
   int32_t committed = 0;
   std::vector<float> verify_logits;  // the last verify pass's, row = tree node
@@ -86,8 +120,67 @@ struct Decoder {
     return {logits.data() + r * size_t(n_vocab), size_t(n_vocab)};
   }
 
-  // Step 1: a tree from `tree`'s root, one batched draft pass per level. draft_q gets the
-  // proposal distribution of every expanded node (what the sampling verifier needs).
+  // Checks from `root` until the sink wants no more tokens.
+  Status decode(int32_t root, TokenSink& sink) {
+    for (bool more = options.n_predict > 0; more;) {
+      BITSPLIT_ASSIGN_OR_RETURN(const CheckDraft d, draft_check(root));
+      BITSPLIT_ASSIGN_OR_RETURN(const CheckVerdict v, verify(d));
+      record(d, v);
+      BITSPLIT_RETURN_IF_ERROR(commit(d, v));
+      more = emit(v, sink);
+      root = v.verdict.next_token;
+    }
+    return Status::ok();
+  }
+
+  // The check's setting: the controller's choice, else the options' policy; no model draft when
+  // crowded.
+  void plan(CheckDraft& d) {
+    d.setting = controller ? controller->next() : spec::DraftSetting{options.policy.shape, options.policy.budget, lookup};
+    d.crowded = options.batcher && options.draft_max_sequences > 0 &&
+                options.batcher->joined() > options.draft_max_sequences;
+    if (d.crowded) d.setting.budget = 0;
+    d.policy = options.policy;
+    d.policy.shape = d.setting.shape;
+    if (d.setting.budget > 0) d.policy.set_budget(d.setting.budget);
+    else d.policy.budget = 0;
+    BITSPLIT_CHECK(d.policy.validate(/*allow_no_draft=*/true).is_ok(), "the controller chose an invalid setting");
+  }
+
+  // Step 1: the check's tree from `root`: the model draft (draft_tree) within the tokens still
+  // wanted, then the lookup chain when the setting has it.
+  Result<CheckDraft> draft_check(int32_t root) {
+    CheckDraft d(root);
+    plan(d);
+    const auto td = Clock::now();
+    const int32_t remaining = int32_t(needed - int64_t(history.size()));
+    d.budget = std::min(d.policy.budget, remaining);
+    if (d.budget > 0) {
+      BITSPLIT_ASSIGN_OR_RETURN(d.drafted, draft_tree(d.tree, d.policy, d.budget, d.draft_q));
+    }
+    d.draft_q.resize(size_t(d.tree.size()));
+    d.model_nodes = d.tree.size();
+    // A budget cut short by n_predict may leave the last level partial: only full levels count
+    // for what smaller budgets would have accepted.
+    d.model_depth = d.tree.max_depth() - (d.budget < d.policy.budget && d.tree.max_depth() > 0 ? 1 : 0);
+    // The lookup chain is found on every check (it costs no model pass), so the controller learns
+    // how well it would do even on checks that leave it out of the tree.
+    if (lookup) {
+      d.proposal = spec::lookup_continuation(history, options.lookup, std::min(spec::kMaxBudget - d.drafted, remaining));
+    }
+    if (d.setting.lookup && lookup) {
+      int32_t parent = 0;
+      for (int32_t token : d.proposal) parent = d.tree.add(parent, token, 0.0);
+      d.draft_q.resize(size_t(d.tree.size()));
+    }
+    d.lookup_nodes = d.tree.size() - d.model_nodes;
+    d.seconds = seconds_since(td);
+    result.acceptance.draft_seconds += d.seconds;
+    return d;
+  }
+
+  // The model draft: a tree from `tree`'s root, one batched draft pass per level. draft_q gets
+  // the proposal distribution of every expanded node (what the sampling verifier needs).
   Result<int32_t> draft_tree(spec::TokenTree& tree, const spec::DraftPolicy& policy, int32_t budget,
                              std::vector<std::vector<float>>& draft_q) {
     draft_q.assign(1, {});
@@ -149,10 +242,22 @@ struct Decoder {
 
   // Step 2: every node in one target pass (its K/V overwrite the draft's in the scratch slots),
   // then the verdict: greedy, or lossless sampling against the proposal distributions. For greedy
-  // decoding `target_argmax` gets the target's choice at every node.
-  Result<spec::Verdict> verify(const spec::TokenTree& tree,
-                                      const std::vector<std::vector<float>>& draft_q,
-                                      std::vector<int32_t>& target_argmax) {
+  // decoding the verdict keeps the target's choice at every node.
+  Result<CheckVerdict> verify(const CheckDraft& d) {
+    const auto tv = Clock::now();
+    CheckVerdict v;
+    BITSPLIT_ASSIGN_OR_RETURN(v.verdict, target_verdict(d.tree, d.draft_q, v.target_argmax));
+    v.seconds = seconds_since(tv);
+    result.acceptance.verify_seconds += v.seconds;
+    for (int32_t n : v.verdict.accepted) v.lookup_accepted += n >= d.model_nodes ? 1 : 0;
+    for (int32_t n : v.verdict.accepted) v.emitted.push_back(d.tree.node(n).token);
+    v.emitted.push_back(v.verdict.next_token);
+    return v;
+  }
+
+  // The target pass over every node, and the verifier's walk of the tree over its logits.
+  Result<spec::Verdict> target_verdict(const spec::TokenTree& tree, const std::vector<std::vector<float>>& draft_q,
+                                       std::vector<int32_t>& target_argmax) {
     std::vector<int32_t> all(size_t(tree.size()));
     for (int32_t i = 0; i < tree.size(); ++i) all[size_t(i)] = i;
     const Batch batch = tree_batch(tree, all, committed, true);
@@ -176,21 +281,135 @@ struct Decoder {
     return spec::verify_sampling(tree, p, draft_q, rng, options.verify);
   }
 
-  // Step 3: the root and the accepted nodes, in path order, to consecutive committed slots;
+  // Step 3: what the check tells the controller (unless crowded) and the statistics.
+  void record(const CheckDraft& d, const CheckVerdict& v) {
+    if (controller && !d.crowded) controller->record(check_record(d, v));
+    const std::string name = d.setting.name();
+    auto used = std::find_if(result.checks_per_setting.begin(), result.checks_per_setting.end(),
+                             [&](const auto& e) { return e.first == name; });
+    if (used == result.checks_per_setting.end()) result.checks_per_setting.push_back({name, 1});
+    else ++used->second;
+    result.final_setting = name;
+  }
+
+  // What the controller learns from the check.
+  spec::CheckRecord check_record(const CheckDraft& d, const CheckVerdict& v) const {
+    spec::CheckRecord r;
+    r.setting = d.setting;
+    r.model_depth = d.model_depth;
+    r.model_accepted = int32_t(v.verdict.accepted.size());
+    r.lookup_nodes = d.lookup_nodes;
+    r.verify_rows = d.tree.size();
+    r.draft_seconds = d.seconds;
+    r.verify_seconds = v.seconds;
+    r.lookup_proposed = lookup ? int32_t(d.proposal.size()) : -1;
+    if (greedy) {  // what each part alone would have had accepted (verify_greedy took the longer)
+      auto model = [&](int32_t n) { return n < d.model_nodes; };
+      r.model_accepted = spec::accepted_depth(d.tree, v.target_argmax, model);
+      if (d.lookup_nodes > 0) {
+        r.lookup_accepted = spec::accepted_depth(d.tree, v.target_argmax, [&](int32_t n) { return n >= d.model_nodes; });
+      } else if (lookup) {  // not in the tree: as far as it matches what the target emitted
+        const auto& proposal = d.proposal;
+        const auto end = std::min(proposal.size(), v.emitted.size());
+        r.lookup_accepted = int32_t(std::mismatch(proposal.begin(), proposal.begin() + end, v.emitted.begin()).first -
+                                    proposal.begin());
+        r.lookup_censored = size_t(r.lookup_accepted) == v.emitted.size() && v.emitted.size() < proposal.size();
+      }
+      if (d.policy.shape == spec::DraftShape::kTree && d.budget > 0) {
+        r.chain_depth = std::min(d.model_depth, spec::greedy_chain_depth(d.tree, v.target_argmax, model, &r.chain_accepted));
+      }
+    }
+    r.model_accepted = std::min(r.model_accepted, d.model_depth);
+    return r;
+  }
+
+  // Step 4: the root and the accepted nodes, in path order, to consecutive committed slots;
   // the draft source gets the newly committed K/V.
-  Status commit(const spec::Verdict& verdict) {
+  Status commit(const CheckDraft& d, const CheckVerdict& v) {
+    const spec::Verdict& verdict = v.verdict;
     cache.move_slot(committed + 0, committed);
     for (size_t k = 0; k < verdict.accepted.size(); ++k) {
       cache.move_slot(committed + verdict.accepted[k], committed + 1 + int32_t(k));
     }
     const int32_t was = committed;
     committed += 1 + int32_t(verdict.accepted.size());
-    return draft.committed(cache, was, committed);
+    BITSPLIT_RETURN_IF_ERROR(draft.committed(cache, was, committed));
+    result.acceptance.record(int32_t(verdict.accepted.size()), d.tree.size() - 1, d.tree.max_depth(), d.lookup_nodes,
+                             v.lookup_accepted);
+    return Status::ok();
+  }
+
+  // Step 5: the check's tokens to the sink in order; false once it wants no more.
+  bool emit(const CheckVerdict& v, TokenSink& sink) {
+    for (size_t k = 0; k < v.emitted.size(); ++k) {
+      const int32_t token = v.emitted[k];
+      // The k-th token was chosen at the path's k-th node: the root, then each accepted node.
+      if (options.on_logits) options.on_logits(token, row(verify_logits, size_t(k == 0 ? 0 : v.verdict.accepted[k - 1])));
+      history.push_back(token);
+      if (!sink.emit(token)) return false;
+    }
+    return true;
   }
 };
 
 // Whether context lookup runs: greedy decoding only (sampling: see SpeculativeOptions).
 bool lookup_runs(const SpeculativeOptions& options, bool greedy) { return options.lookup.max_tokens > 0 && greedy; }
+
+// The request's options, the models' shapes and the prompt's room in the context.
+Status check_speculative(const Model& target, const Model& draft, std::span<const int32_t> prompt,
+                         const SpeculativeOptions& options) {
+  const ModelConfig& c = target.config();
+  BITSPLIT_RETURN_IF_ERROR(options.policy.validate());
+  if (draft.config().n_vocab != c.n_vocab || draft.config().n_layers != c.n_layers ||
+      draft.config().kv_dim() != c.kv_dim()) {
+    return Status::error("the draft and target models have different shapes");
+  }
+  BITSPLIT_RETURN_IF_ERROR(check_generation(c, prompt.size(), options.n_predict, options.prefill_chunk));
+  return options.lookup.validate();
+}
+
+// With an online budget, the controller choosing each check's setting among the shapes allowed.
+std::optional<spec::BudgetController> budget_controller(const SpeculativeOptions& options, bool lookup) {
+  if (!options.auto_budget) return std::nullopt;
+  const spec::DraftPolicy& policy = options.policy;
+  spec::ControllerOptions co = options.controller_schedule.value_or(spec::ControllerOptions{});
+  co.chain = options.auto_shape || policy.shape == spec::DraftShape::kChain;
+  co.tree = options.auto_shape || policy.shape == spec::DraftShape::kTree;
+  co.lookup = lookup;
+  co.lookup_tokens = options.lookup.max_tokens;
+  return spec::BudgetController(policy, co);
+}
+
+// The whole draft on a device when the model's backend offers it, else on the host; `where`
+// says which (and, on the host, why).
+std::unique_ptr<DraftSource> open_draft_source(const Model& draft, KvCache& cache, int64_t slots,
+                                               const SpeculativeOptions& options, std::string& where) {
+  const Variant* draft_variant = options.base_draft ? nullptr : options.variant;
+  std::unique_ptr<DraftSource> source;
+  std::string host_why = "device draft switched off";
+  if (options.device_draft) {
+    auto d = make_device_draft(draft, slots, cache.context(), draft_variant, options.batcher);
+    if (d) source = std::move(*d);
+    else host_why = d.status().message();
+  }
+  if (!source) source = make_host_draft(draft, cache, draft_variant, options.batcher);
+  where = source->where() == "host" ? "host (" + host_why + ")" : source->where();
+  return source;
+}
+
+// All but the last prompt token, past the `reuse` the cache holds already (the last becomes the
+// first check's root); the draft source gets their K/V.
+Status prefill_prompt(const Model& target, KvCache& cache, DraftSource& source, std::span<const int32_t> prompt,
+                      int64_t reuse, const SpeculativeOptions& options, GenerationStats& stats) {
+  const auto t0 = Clock::now();
+  const size_t prefix = prompt.size() - 1;
+  BITSPLIT_RETURN_IF_ERROR(prefill(target, cache, prompt.first(prefix).subspan(size_t(reuse)), options.prefill_chunk,
+                                   Pass::kTarget, options.variant, false, int32_t(reuse), options.batcher)
+                               .status());
+  BITSPLIT_RETURN_IF_ERROR(source.committed(cache, 0, int64_t(prefix)));
+  stats.prompt_seconds = seconds_since(t0);
+  return Status::ok();
+}
 
 }  // namespace
 
@@ -202,168 +421,33 @@ int64_t speculative_cache_slots(const SpeculativeOptions& options, size_t prompt
 Result<SpeculativeResult> generate_speculative(const Model& target, const Model& draft, std::span<const int32_t> prompt,
                                                const SpeculativeOptions& options, Sampler& sampler,
                                                const TokenCallback& on_token, KvCache* external_cache) {
-  const ModelConfig& c = target.config();
-  BITSPLIT_RETURN_IF_ERROR(options.policy.validate());
-  if (draft.config().n_vocab != c.n_vocab || draft.config().n_layers != c.n_layers ||
-      draft.config().kv_dim() != c.kv_dim()) {
-    return Status::error("the draft and target models have different shapes");
-  }
-  BITSPLIT_RETURN_IF_ERROR(check_generation(c, prompt.size(), options.n_predict, options.prefill_chunk));
+  BITSPLIT_RETURN_IF_ERROR(check_speculative(target, draft, prompt, options));
   const int64_t needed = int64_t(prompt.size()) + options.n_predict;
-  BITSPLIT_RETURN_IF_ERROR(options.lookup.validate());
   const bool greedy = sampler.params().greedy();
   const bool lookup = lookup_runs(options, greedy);
-  spec::DraftPolicy policy = options.policy;
-  std::optional<spec::BudgetController> controller;
-  if (options.auto_budget) {
-    spec::ControllerOptions co = options.controller_schedule.value_or(spec::ControllerOptions{});
-    co.chain = options.auto_shape || policy.shape == spec::DraftShape::kChain;
-    co.tree = options.auto_shape || policy.shape == spec::DraftShape::kTree;
-    co.lookup = lookup;
-    co.lookup_tokens = options.lookup.max_tokens;
-    controller.emplace(policy, co);
-  }
+  std::optional<spec::BudgetController> controller = budget_controller(options, lookup);
   std::mt19937_64 rng(sampler.params().seed ^ 0x9e3779b97f4a7c15ull);
   const int64_t slots = speculative_cache_slots(options, prompt.size(), greedy);
   std::optional<KvCache> own_cache;
-  BITSPLIT_ASSIGN_OR_RETURN(const GenerationCache gc, generation_cache(c, external_cache, options.reuse, slots, needed,
-                                                                        prompt.size(), own_cache));
+  BITSPLIT_ASSIGN_OR_RETURN(const GenerationCache gc, generation_cache(target.config(), external_cache, options.reuse,
+                                                                        slots, needed, prompt.size(), own_cache));
   KvCache& cache = *gc.cache;
   SpeculativeResult result;
-  GenerationStats& stats = result.generation;
-  spec::AcceptanceStats& acc = result.acceptance;
-  stats.prompt_tokens = int64_t(prompt.size());
-  const int64_t reuse = gc.reuse;
-  stats.reused_tokens = reuse;
-  const Variant* draft_variant = options.base_draft ? nullptr : options.variant;
+  result.generation.prompt_tokens = int64_t(prompt.size());
+  result.generation.reused_tokens = gc.reuse;
 
-  // The whole draft on a device when the model's backend offers it, else on the host.
   PassBatcher::Membership member(options.batcher);
-  std::unique_ptr<DraftSource> source;
-  std::string host_why = "device draft switched off";
-  if (options.device_draft) {
-    auto d = make_device_draft(draft, slots, cache.context(), draft_variant, options.batcher);
-    if (d) source = std::move(*d);
-    else host_why = d.status().message();
-  }
-  if (!source) source = make_host_draft(draft, cache, draft_variant, options.batcher);
-  result.draft_pass = source->where() == "host" ? "host (" + host_why + ")" : source->where();
+  std::unique_ptr<DraftSource> source = open_draft_source(draft, cache, slots, options, result.draft_pass);
+  BITSPLIT_RETURN_IF_ERROR(prefill_prompt(target, cache, *source, prompt, gc.reuse, options, result.generation));
 
-  // Prefill all but the last prompt token; the last becomes the first root.
-  auto t0 = Clock::now();
-  const size_t prefix = prompt.size() - 1;
-  BITSPLIT_RETURN_IF_ERROR(prefill(target, cache, prompt.first(prefix).subspan(size_t(reuse)), options.prefill_chunk,
-                                   Pass::kTarget, options.variant, false, int32_t(reuse), options.batcher)
-                               .status());
-  BITSPLIT_RETURN_IF_ERROR(source->committed(cache, 0, int64_t(prefix)));
-  stats.prompt_seconds = seconds_since(t0);
-
-  Decoder dec{target, options, sampler, cache, *source, rng, c.n_vocab, greedy,
-              std::vector<int32_t>(prompt.begin(), prompt.end()), int32_t(prefix)};
-  TokenSink sink(on_token, options.eos_token, options.n_predict, stats);
-  int32_t root = prompt.back();
+  Decoder dec{.target = target, .options = options, .sampler = sampler, .cache = cache, .draft = *source, .rng = rng,
+              .controller = controller ? &*controller : nullptr, .result = result,
+              .n_vocab = target.config().n_vocab, .greedy = greedy, .lookup = lookup, .needed = needed,
+              .history = std::vector<int32_t>(prompt.begin(), prompt.end()), .committed = int32_t(prompt.size() - 1)};
+  TokenSink sink(on_token, options.eos_token, options.n_predict, result.generation);
   const auto t1 = Clock::now();
-  for (bool more = options.n_predict > 0; more;) {
-    spec::DraftSetting setting =
-        controller ? controller->next() : spec::DraftSetting{policy.shape, policy.budget, lookup};
-    // Crowded (many sequences in the combined passes): no model draft on this check, and the
-    // controller, which models one sequence's costs, does not learn from it.
-    const bool crowded = options.batcher && options.draft_max_sequences > 0 &&
-                         options.batcher->joined() > options.draft_max_sequences;
-    if (crowded) setting.budget = 0;
-    spec::DraftPolicy check = policy;
-    check.shape = setting.shape;
-    if (setting.budget > 0) check.set_budget(setting.budget);
-    else check.budget = 0;
-    BITSPLIT_CHECK(check.validate(/*allow_no_draft=*/true).is_ok(), "the controller chose an invalid setting");
-    const auto td = Clock::now();
-    spec::TokenTree tree(root);
-    std::vector<std::vector<float>> draft_q;
-    const int32_t remaining = int32_t(needed - int64_t(dec.history.size()));
-    const int32_t budget = std::min(check.budget, remaining);
-    int32_t drafted = 0;
-    if (budget > 0) {
-      BITSPLIT_ASSIGN_OR_RETURN(drafted, dec.draft_tree(tree, check, budget, draft_q));
-    }
-    draft_q.resize(size_t(tree.size()));
-    const int32_t model_nodes = tree.size();  // the root and the model draft's nodes
-    // A budget cut short by n_predict may leave the last level partial: only full levels count
-    // for what smaller budgets would have accepted.
-    const int32_t model_depth = tree.max_depth() - (budget < check.budget && tree.max_depth() > 0 ? 1 : 0);
-    // The lookup chain is found on every check (it costs no model pass), so the controller learns
-    // how well it would do even on checks that leave it out of the tree.
-    std::vector<int32_t> proposal;
-    if (lookup) {
-      proposal = spec::lookup_continuation(dec.history, options.lookup,
-                                                  std::min(spec::kMaxBudget - drafted, remaining));
-    }
-    if (setting.lookup && lookup) {
-      int32_t parent = 0;
-      for (int32_t token : proposal) parent = tree.add(parent, token, 0.0);
-      draft_q.resize(size_t(tree.size()));
-    }
-    const int32_t lookup_nodes = tree.size() - model_nodes;
-    const double draft_seconds = seconds_since(td);
-    acc.draft_seconds += draft_seconds;
-
-    const auto tv = Clock::now();
-    std::vector<int32_t> target_argmax;
-    BITSPLIT_ASSIGN_OR_RETURN(const spec::Verdict verdict, dec.verify(tree, draft_q, target_argmax));
-    const double verify_seconds = seconds_since(tv);
-    acc.verify_seconds += verify_seconds;
-    int32_t lookup_accepted = 0;
-    for (int32_t n : verdict.accepted) lookup_accepted += n >= model_nodes ? 1 : 0;
-    std::vector<int32_t> emitted;
-    for (int32_t n : verdict.accepted) emitted.push_back(tree.node(n).token);
-    emitted.push_back(verdict.next_token);
-    if (controller) {
-      spec::CheckRecord r;
-      r.setting = setting;
-      r.model_depth = model_depth;
-      r.model_accepted = int32_t(verdict.accepted.size());
-      r.lookup_nodes = lookup_nodes;
-      r.verify_rows = tree.size();
-      r.draft_seconds = draft_seconds;
-      r.verify_seconds = verify_seconds;
-      r.lookup_proposed = lookup ? int32_t(proposal.size()) : -1;
-      if (greedy) {  // what each part alone would have had accepted (verify_greedy took the longer)
-        auto model = [&](int32_t n) { return n < model_nodes; };
-        r.model_accepted = spec::accepted_depth(tree, target_argmax, model);
-        if (lookup_nodes > 0) {
-          r.lookup_accepted = spec::accepted_depth(tree, target_argmax, [&](int32_t n) { return n >= model_nodes; });
-        } else if (lookup) {  // not in the tree: as far as it matches what the target emitted
-          const auto end = std::min(proposal.size(), emitted.size());
-          r.lookup_accepted = int32_t(std::mismatch(proposal.begin(), proposal.begin() + end, emitted.begin()).first -
-                                      proposal.begin());
-          r.lookup_censored = size_t(r.lookup_accepted) == emitted.size() && emitted.size() < proposal.size();
-        }
-        if (check.shape == spec::DraftShape::kTree && budget > 0) {
-          r.chain_depth = std::min(model_depth, spec::greedy_chain_depth(tree, target_argmax, model, &r.chain_accepted));
-        }
-      }
-      r.model_accepted = std::min(r.model_accepted, model_depth);
-      if (!crowded) controller->record(r);
-    }
-    const std::string name = setting.name();
-    auto used = std::find_if(result.checks_per_setting.begin(), result.checks_per_setting.end(),
-                             [&](const auto& e) { return e.first == name; });
-    if (used == result.checks_per_setting.end()) result.checks_per_setting.push_back({name, 1});
-    else ++used->second;
-    result.final_setting = name;
-
-    BITSPLIT_RETURN_IF_ERROR(dec.commit(verdict));
-    acc.record(int32_t(verdict.accepted.size()), tree.size() - 1, tree.max_depth(), lookup_nodes, lookup_accepted);
-
-    for (size_t k = 0; k < emitted.size(); ++k) {
-      const int32_t token = emitted[k];
-      // The k-th token was chosen at the path's k-th node: the root, then each accepted node.
-      if (options.on_logits) options.on_logits(token, dec.row(dec.verify_logits, size_t(k == 0 ? 0 : verdict.accepted[k - 1])));
-      dec.history.push_back(token);
-      if (!(more = sink.emit(token))) break;
-    }
-    root = verdict.next_token;
-  }
-  stats.generate_seconds = seconds_since(t1);
+  BITSPLIT_RETURN_IF_ERROR(dec.decode(prompt.back(), sink));
+  result.generation.generate_seconds = seconds_since(t1);
   result.device_transfers = source->transfers();
   result.committed = std::min<int64_t>(dec.committed, int64_t(dec.history.size()));  // drop cut-off tokens
   return result;

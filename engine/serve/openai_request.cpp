@@ -89,7 +89,8 @@ std::string content_text(const json& content, const std::string& param) {
   return text;
 }
 
-GenerationRequest parse(std::string_view body, Endpoint endpoint) {
+// The body: a JSON object.
+json parse_body(std::string_view body) {
   json o;
   try {
     o = json::parse(body);
@@ -97,62 +98,68 @@ GenerationRequest parse(std::string_view body, Endpoint endpoint) {
     fail("", std::string("the body is not valid JSON: ") + e.what());
   }
   if (!o.is_object()) fail("", std::string("the body must be a JSON object, not ") + type_name(o));
-  GenerationRequest r;
-  r.endpoint = endpoint;
-  if (auto it = o.find("model"); it != o.end() && !it->is_null()) {
-    if (!it->is_string()) fail("model", std::string("'model' must be a string, not ") + type_name(*it));
-    r.model = it->get<std::string>();
-  }
-  if (endpoint == Endpoint::kCompletions) {
-    auto it = o.find("prompt");
-    if (it == o.end() || it->is_null()) fail("prompt", "'prompt' is required");
-    // Token ids: [1, 2, 3], or one such array in an array (the batch form with one prompt).
-    auto token_ids = [&](const json& a) {
-      std::vector<int32_t> ids;
-      for (const json& t : a) {
-        if (!t.is_number_integer() && !t.is_number_unsigned()) {
-          fail("prompt", "'prompt' token arrays hold integers, not " + std::string(type_name(t)));
-        }
-        if (t.is_number_unsigned() ? t.get<uint64_t>() > uint64_t(INT32_MAX) : t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX) {
-          fail("prompt", "'prompt' token id " + t.dump() + " is not a token id");
-        }
-        ids.push_back(int32_t(t.get<int64_t>()));
-      }
-      if (ids.empty()) fail("prompt", "'prompt' must not be an empty token array");
-      return ids;
-    };
-    if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
-      r.prompt = (*it)[0].get<std::string>();
-    } else if (it->is_string()) {
-      r.prompt = it->get<std::string>();
-    } else if (it->is_array() && it->size() == 1 && (*it)[0].is_array()) {
-      r.prompt_tokens = token_ids((*it)[0]);
-    } else if (it->is_array() && !it->empty() && ((*it)[0].is_number())) {
-      r.prompt_tokens = token_ids(*it);
-    } else {
-      fail("prompt", "'prompt' must be a string or an array of token ids (or an array of one of them; batches of "
-                     "several prompts are not supported)");
+  return o;
+}
+
+// Token ids of a prompt: integers 0..INT32_MAX, at least one.
+std::vector<int32_t> token_ids(const json& a) {
+  std::vector<int32_t> ids;
+  for (const json& t : a) {
+    if (!t.is_number_integer() && !t.is_number_unsigned()) {
+      fail("prompt", "'prompt' token arrays hold integers, not " + std::string(type_name(t)));
     }
+    if (t.is_number_unsigned() ? t.get<uint64_t>() > uint64_t(INT32_MAX) : t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX) {
+      fail("prompt", "'prompt' token id " + t.dump() + " is not a token id");
+    }
+    ids.push_back(int32_t(t.get<int64_t>()));
+  }
+  if (ids.empty()) fail("prompt", "'prompt' must not be an empty token array");
+  return ids;
+}
+
+// Completions: text, token ids [1, 2, 3], or one of them in an array (the batch form with one
+// prompt).
+void parse_prompt(const json& o, GenerationRequest& r) {
+  auto it = o.find("prompt");
+  if (it == o.end() || it->is_null()) fail("prompt", "'prompt' is required");
+  if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
+    r.prompt = (*it)[0].get<std::string>();
+  } else if (it->is_string()) {
+    r.prompt = it->get<std::string>();
+  } else if (it->is_array() && it->size() == 1 && (*it)[0].is_array()) {
+    r.prompt_tokens = token_ids((*it)[0]);
+  } else if (it->is_array() && !it->empty() && ((*it)[0].is_number())) {
+    r.prompt_tokens = token_ids(*it);
   } else {
-    auto it = o.find("messages");
-    if (it == o.end() || !it->is_array()) fail("messages", "'messages' is required and must be an array");
-    if (it->empty()) fail("messages", "'messages' must not be empty");
-    r.messages = json::array();
-    for (size_t i = 0; i < it->size(); ++i) {
-      const json& m = (*it)[i];
-      const std::string param = "messages[" + std::to_string(i) + "]";
-      if (!m.is_object()) fail(param, param + " must be an object, not " + type_name(m));
-      auto role = m.find("role");
-      if (role == m.end() || !role->is_string()) fail(param + ".role", param + ".role is required and must be a string");
-      const std::string rs = role->get<std::string>();
-      if (rs != "system" && rs != "user" && rs != "assistant" && rs != "tool" && rs != "developer") {
-        fail(param + ".role", param + ".role '" + rs + "' is not one of system, developer, user, assistant, tool");
-      }
-      json copy = m;
-      copy["content"] = content_text(m.contains("content") ? m["content"] : json(nullptr), param + ".content");
-      r.messages.push_back(std::move(copy));
-    }
+    fail("prompt", "'prompt' must be a string or an array of token ids (or an array of one of them; batches of "
+                   "several prompts are not supported)");
   }
+}
+
+// Chat: the messages, each with a known role and its content as text.
+void parse_messages(const json& o, GenerationRequest& r) {
+  auto it = o.find("messages");
+  if (it == o.end() || !it->is_array()) fail("messages", "'messages' is required and must be an array");
+  if (it->empty()) fail("messages", "'messages' must not be empty");
+  r.messages = json::array();
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& m = (*it)[i];
+    const std::string param = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) fail(param, param + " must be an object, not " + type_name(m));
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) fail(param + ".role", param + ".role is required and must be a string");
+    const std::string rs = role->get<std::string>();
+    if (rs != "system" && rs != "user" && rs != "assistant" && rs != "tool" && rs != "developer") {
+      fail(param + ".role", param + ".role '" + rs + "' is not one of system, developer, user, assistant, tool");
+    }
+    json copy = m;
+    copy["content"] = content_text(m.contains("content") ? m["content"] : json(nullptr), param + ".content");
+    r.messages.push_back(std::move(copy));
+  }
+}
+
+// max_tokens, n and the sampling parameters.
+void parse_sampling(const json& o, GenerationRequest& r) {
   if (auto v = integer(o, "max_completion_tokens", 1, kMaxTokensLimit)) r.max_tokens = int32_t(*v);
   if (auto v = integer(o, "max_tokens", 1, kMaxTokensLimit)) r.max_tokens = int32_t(*v);
   if (auto n = integer(o, "n", 1, 1000); n && *n != 1) fail("n", "'n' must be 1 (one choice per request)");
@@ -167,24 +174,33 @@ GenerationRequest parse(std::string_view body, Endpoint endpoint) {
     r.sampling.seed = uint64_t(*v);
     r.seed_given = true;
   }
-  if (auto it = o.find("stop"); it != o.end() && !it->is_null()) {
-    std::vector<json> items = it->is_array() ? std::vector<json>(it->begin(), it->end()) : std::vector<json>{*it};
-    if (items.size() > kMaxStopStrings) fail("stop", "'stop' takes at most 4 strings");
-    for (const auto& s : items) {
-      if (!s.is_string()) fail("stop", "'stop' must be a string or an array of strings");
-      const std::string text = s.get<std::string>();
-      if (text.empty()) fail("stop", "'stop' strings must not be empty");
-      if (text.size() > kMaxStopLength) fail("stop", "'stop' strings are at most 256 bytes");
-      r.stop.push_back(text);
-    }
+}
+
+void parse_stop(const json& o, GenerationRequest& r) {
+  auto it = o.find("stop");
+  if (it == o.end() || it->is_null()) return;
+  std::vector<json> items = it->is_array() ? std::vector<json>(it->begin(), it->end()) : std::vector<json>{*it};
+  if (items.size() > kMaxStopStrings) fail("stop", "'stop' takes at most 4 strings");
+  for (const auto& s : items) {
+    if (!s.is_string()) fail("stop", "'stop' must be a string or an array of strings");
+    const std::string text = s.get<std::string>();
+    if (text.empty()) fail("stop", "'stop' strings must not be empty");
+    if (text.size() > kMaxStopLength) fail("stop", "'stop' strings are at most 256 bytes");
+    r.stop.push_back(text);
   }
+}
+
+void parse_streaming(const json& o, GenerationRequest& r) {
   r.stream = boolean(o, "stream").value_or(false);
   if (auto it = o.find("stream_options"); it != o.end() && !it->is_null()) {
     if (!it->is_object()) fail("stream_options", "'stream_options' must be an object");
     r.include_usage = boolean(*it, "include_usage").value_or(false);
   }
-  // Log-probabilities: completions take `logprobs` N (alternatives per token), chat takes
-  // `logprobs` true and `top_logprobs` N.
+}
+
+// Completions take `logprobs` N (alternatives per token), chat takes `logprobs` true and
+// `top_logprobs` N.
+void parse_logprobs(const json& o, Endpoint endpoint, GenerationRequest& r) {
   if (endpoint == Endpoint::kCompletions) {
     if (auto v = integer(o, "logprobs", 0, kMaxTopLogprobs)) r.logprobs = int32_t(*v);
   } else {
@@ -193,16 +209,41 @@ GenerationRequest parse(std::string_view body, Endpoint endpoint) {
     if (top && !wanted) fail("top_logprobs", "'top_logprobs' needs 'logprobs': true");
     if (wanted) r.logprobs = int32_t(top.value_or(0));
   }
-  if (auto it = o.find("bitsplit"); it != o.end() && !it->is_null()) {
-    if (!it->is_object()) fail("bitsplit", "'bitsplit' (the speculative-decoding extension) must be an object");
-    r.speculative = boolean(*it, "speculative");
-    if (auto b = it->find("budget"); b != it->end() && !b->is_null()) {
-      const std::string text = b->is_string() ? b->get<std::string>() : b->is_number_integer() ? b->dump() : "";
-      auto parsed = spec::parse_budget(text);
-      if (!parsed) fail("bitsplit.budget", "'bitsplit.budget': " + parsed.status().message());
-      r.budget = text;
-    }
+}
+
+// The "bitsplit" extension: speculative decoding on or off, and the draft budget.
+void parse_extension(const json& o, GenerationRequest& r) {
+  auto it = o.find("bitsplit");
+  if (it == o.end() || it->is_null()) return;
+  if (!it->is_object()) fail("bitsplit", "'bitsplit' (the speculative-decoding extension) must be an object");
+  r.speculative = boolean(*it, "speculative");
+  if (auto b = it->find("budget"); b != it->end() && !b->is_null()) {
+    const std::string text = b->is_string() ? b->get<std::string>() : b->is_number_integer() ? b->dump() : "";
+    auto parsed = spec::parse_budget(text);
+    if (!parsed) fail("bitsplit.budget", "'bitsplit.budget': " + parsed.status().message());
+    r.budget = text;
   }
+}
+
+// The steps in the order their errors take precedence (a request with several gets the first).
+GenerationRequest parse(std::string_view body, Endpoint endpoint) {
+  const json o = parse_body(body);
+  GenerationRequest r;
+  r.endpoint = endpoint;
+  if (auto it = o.find("model"); it != o.end() && !it->is_null()) {
+    if (!it->is_string()) fail("model", std::string("'model' must be a string, not ") + type_name(*it));
+    r.model = it->get<std::string>();
+  }
+  if (endpoint == Endpoint::kCompletions) {
+    parse_prompt(o, r);
+  } else {
+    parse_messages(o, r);
+  }
+  parse_sampling(o, r);
+  parse_stop(o, r);
+  parse_streaming(o, r);
+  parse_logprobs(o, endpoint, r);
+  parse_extension(o, r);
   return r;
 }
 
