@@ -114,9 +114,8 @@ int serve(const ServeArgs& a) {
   if (!budget) return report_error("--budget: " + budget.status().message());
   defaults.budget = *budget;
   defaults.draft_max_sequences = a.spec_max_sequences;
-  auto config = generation_config(defaults);
-  if (!config) return report_error(config.status().message());
-  so.session = config->session;
+  if (auto config = generation_config(defaults); !config) return report_error(config.status().message());
+  so.generation = defaults;
   auto vram_budget = vram_budget_option(a.vram_budget);
   if (!vram_budget) return report_error(vram_budget.status().message());
   const auto threads = limit_threads(a.threads);

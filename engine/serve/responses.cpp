@@ -60,6 +60,8 @@ json extension(const Outcome& o) {
     e["drafted_tokens"] = a.drafted;
     e["accepted_tokens"] = a.accepted;
     e["tokens_per_check"] = a.tokens_per_check();
+    e["lookup_drafted_tokens"] = a.lookup_drafted;
+    e["lookup_accepted_tokens"] = a.lookup_accepted;
   }
   return e;
 }

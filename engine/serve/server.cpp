@@ -216,13 +216,16 @@ std::optional<RequestError> Server::Impl::check_context(PreparedRequest& p) {
 // overrides, and its sampling (a fresh seed unless it gave one), both checked.
 std::optional<RequestError> Server::Impl::decoding_options(PreparedRequest& p) {
   GenerationRequest& r = p.request;
-  SessionOptions so = options.session;
-  if (r.speculative) so.speculative = *r.speculative;
+  GenerationArgs args = options.generation;
+  if (r.speculative) args.speculative = *r.speculative;
   if (r.budget) {
     auto b = spec::parse_budget(*r.budget);
     if (!b) return RequestError{400, b.status().message(), "bitsplit.budget"};
-    so.budget = *b;
+    args.budget = *b;
   }
+  auto config = generation_config(args);
+  if (!config) return RequestError{400, config.status().message(), "bitsplit"};
+  SessionOptions so = config->session;
   if (!r.seed_given) r.sampling.seed = std::random_device{}();
   if (Status st = r.sampling.validate(); !st) return RequestError{400, st.message(), ""};
   Session check(model->model, p.variant, so);

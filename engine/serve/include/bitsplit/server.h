@@ -21,6 +21,7 @@
 #include <string>
 
 #include "bitsplit/chat_template.h"
+#include "bitsplit/generation_args.h"
 #include "bitsplit/loaded_model.h"
 #include "bitsplit/metrics.h"
 #include "bitsplit/session.h"
@@ -37,7 +38,10 @@ struct ServerOptions {
   int queue = 64;               // requests waiting for a slot
   size_t max_body_bytes = size_t(8) << 20;
   std::string model_name;       // the base model's id in /v1/models (default: the file name)
-  SessionOptions session;       // speculative decoding defaults (a request may override)
+  // Decoding defaults (speculative, budget, lookup, ...); a request may override `speculative`
+  // and `budget`, and its session options then come from generation_config as a front end's do
+  // (a fixed budget drafts no context lookup unless the defaults ask for it, as in `run`).
+  GenerationArgs generation;
   // KV caches of finished requests kept for the next ones: a request takes the one whose
   // tokens share the longest prefix with its prompt (same variant) and runs only the rest
   // (usage.prompt_tokens_details.cached_tokens says how many it skipped). -1: one per
