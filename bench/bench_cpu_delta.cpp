@@ -2,7 +2,7 @@
 // read (draft codes + fp16 scales and offsets, plus sign bytes and alpha with the delta) and the
 // time ratio against the plain draft of the same shape, n and thread count.
 // Usage: ./build/bench/bench_cpu_delta [--benchmark_filter=...] [--benchmark_min_time=...]
-// Shapes and planes are tests/kernel_cases.h's bench cases (the first two model shapes), rotated
+// Shapes and planes are tests/cpu/kernel_cases.h's bench cases (the first two model shapes), rotated
 // through copies so the working set (>= 96 MiB) streams from RAM every call.
 #include <benchmark/benchmark.h>
 

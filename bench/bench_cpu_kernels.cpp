@@ -2,7 +2,7 @@
 // and residual_matmul / draft_matmul for decode-verify batch sizes, with GB/s of plane bytes, the
 // ratio to the read bandwidth, and t(n)/t(1).
 // Usage: ./build/bench/bench_cpu_kernels [--benchmark_filter=...] [--benchmark_min_time=...]
-// Shapes and planes are tests/kernel_cases.h's bench cases, rotated through several copies so the
+// Shapes and planes are tests/cpu/kernel_cases.h's bench cases, rotated through several copies so the
 // working set is >= 3x the last-level cache: every call streams its plane from RAM.
 #include <benchmark/benchmark.h>
 

@@ -1,5 +1,5 @@
 // Bench-only: what the CPU kernel benches share — a one-thread and an all-cores context, and
-// copies of a kernel case's weights (tests/kernel_cases.h) rotated so that every call streams
+// copies of a kernel case's weights (tests/cpu/kernel_cases.h) rotated so that every call streams
 // its plane from RAM, as a model's layers do.
 #pragma once
 

@@ -14,7 +14,7 @@ namespace {
 using namespace bitsplit;
 namespace kc = cpu::testing;
 
-// The draft and the 8-bit residual of a model shape (tests/kernel_cases.h's bench cases).
+// The draft and the 8-bit residual of a model shape (tests/cpu/kernel_cases.h's bench cases).
 struct Planes {
   kc::CaseWeights d, r;
   explicit Planes(kc::Shape s)

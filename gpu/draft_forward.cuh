@@ -8,7 +8,7 @@
 // device's libm (expf, powf, sinf, cosf).
 //
 // Everything here takes device pointers and only launches kernels; gpu/draft_model.cu owns the
-// memory. Under tests/cuda_emulation.h the same code runs on host memory (the CI test of the
+// memory. Under tests/gpu/cuda_emulation.h the same code runs on host memory (the CI test of the
 // whole pass against forward_pass).
 #pragma once
 

@@ -4,8 +4,8 @@
 //
 // Written in a small subset of CUDA (1-D grids, __syncthreads, __shared__ arrays, no warp
 // intrinsics) so that the same source also compiles as plain C++ under the CPU emulation in
-// tests/cuda_emulation.h: the kernels' logic (indexing, reductions, synchronisation) is tested
-// against the CPU reference in every CI run, without a GPU (tests/gpu_kernels_emulated_test.cpp).
+// tests/gpu/cuda_emulation.h: the kernels' logic (indexing, reductions, synchronisation) is tested
+// against the CPU reference in every CI run, without a GPU (tests/gpu/draft_kernels_emulated_test.cpp).
 // Each kernel states its launch shape; those with block reductions need exactly kBlock threads.
 #pragma once
 
@@ -44,7 +44,7 @@
 #define BS_COPY_TO_DEVICE(dst, src, bytes, stream) \
   cudaMemcpyAsync((dst), (src), (bytes), cudaMemcpyHostToDevice, (stream))
 #elif defined(BITSPLIT_CUDA_EMULATION)
-// tests/cuda_emulation.h defines threadIdx, blockIdx, blockDim, __syncthreads and
+// tests/gpu/cuda_emulation.h defines threadIdx, blockIdx, blockDim, __syncthreads and
 // bs_emulated_half_to_float before including this file.
 #define BS_LAUNCH(kernel, blocks, threads, stream, ...) \
   emulate_launch_serial(unsigned(blocks), unsigned(threads), [&] { kernel(__VA_ARGS__); })
@@ -65,7 +65,7 @@
 #define BS_COPY_TO_HOST(dst, src, bytes, stream) std::memcpy((dst), (src), (bytes))
 #define BS_COPY_TO_DEVICE(dst, src, bytes, stream) std::memcpy((dst), (src), (bytes))
 #else
-#error "gpu/draft_kernels.cuh is compiled by nvcc or under tests/cuda_emulation.h"
+#error "gpu/draft_kernels.cuh is compiled by nvcc or under tests/gpu/cuda_emulation.h"
 #endif
 
 namespace bitsplit::gpu::kernels {

@@ -33,7 +33,7 @@ if [ "${GPU_CHECK_SKIP_BUILD:-0}" = 1 ]; then
 elif ! timeout 200 cmake -S . -B "$build" -G Ninja -DBITSPLIT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" \
     >"$out/configure.log" 2>&1; then
   tail -30 "$out/configure.log"; build_status="CONFIGURE FAILED (configure.log)"; rc=1
-elif ! timeout 300 cmake --build "$build" -j "$(nproc)" --target bitsplit bench_gpu_draft gpu_tests gpu_backend_tests \
+elif ! timeout 300 cmake --build "$build" -j "$(nproc)" --target bitsplit bench_gpu_draft gpu_tests decode_gpu_tests \
     >"$out/build.log" 2>&1; then
   tail -50 "$out/build.log"; build_status="BUILD FAILED (build.log)"; rc=1
 fi
@@ -118,9 +118,9 @@ rm -f "$model" "$model.tmp"
 # Memory errors in the device draft's kernels (compute-sanitizer ships with the toolkit).
 sanitizer="not run"
 san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
-if [ -n "$san" ] && [ -x "./$build/tests/gpu_backend_tests" ] && [ "$(left)" -gt 60 ]; then
+if [ -n "$san" ] && [ -x "./$build/tests/decode_gpu_tests" ] && [ "$(left)" -gt 60 ]; then
   cap=$(left); [ "$cap" -gt 120 ] && cap=120
-  if timeout "$cap" "$san" --tool memcheck --error-exitcode 1 "./$build/tests/gpu_backend_tests" \
+  if timeout "$cap" "$san" --tool memcheck --error-exitcode 1 "./$build/tests/decode_gpu_tests" \
       --gtest_filter='GpuDeviceDraft.LogitsMatchTheCpuDraft:GpuBackend.DraftMatmul*' >"$out/memcheck.txt" 2>&1; then
     sanitizer="memcheck clean ($(grep -Eo 'ERROR SUMMARY: [0-9]+ errors' "$out/memcheck.txt" | tail -1))"
   else

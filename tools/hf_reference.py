@@ -9,7 +9,7 @@ Two jobs, both on the CPU in float32:
            sliding window, the soft caps and the fused projections are transformers' code, not ours), tokenises each prompt with the
            tokenizer transformers builds from the GGUF, and writes per prompt: the prompt's
            token ids, the greedy continuation of N tokens, and for every position the K largest
-           logits (ids and values). tests/hf_golden_test.cpp compares the engine against it.
+           logits (ids and values). tests/engine/model/hf_golden_test.cpp compares the engine against it.
 
   fixture  OUT.gguf --arch gemma2|gemma3|phi3 --vocab-from TOKENIZER.gguf [--seed S] [--longrope]
            A small randomly initialised model of that family (transformers' own init, weights

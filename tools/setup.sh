@@ -13,7 +13,7 @@ BUILD_PKGS=(
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libpcre2-dev libssl-dev
   liblapacke-dev libblas-dev libopenblas0-pthread  # LAPACKE: merge's truncated SVD, GPTQ's Cholesky; CBLAS (OpenBLAS behind it): GPTQ, imatrix --covariance
   clang libclang-rt-dev  # libFuzzer and its sanitizers: tools/fuzz.sh
-  python3-jinja2  # the reference for the chat-template test (tests/chat_template_reference.py)
+  python3-jinja2  # the reference for the chat-template test (tests/engine/chat/chat_template_reference.py)
 )
 # Only for tools/fixtures (training the test models) and reference checks; not for the C++ build.
 FIXTURE_PKGS=(
@@ -33,7 +33,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# The official OpenAI client, for the end-to-end test of `bitsplit serve` (tests/serve_openai_test.py;
+# The official OpenAI client, for the end-to-end test of `bitsplit serve` (tests/tools/serve_openai_test.py;
 # it skips without it). PyPI only; a failed install leaves that test skipped, not the setup failed.
 /usr/bin/python3 -c "import openai" 2>/dev/null || \
   /usr/bin/python3 -m pip install --quiet --break-system-packages openai >&2 || \

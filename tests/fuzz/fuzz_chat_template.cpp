@@ -1,5 +1,5 @@
 // libFuzzer target: chat templates (Jinja source) parsed and rendered.
-// The harness (and what it asserts) is in harness_chat_template.h; tests/fuzz_regression_test.cpp runs the same
+// The harness (and what it asserts) is in harness_chat_template.h; tests/fuzz/fuzz_regression_test.cpp runs the same
 // function over the seeds and every input that once failed.
 #include "harness_chat_template.h"
 

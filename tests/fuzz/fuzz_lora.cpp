@@ -1,6 +1,6 @@
 // libFuzzer target: a whole LoRA adapter file to open_lora (through a memfd path) and
 // read_lora_factors. The harness (and what it asserts) is in harness_lora.h;
-// tests/fuzz_regression_test.cpp runs the same function over the seeds and every input that
+// tests/fuzz/fuzz_regression_test.cpp runs the same function over the seeds and every input that
 // once failed.
 #include "harness_lora.h"
 

@@ -1,5 +1,5 @@
 // libFuzzer target: a whole model file to read_split_format, read_model_config and Model::load.
-// The harness (and what it asserts) is in harness_model.h; tests/fuzz_regression_test.cpp runs the same
+// The harness (and what it asserts) is in harness_model.h; tests/fuzz/fuzz_regression_test.cpp runs the same
 // function over the seeds and every input that once failed.
 #include "harness_model.h"
 

@@ -1,6 +1,6 @@
 // Shared pieces of the fuzz harnesses (tests/fuzz/harness_*.h): the property check that aborts
 // with a message, in-memory files for loaders that take a path, and a byte reader for inputs
-// that carry several fields. Used by the libFuzzer targets and by tests/fuzz_regression_test.cpp.
+// that carry several fields. Used by the libFuzzer targets and by tests/fuzz/fuzz_regression_test.cpp.
 #pragma once
 
 #include <sys/mman.h>

@@ -19,7 +19,7 @@
 #include "../../engine/text/tokenizer_pretok.h"
 #include "bitsplit/gguf.h"
 #include "bitsplit/tokenizer.h"
-#include "../gguf_testing.h"
+#include "../engine/text/tokenizer_testing.h"
 #include "harness_common.h"
 
 namespace bitsplit::fuzz {

@@ -1,4 +1,4 @@
-// Every fuzz harness by target name, for tests/fuzz_regression_test.cpp (the libFuzzer targets
+// Every fuzz harness by target name, for tests/fuzz/fuzz_regression_test.cpp (the libFuzzer targets
 // each include their own harness_*.h).
 #pragma once
 

@@ -14,7 +14,7 @@
 #include <set>
 #include <sstream>
 
-#include "../gguf_testing.h"
+#include "../engine/format/gguf_testing.h"
 #include "bitsplit/gguf.h"
 #include "bitsplit/quant.h"
 #include "bitsplit/split_format.h"

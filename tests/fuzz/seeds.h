@@ -2,7 +2,7 @@
 // (original, Q8_0, bit-split), a delta and an importance matrix, small vocabularies and
 // tokenizer.json files, option strings; and, when ../shared is present, its vocabularies cut
 // down to a few hundred tokens and the texts of llama.cpp's tokenizer suites. Used by
-// fuzz_seeds (writes them for libFuzzer) and by tests/fuzz_regression_test.cpp.
+// fuzz_seeds (writes them for libFuzzer) and by tests/fuzz/fuzz_regression_test.cpp.
 #pragma once
 
 #include <cstdint>
