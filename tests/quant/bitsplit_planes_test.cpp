@@ -410,7 +410,7 @@ TEST(DraftBudget, MoreBudgetNeverMeansMoreError) {
   std::vector<DraftTensorErrors> ts;
   for (int i = 0; i < 12; ++i) {
     const double s = 0.5 + 0.37 * i;
-    ts.push_back(tensor("t" + std::to_string(i), 32 * (1 + i % 4), 64 * (1 + i % 3), s, s * (0.2 + 0.05 * (i % 5)), s * 0.05));
+    ts.push_back(tensor(std::string("t").append(std::to_string(i)), 32 * (1 + i % 4), 64 * (1 + i % 3), s, s * (0.2 + 0.05 * (i % 5)), s * 0.05));
   }
   double previous = INFINITY;
   for (double budget = 2.5; budget <= 4.6; budget += 0.1) {

@@ -21,8 +21,9 @@ struct Bytes {
   Bytes& u64(uint64_t v) { return raw(&v, 8); }
   Bytes& str(const std::string& s) { u64(s.size()); return raw(s.data(), s.size()); }
   Bytes& raw(const void* p, size_t n) {
-    const auto* c = static_cast<const uint8_t*>(p);
-    b.insert(b.end(), c, c + n);
+    const size_t at = b.size();
+    b.resize(at + n);
+    if (n > 0) std::memcpy(b.data() + at, p, n);
     return *this;
   }
   Bytes& header(uint64_t n_tensors, uint64_t n_kv, uint32_t version = 3) {

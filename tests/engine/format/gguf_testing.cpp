@@ -63,7 +63,7 @@ gguf::Writer make_tiny_model(const TinyModelSpec& s) {
     types.push_back(1);
   }
   while (int64_t(tokens.size()) < s.vocab) {
-    tokens.push_back("t" + std::to_string(tokens.size()));
+    tokens.push_back(std::string("t").append(std::to_string(tokens.size())));
     scores.push_back(-100.0f - float(tokens.size()));
     types.push_back(1);
   }

@@ -142,8 +142,8 @@ TEST(AdapterPool, AStreamOfAdaptersNeverExceedsTheBudget) {
   std::vector<PoolAdapter> seen = {first};
   for (int i = 0; i < 6; ++i) {
     const PoolAdapter a = i == 0 ? first
-                          : i % 2 ? nudged(seen[size_t(i / 2)], "t" + std::to_string(i), uint32_t(20 + i), 0.05f)
-                                  : random_adapter("t" + std::to_string(i), uint32_t(30 + i), 0.3f);
+                          : i % 2 ? nudged(seen[size_t(i / 2)], std::string("t").append(std::to_string(i)), uint32_t(20 + i), 0.05f)
+                                  : random_adapter(std::string("t").append(std::to_string(i)), uint32_t(30 + i), 0.3f);
     if (i > 0) seen.push_back(a);
     auto d = pool.request(a, kjv, keep(a));
     ASSERT_TRUE(d.is_ok()) << d.status().message();

@@ -79,7 +79,7 @@ class MergeTest : public ::testing::Test {
     base_ = std::move(*b);
   }
   Merged merge(const std::vector<std::string>& inputs, const MergeOptions& o, MergeReport* rep = nullptr) {
-    const std::string out = dir_.file("m" + std::to_string(count_++) + ".gguf");
+    const std::string out = dir_.file(std::string("m").append(std::to_string(count_++)).append(".gguf"));
     Status st = merge_models(*base_, inputs, out, o, rep);
     BITSPLIT_CHECK(st.is_ok(), st.message());
     Merged m;

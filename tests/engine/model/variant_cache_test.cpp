@@ -64,7 +64,7 @@ Stream zipf_stream(int n, int requests, size_t k, uint64_t seed) {
       key = int(std::lower_bound(cdf.begin(), cdf.end(), uniform(rng)) - cdf.begin());
       key = std::min(key, n - 1);
     }
-    s.keys.push_back("v" + std::to_string(key));
+    s.keys.push_back(std::string("v").append(std::to_string(key)));
   }
   return s;
 }
