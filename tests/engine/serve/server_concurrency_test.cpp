@@ -226,5 +226,37 @@ TEST(ServeConcurrency, KeptCachesServeTheNextRequest) {
   EXPECT_GT(with[3].second, with[1].second) << "the base's kept cache, two turns on";
 }
 
+// A request's own budget goes through the front ends' one rule (generation_config): a fixed budget
+// drafts no context lookup unless the server's defaults ask for one, as `bitsplit run --budget N`.
+TEST(ServeConcurrency, ARequestsFixedBudgetDraftsLookupOnlyWhenAsked) {
+  if (!std::filesystem::exists(kModels + "/bible-base.gguf")) GTEST_SKIP() << "tests/models is missing";
+  BaseAndDevil b("serve-request-budget");
+  // Lookup tokens drafted for one greedy request with "bitsplit": {"budget": 4}, on a server whose
+  // defaults are `defaults`.
+  auto lookup_drafted = [&](const GenerationArgs& defaults) -> int64_t {
+    serve::ServerOptions options;
+    options.port = 0;
+    options.generation = defaults;
+    RunningServer running(options, b);
+    httplib::Client client("127.0.0.1", running.server().port());
+    client.set_read_timeout(120, 0);
+    const std::string verse = "And the LORD spake unto Moses, saying, ";
+    const nlohmann::json body = {{"prompt", verse + verse + verse},
+                                 {"max_tokens", 32},
+                                 {"temperature", 0},
+                                 {"bitsplit", {{"budget", 4}}}};
+    auto res = client.Post("/v1/completions", body.dump(), "application/json");
+    EXPECT_TRUE(res && res->status == 200) << (res ? res->body : "no response");
+    if (!res || res->status != 200) return -1;
+    const auto j = nlohmann::json::parse(res->body);
+    EXPECT_EQ(j["bitsplit"]["checks"].get<int64_t>() > 0, true) << res->body;
+    return j["bitsplit"]["lookup_drafted_tokens"].get<int64_t>();
+  };
+  EXPECT_EQ(lookup_drafted(GenerationArgs{}), 0) << "the server's --budget auto default must not add lookup to a fixed budget";
+  GenerationArgs with_lookup;
+  with_lookup.lookup = 8;
+  EXPECT_GT(lookup_drafted(with_lookup), 0) << "lookup asked for by the server's defaults joins the request's budget";
+}
+
 }  // namespace
 }  // namespace bitsplit
