@@ -256,6 +256,22 @@ const SplitProjection* Model::split(const std::string& weight) const {
   return it == splits_.end() ? nullptr : &it->second;
 }
 
+const HeldProjection& Model::held(int64_t layer, size_t slot) const {
+  HeldTable& t = *held_.table;
+  std::call_once(t.once, [&] {
+    if (splits_.empty() && q8_0_.empty()) return;
+    const std::vector<std::string> kinds = projection_kinds(config_);
+    t.per_layer = kinds.size();
+    t.slots.reserve(size_t(config_.n_layers) * kinds.size());
+    for (int64_t l = 0; l < config_.n_layers; ++l) {
+      const std::string b = "blk." + std::to_string(l) + ".";
+      for (const std::string& kind : kinds) t.slots.push_back({split(b + kind + ".weight"), q8_0(b + kind + ".weight")});
+    }
+  });
+  static const HeldProjection kF32;
+  return t.slots.empty() ? kF32 : t.slots[size_t(layer) * t.per_layer + slot];
+}
+
 Result<Model> Model::with_split_planes(const quant::SplitParams& params,
                                        const std::map<std::string, std::vector<float>>* importance,
                                        const WeightTransform& embedding, std::shared_ptr<cpu::CpuContext> cpu,

@@ -12,6 +12,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bitsplit/backend.h"
@@ -104,6 +105,11 @@ struct ProjectionSlot {
 std::vector<ProjectionSlot> layer_projections(const ModelConfig& c);
 // The kinds alone (placement_order takes them).
 std::vector<std::string> projection_kinds(const ModelConfig& c);
+// Slots in layer_projections' order: the attention's four, then each FFN's gate, up and down at
+// ffn_slot(f), +1, +2 (f = 0: the dense FFN, or expert 0; f = e: expert e; f = n_expert: the
+// shared expert).
+inline constexpr size_t kSlotQ = 0, kSlotK = 1, kSlotV = 2, kSlotOutput = 3;
+constexpr size_t ffn_slot(int64_t ffn) { return 4 + 3 * size_t(ffn); }
 
 struct ExpertWeights {
   std::vector<float> w_gate, w_up, w_down;
@@ -171,6 +177,12 @@ struct ModelLoadOptions {
   bool copy_residual = false;
 };
 
+// A projection as a model holds it beyond f32: bit-split planes or Q8_0 blocks (both null: f32).
+struct HeldProjection {
+  const SplitProjection* planes = nullptr;
+  const std::vector<uint8_t>* q8_0 = nullptr;
+};
+
 // Applied to one weight matrix [rows x cols] (row-major), returning its replacement.
 using WeightTransform =
     std::function<std::vector<float>(const std::string& name, const std::vector<float>& w, int64_t rows, int64_t cols)>;
@@ -205,6 +217,9 @@ class Model {
   // A projection held as Q8_0 blocks (ggml layout, [out] rows of in/32 blocks), or null.
   const std::vector<uint8_t>* q8_0(const std::string& weight) const;
   bool has_q8_0() const { return !q8_0_.empty(); }
+  // split() and q8_0() of a layer's projection by slot (layer_projections' order), resolved once
+  // (on first use; thread-safe), so a pass looks nothing up by name in its layer loop.
+  const HeldProjection& held(int64_t layer, size_t slot) const;
   cpu::CpuContext& cpu() const { return *cpu_; }
   bool has_cpu() const { return cpu_ != nullptr; }  // models built in memory (f32 tests) may have none
   Backend& backend() const { return *backend_; }
@@ -265,6 +280,28 @@ class Model {
   std::vector<LayerWeights> layers_;
   std::map<std::string, SplitProjection> splits_;
   std::map<std::string, std::vector<uint8_t>> q8_0_;
+  // held()'s table: [layer * per_layer + slot], empty when every projection is f32. It points
+  // into the maps above, so a copy of the model makes its own; a move keeps it (map nodes stay).
+  struct HeldTable {
+    std::once_flag once;
+    std::vector<HeldProjection> slots;
+    size_t per_layer = 0;
+  };
+  struct HeldTableRef {
+    std::shared_ptr<HeldTable> table = std::make_shared<HeldTable>();
+    HeldTableRef() = default;
+    HeldTableRef(const HeldTableRef&) {}
+    HeldTableRef(HeldTableRef&& o) noexcept : table(std::exchange(o.table, std::make_shared<HeldTable>())) {}
+    HeldTableRef& operator=(const HeldTableRef&) {
+      table = std::make_shared<HeldTable>();
+      return *this;
+    }
+    HeldTableRef& operator=(HeldTableRef&& o) noexcept {
+      table = std::exchange(o.table, std::make_shared<HeldTable>());
+      return *this;
+    }
+  };
+  HeldTableRef held_;
   std::shared_ptr<cpu::CpuContext> cpu_;
   std::shared_ptr<Backend> backend_;
   Pass default_pass_ = Pass::kTarget;
