@@ -261,6 +261,7 @@ class Model {
   const LayerWeights& layer(int64_t i) const { return layers_[size_t(i)]; }
 
  private:
+  friend class ModelLoader;  // Model::load's steps (model_load.cpp)
   ModelConfig config_;
   std::vector<float> token_embd_, output_norm_, output_, rope_freqs_, rope_freqs_long_;
   // The embedding as Q8_0 blocks (n_vocab rows of n_embd / 32 blocks) when held so: in the
