@@ -20,33 +20,8 @@ class DraftDescriber {
  public:
   DraftDescriber(const Model& draft, const Variant* variant) : draft_(draft), variant_(variant), c_(draft.config()) {}
 
-  // The shape (ModelConfig's fields of the same names).
-  void describe_shape() {
-    m_.n_layers = c_.n_layers;
-    m_.n_embd = c_.n_embd;
-    m_.n_heads = c_.n_heads;
-    m_.n_kv_heads = c_.n_kv_heads;
-    m_.head_dim = c_.head_dim;
-    m_.n_ff = c_.n_ff;
-    m_.n_vocab = c_.n_vocab;
-    m_.n_rot = c_.n_rot;
-    m_.rope_base = c_.rope_base;
-    m_.rope_freq_scale = c_.rope_freq_scale;
-    m_.rms_eps = c_.rms_eps;
-    m_.rope_neox = c_.rope_order == cpu::RopeOrder::kNeox;
-    m_.embd_scale = c_.embd_scale;
-    m_.attn_scale = c_.attn_scale;
-    m_.attn_softcap = c_.attn_softcap;
-    m_.final_softcap = c_.final_softcap;
-    m_.gelu = c_.ffn_act == FfnActivation::kGeluTanh;
-    m_.sliding_window = c_.sliding_window;
-    m_.n_expert = c_.n_expert;
-    m_.n_expert_used = c_.n_expert_used;
-    m_.n_ff_exp = c_.n_ff_exp;
-    m_.n_ff_shexp = c_.n_ff_shexp;
-    m_.expert_weights_norm = c_.expert_weights_norm;
-    m_.rope_attn_factor = c_.rope_attn_factor;
-  }
+  // The shape: the config's own (a ModelConfig is a ModelShape).
+  void describe_shape() { m_.shape = c_; }
 
   // The embedding (and a variant's signs and LoRA on it), the output norm, the RoPE factors the
   // sequence's context picks. A variant's full tensors replace the base's norms and biases; a

@@ -18,6 +18,7 @@
 #include "bitsplit/backend.h"
 #include "bitsplit/cpu.h"
 #include "bitsplit/imatrix.h"
+#include "bitsplit/model_shape.h"
 #include "bitsplit/planes.h"
 #include "bitsplit/quant.h"
 #include "bitsplit/status.h"
@@ -29,41 +30,20 @@ enum class Architecture { kLlama, kQwen2, kQwen3, kGemma2, kGemma3, kPhi3, kQwen
 inline constexpr const char* kSupportedArchitectures =
     "llama (also Mixtral-style mixture of experts), qwen2, qwen3, gemma2, gemma3, phi3, qwen2moe, qwen3moe";
 
-// The FFN's gate activation: SwiGLU (llama, qwen) or GeGLU with the tanh GELU (gemma).
-enum class FfnActivation { kSilu, kGeluTanh };
-
-struct ModelConfig {
+// A model's configuration: its shape (model_shape.h: widths, heads, RoPE, norms, gemma's scales
+// and caps, the sliding window, the experts) and what only the CPU pass and the loader read.
+struct ModelConfig : ModelShape {
   Architecture arch = Architecture::kLlama;
   std::string arch_name;
-  int64_t n_layers = 0;
-  int64_t n_embd = 0;
-  int64_t n_heads = 0;
-  int64_t n_kv_heads = 0;
-  int64_t head_dim = 0;
-  int64_t n_ff = 0;
-  int64_t n_vocab = 0;
   int64_t n_ctx_train = 0;
-  int64_t n_rot = 0;  // RoPE dimensions per head (== head_dim for every supported model)
-  float rope_base = 10000.0f;
-  float rope_freq_scale = 1.0f;  // linear RoPE scaling: positions are multiplied by this
-  cpu::RopeOrder rope_order = cpu::RopeOrder::kNormal;
-  float rms_eps = 1e-5f;
   bool tied_output = false;   // no output.weight: logits use token_embd.weight
   bool has_qkv_bias = false;  // qwen2
   bool has_qk_norm = false;   // qwen3, gemma3
-  // Gemma: the embedding row is multiplied by embd_scale (sqrt(n_embd)); the attention and FFN
-  // outputs pass through their own RMSNorm (post_attention_norm, post_ffw_norm) before the
-  // residual add; the FFN is GeGLU.
-  float embd_scale = 1.0f;
+  // Gemma: the attention and FFN outputs pass through their own RMSNorm (post_attention_norm,
+  // post_ffw_norm) before the residual add.
   bool has_post_norms = false;
-  FfnActivation ffn_act = FfnActivation::kSilu;
-  float attn_scale = 0.0f;     // scores = q·k · attn_scale (1/sqrt(head_dim) unless the family says otherwise)
-  float attn_softcap = 0.0f;   // > 0: scores = c · tanh(scores / c) before the mask (gemma2)
-  float final_softcap = 0.0f;  // > 0: logits = c · tanh(logits / c) (gemma2)
-  // Sliding-window attention (gemma2, gemma3, phi3): in the layers with swa_layers[l] != 0 a token at
-  // position p sees only cache slots at positions > p - sliding_window; those layers use
-  // rope_base_swa and rope_freq_scale_swa.
-  int64_t sliding_window = 0;
+  // Sliding-window attention (ModelShape::sliding_window): the layers with swa_layers[l] != 0
+  // slide, and use rope_base_swa and rope_freq_scale_swa.
   std::vector<uint8_t> swa_layers;  // n_layers entries, or empty (no sliding window)
   float rope_base_swa = 10000.0f;
   float rope_freq_scale_swa = 1.0f;  // gemma3's local layers take no RoPE scaling; others their own
@@ -73,19 +53,7 @@ struct ModelConfig {
   // (Model::rope_freq_factors(context)); cos and sin are multiplied by rope_attn_factor in every
   // layer either way.
   int64_t rope_original_context = 0;  // > 0 with LongRoPE
-  float rope_attn_factor = 1.0f;
 
-  // Mixture of experts (qwen2moe, qwen3moe, llama with expert_count = Mixtral): each layer's FFN
-  // is n_expert FFNs of width n_ff_exp; the router (ffn_gate_inp) picks n_expert_used per token
-  // by softmax probability, weighted by those probabilities (renormalised over the chosen when
-  // expert_weights_norm); qwen2moe adds a shared expert of width n_ff_shexp gated by
-  // sigmoid(x · ffn_gate_inp_shexp).
-  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
-  bool expert_weights_norm = false;
-
-  int64_t q_dim() const { return n_heads * head_dim; }
-  int64_t kv_dim() const { return n_kv_heads * head_dim; }
-  bool is_moe() const { return n_expert > 0; }
   bool is_swa(int64_t layer) const { return !swa_layers.empty() && swa_layers[size_t(layer)] != 0; }
   float layer_rope_base(int64_t layer) const { return is_swa(layer) ? rope_base_swa : rope_base; }
   float layer_rope_freq_scale(int64_t layer) const { return is_swa(layer) ? rope_freq_scale_swa : rope_freq_scale; }
