@@ -2,10 +2,10 @@
 // gpu/draft_kernels.cuh on one stream: embedding gather, then per layer RMSNorm, int8
 // quantisation, the 2-bit q/k/v projections (+ biases, QK-norm, RoPE), K/V into the device
 // cache, tree-masked attention (sliding-window layers also by position), the output projection,
-// the SwiGLU or GeGLU FFN (gemma's norms after each branch) and the residual adds; then the
-// output norm, the 2-bit head (soft-capped for gemma2) and the top-k of each row. The same order of operations
-// as forward_pass() with Pass::kDraft, so the logits agree with the CPU draft up to the
-// device's libm (expf, powf, sinf, cosf).
+// the SwiGLU or GeGLU FFN or a mixture of experts (gemma's norms after each branch) and the
+// residual adds; then the output norm and the 2-bit head (soft-capped for gemma2), whose top-k
+// gpu/draft_model.cu takes. The same order of operations as forward_pass() with Pass::kDraft,
+// so the logits agree with the CPU draft up to the device's libm (expf, powf, sinf, cosf).
 //
 // Everything here takes device pointers and only launches kernels; gpu/draft_model.cu owns the
 // memory. Under tests/cuda_emulation.h the same code runs on host memory (the CI test of the
@@ -243,7 +243,7 @@ inline void add_lora(const PlaneDev& p, const float* x, int64_t rows, const Scra
 }
 
 // y [n x n_embd] = down(act(gate(x)) ⊙ up(x)) of width ff over x [n x n_embd] (the dense FFN, an
-// expert, the shared expert), as forward_pass's gated_ffn.
+// expert, the shared expert), as the CPU pass's ForwardPass::gated_ffn.
 inline void gated_ffn(const ShapeDev& s, const PlaneDev& gate, const PlaneDev& up, const PlaneDev& down, const float* x,
                       int64_t n, int64_t ff, ScratchDev& t, float* y, Stream stream, bool g64) {
   quantize_input(s, x, n, s.n_embd, t, stream);

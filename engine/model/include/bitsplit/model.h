@@ -1,7 +1,8 @@
-// engine/model/: a Llama-family model — configuration from GGUF metadata, weights (f32, Q8_0 blocks or
-// bit-split planes computed on the model's Backend), the KV cache with explicit slots, token
-// batches with arbitrary attention masks, and forward_pass: the engine's forward pass, f32 for
-// f32 weights and the plane kernels' exact arithmetic for planes.
+// engine/model/: a Llama-family model — configuration from GGUF metadata, weights (f32, Q8_0
+// blocks or bit-split planes computed on the model's Backend), the KV cache with explicit slots,
+// token batches with arbitrary attention masks, and forward_pass: the engine's forward pass, f32
+// for f32 weights, the Q8_0 kernel for Q8_0 blocks and the plane kernels' exact arithmetic for
+// planes.
 #pragma once
 
 #include <cstdint>
@@ -155,8 +156,10 @@ struct HeldProjection {
 using WeightTransform =
     std::function<std::vector<float>(const std::string& name, const std::vector<float>& w, int64_t rows, int64_t cols)>;
 
-// A model with every weight held in f32 (dequantised on load; bit-split files are
-// reconstructed from their planes).
+// A loaded model: its configuration and weights. Projections are held in f32 (dequantised on
+// load), as Q8_0 blocks (q8_0_kernels) or as bit-split planes computed on the model's Backend
+// (keep_planes; without it a bit-split file's projections are reconstructed to f32); the rest
+// (norms, biases, the embedding unless a bit-split model keeps its Q8_0 blocks) in f32.
 class Model {
  public:
   static Result<Model> load(const WeightSource& source, const ModelLoadOptions& options = {});
@@ -344,8 +347,8 @@ inline DraftRows draft_rows(const Batch& b) {
 // as "blk.0.attn_q.weight", the activations [rows x cols].
 using ActivationObserver = std::function<void(const std::string& weight, const float* x, int64_t rows, int64_t cols)>;
 
-// Runs the batch through the f32 reference model; returns [n_wanted x n_vocab] logits.
-// Projections with bit-split planes run the plane kernels for `pass`; all else is f32.
+// Runs the batch through the model; returns [n_wanted x n_vocab] logits. Projections with
+// bit-split planes run the plane kernels for `pass`, Q8_0 blocks the Q8_0 kernel; all else is f32.
 // With a variant (variant.h), the pass computes that fine-tuned variant: its sign planes join
 // D in every projection and the tensors it replaces in full stand in for the base's.
 Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, const Batch& batch,

@@ -1,7 +1,8 @@
 // A fine-tuned variant of a loaded base model: the BitDelta sign planes and scales of one
 // delta file, or the low-rank factors of a LoRA adapter, held in memory beside the base and
-// applied inside the passes (the variant's weights are never materialised). Many variants share one base; a forward pass, a plain or a
-// speculative generation takes the variant to run as a parameter.
+// applied inside the passes (the variant's weights are never materialised). Many variants share
+// one base; a forward pass, a plain or a speculative generation takes the variant to run as a
+// parameter.
 #pragma once
 
 #include <array>
