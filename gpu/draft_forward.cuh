@@ -2,10 +2,10 @@
 // gpu/draft_kernels.cuh on one stream: embedding gather, then per layer RMSNorm, int8
 // quantisation, the 2-bit q/k/v projections (+ biases, QK-norm, RoPE), K/V into the device
 // cache, tree-masked attention (sliding-window layers also by position), the output projection,
-// the SwiGLU or GeGLU FFN (gemma's norms after each branch) and the residual adds; then the
-// output norm, the 2-bit head (soft-capped for gemma2) and the top-k of each row. The same order of operations
-// as forward_pass() with Pass::kDraft, so the logits agree with the CPU draft up to the
-// device's libm (expf, powf, sinf, cosf).
+// the SwiGLU or GeGLU FFN or a mixture of experts (gemma's norms after each branch) and the
+// residual adds; then the output norm and the 2-bit head (soft-capped for gemma2), whose top-k
+// gpu/draft_model.cu takes. The same order of operations as forward_pass() with Pass::kDraft,
+// so the logits agree with the CPU draft up to the device's libm (expf, powf, sinf, cosf).
 //
 // Everything here takes device pointers and only launches kernels; gpu/draft_model.cu owns the
 // memory. Under tests/gpu/cuda_emulation.h the same code runs on host memory (the CI test of the
@@ -64,41 +64,19 @@ struct LayerDev {
   const float* shexp_gate_inp = nullptr;
 };
 
-struct ShapeDev {
-  int64_t n_layers = 0, n_embd = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, n_ff = 0, n_vocab = 0, n_rot = 0;
-  float rope_base = 10000.0f, rope_freq_scale = 1.0f, rms_eps = 1e-5f;
-  bool rope_neox = false;
-  int group = 64;  // every plane's group (the activations are quantised once per input)
-  // Gemma (ModelConfig's fields of the same names): embedding scale, query scale, soft caps,
-  // GeGLU, the sliding window of the layers marked swa.
-  float embd_scale = 1.0f, attn_scale = 0.0f, attn_softcap = 0.0f, final_softcap = 0.0f;
-  bool gelu = false;
-  int64_t sliding_window = 0;
-  float rope_attn_factor = 1.0f;  // LongRoPE's factor on cos and sin
-  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;  // a mixture of experts
-  bool expert_weights_norm = false;
+// The model's shape (ModelShape, as describe_device_draft takes it from the ModelConfig) and what
+// only the device pass needs beside it.
+struct ShapeDev : ModelShape {
+  int group = 64;             // every plane's group (the activations are quantised once per input)
   int64_t max_lora_rank = 0;  // a variant's largest LoRA rank (scratch), 0 without
-  int64_t q_dim() const { return n_heads * head_dim; }
-  int64_t kv_dim() const { return n_kv_heads * head_dim; }
 };
 
 static_assert(kMaxTopK == DraftModel::kMaxTopK, "the top-k kernel's limit is the API's");
 
 inline ShapeDev shape_of(const DraftModelHost& m) {
-  ShapeDev s{m.n_layers, m.n_embd, m.n_heads, m.n_kv_heads, m.head_dim, m.n_ff, m.n_vocab, m.n_rot,
-             m.rope_base, m.rope_freq_scale, m.rms_eps, m.rope_neox, m.group};
-  s.embd_scale = m.embd_scale;
-  s.attn_scale = m.attn_scale;
-  s.attn_softcap = m.attn_softcap;
-  s.final_softcap = m.final_softcap;
-  s.gelu = m.gelu;
-  s.sliding_window = m.sliding_window;
-  s.rope_attn_factor = m.rope_attn_factor;
-  s.n_expert = m.n_expert;
-  s.n_expert_used = m.n_expert_used;
-  s.n_ff_exp = m.n_ff_exp;
-  s.n_ff_shexp = m.n_ff_shexp;
-  s.expert_weights_norm = m.expert_weights_norm;
+  ShapeDev s;
+  static_cast<ModelShape&>(s) = m.shape;
+  s.group = m.group;
   s.max_lora_rank = m.max_lora_rank;
   return s;
 }
@@ -265,7 +243,7 @@ inline void add_lora(const PlaneDev& p, const float* x, int64_t rows, const Scra
 }
 
 // y [n x n_embd] = down(act(gate(x)) ⊙ up(x)) of width ff over x [n x n_embd] (the dense FFN, an
-// expert, the shared expert), as forward_pass's gated_ffn.
+// expert, the shared expert), as the CPU pass's ForwardPass::gated_ffn.
 inline void gated_ffn(const ShapeDev& s, const PlaneDev& gate, const PlaneDev& up, const PlaneDev& down, const float* x,
                       int64_t n, int64_t ff, ScratchDev& t, float* y, Stream stream, bool g64) {
   quantize_input(s, x, n, s.n_embd, t, stream);
@@ -273,7 +251,7 @@ inline void gated_ffn(const ShapeDev& s, const PlaneDev& gate, const PlaneDev& u
   matmul(up, n, t, t.up, stream, g64);
   add_lora(gate, x, n, t, t.gate, stream);
   add_lora(up, x, n, t, t.up, stream);
-  if (s.gelu) {
+  if (s.ffn_act == FfnActivation::kGeluTanh) {
     BS_LAUNCH(gelu_mul, blocks_for(n * ff, 128), 128, stream, t.gate, t.up, n * ff);
   } else {
     BS_LAUNCH(silu_mul, blocks_for(n * ff, 128), 128, stream, t.gate, t.up, n * ff);
@@ -357,13 +335,12 @@ inline void draft_forward(const ModelDev& m, const BatchDev& b, ScratchDev& t, S
       BS_LAUNCH_SYNC(rms_norm_rows, n * s.n_kv_heads, kBlock, stream, t.k, w.k_norm, s.head_dim, s.rms_eps, t.k);
     }
     const int64_t half = s.n_rot / 2;
+    const bool neox = s.rope_order == RopeOrder::kNeox;
     if (half > 0) {  // a launch of zero blocks is an error
       BS_LAUNCH(rope_rows, blocks_for(n * s.n_heads * half, 128), 128, stream, t.q, n, s.n_heads, s.head_dim, s.n_rot,
-                s.rope_neox, b.positions, w.rope_base, w.rope_freq_scale, m.rope_freq_factors,
-                s.rope_attn_factor);
+                neox, b.positions, w.rope_base, w.rope_freq_scale, m.rope_freq_factors, s.rope_attn_factor);
       BS_LAUNCH(rope_rows, blocks_for(n * s.n_kv_heads * half, 128), 128, stream, t.k, n, s.n_kv_heads, s.head_dim,
-                s.n_rot, s.rope_neox, b.positions, w.rope_base, w.rope_freq_scale, m.rope_freq_factors,
-                s.rope_attn_factor);
+                s.n_rot, neox, b.positions, w.rope_base, w.rope_freq_scale, m.rope_freq_factors, s.rope_attn_factor);
     }
     BS_LAUNCH(write_kv, blocks_for(n * s.kv_dim(), 128), 128, stream, t.k, t.v, b.slots, n, s.kv_dim(), w.k_cache,
               w.v_cache);

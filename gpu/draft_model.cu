@@ -2,6 +2,7 @@
 // the pinned staging of each batch and the copies in and out on one stream.
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstring>
 #include <vector>
 
@@ -19,141 +20,16 @@ class CudaDraftModel final : public DraftModel {
   }
 
   Status init(DraftMatmul& planes, const DraftModelHost& m, int64_t n_slots, int64_t max_rows) {
-    if (n_slots <= 0 || max_rows <= 0) return Status::error("the device draft needs at least one cache slot and one row");
-    if (m.n_layers <= 0 || m.n_heads <= 0 || m.n_kv_heads <= 0 || m.n_heads % m.n_kv_heads != 0 ||
-        int64_t(m.layers.size()) != m.n_layers) {
-      return Status::error("the device draft got an inconsistent model shape");
-    }
-    if (m.n_rot > m.head_dim || m.n_rot % 2 != 0) return Status::error("the device draft needs an even n_rot <= head_dim");
-    if (m.n_expert > 0 && (m.n_expert_used < 1 || m.n_expert_used > m.n_expert || m.n_ff_exp <= 0)) {
-      return Status::error("the device draft got an inconsistent mixture of experts");
-    }
+    BITSPLIT_RETURN_IF_ERROR(check_shape(m.shape, int64_t(m.layers.size()), n_slots, max_rows));
     device_ = planes.device();
     n_slots_ = n_slots;
     max_rows_ = max_rows;
     BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));
     BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
-    kernels::ShapeDev& s = model_.shape;
-    s = kernels::shape_of(m);
-    BITSPLIT_ASSIGN_OR_RETURN(model_.head, plane(planes, m.head, "output.weight", m.n_vocab, m.n_embd));
-    BITSPLIT_ASSIGN_OR_RETURN(model_.token_embd, put(m.token_embd, m.n_vocab * m.n_embd, "token_embd"));
-    BITSPLIT_ASSIGN_OR_RETURN(model_.output_norm, put(m.output_norm, m.n_embd, "output_norm"));
-    if (m.embd_signs.signs) {  // a variant's embedding delta, in its own layout
-      const SignPlaneView& e = m.embd_signs;
-      if (e.out != m.n_vocab || e.in != m.n_embd || e.row_bytes < (e.in + 7) / 8) {
-        return Status::error("device draft: the variant's embedding signs have another shape");
-      }
-      const size_t bytes = size_t(e.out * e.row_bytes);
-      BITSPLIT_RETURN_IF_ERROR(embd_signs_.allocate(bytes));
-      BITSPLIT_RETURN_IF_ERROR(
-          cuda_status(cudaMemcpy(embd_signs_.get(), e.signs, bytes, cudaMemcpyHostToDevice), "upload embedding signs"));
-      BITSPLIT_ASSIGN_OR_RETURN(model_.embd_alpha, put(e.alpha, e.alpha_per_row ? e.out : 1, "token_embd signs' scales"));
-      model_.embd_signs = embd_signs_.get();
-      model_.embd_alpha_per_row = e.alpha_per_row;
-      model_.embd_row_bytes = e.row_bytes;
-      counters_.weight_bytes_to_device += bytes;
-      bytes_ += bytes;
-    }
-    if (m.embd_lora.up) {  // a variant's embedding LoRA
-      if (m.embd_lora.rank < 1 || m.embd_lora.rank > m.max_lora_rank) {
-        return Status::error("device draft: the embedding's LoRA has rank " + std::to_string(m.embd_lora.rank));
-      }
-      BITSPLIT_ASSIGN_OR_RETURN(model_.embd_lora_up, put(m.embd_lora.up, m.n_vocab * m.embd_lora.rank, "token_embd LoRA up"));
-      BITSPLIT_ASSIGN_OR_RETURN(model_.embd_lora_down,
-                                put(m.embd_lora.down, m.embd_lora.rank * m.n_embd, "token_embd LoRA down"));
-      model_.embd_lora_rank = m.embd_lora.rank;
-      model_.embd_lora_scale = m.embd_lora.scale;
-    }
-    if (m.rope_freq_factors) {
-      BITSPLIT_ASSIGN_OR_RETURN(model_.rope_freq_factors, put(m.rope_freq_factors, m.n_rot / 2, "rope_freqs"));
-    }
-    const int64_t kv = s.kv_dim(), cache = m.n_layers * n_slots * kv;
-    BITSPLIT_RETURN_IF_ERROR(k_cache_.allocate(size_t(cache)));
-    BITSPLIT_RETURN_IF_ERROR(v_cache_.allocate(size_t(cache)));
-    bytes_ += uint64_t(cache) * 8;
-    layers_.resize(size_t(m.n_layers));
-    experts_.resize(size_t(m.n_layers));
-    for (int64_t l = 0; l < m.n_layers; ++l) {
-      const DraftModelHost::Layer& h = m.layers[size_t(l)];
-      kernels::LayerDev& d = layers_[size_t(l)];
-      d = kernels::layer_of(h);  // the host's pointers, each replaced below by its device copy
-      const std::string b = "blk." + std::to_string(l) + ".";
-      BITSPLIT_ASSIGN_OR_RETURN(d.attn_norm, put(h.attn_norm, s.n_embd, b + "attn_norm"));
-      BITSPLIT_ASSIGN_OR_RETURN(d.ffn_norm, put(h.ffn_norm, s.n_embd, b + "ffn_norm"));
-      if (h.post_attn_norm || h.post_ffn_norm) {
-        BITSPLIT_ASSIGN_OR_RETURN(d.post_attn_norm, put(h.post_attn_norm, s.n_embd, b + "post_attention_norm"));
-        BITSPLIT_ASSIGN_OR_RETURN(d.post_ffn_norm, put(h.post_ffn_norm, s.n_embd, b + "post_ffw_norm"));
-      }
-      if (h.q_norm) {
-        BITSPLIT_ASSIGN_OR_RETURN(d.q_norm, put(h.q_norm, s.head_dim, b + "attn_q_norm"));
-        BITSPLIT_ASSIGN_OR_RETURN(d.k_norm, put(h.k_norm, s.head_dim, b + "attn_k_norm"));
-      }
-      if (h.bq) {
-        BITSPLIT_ASSIGN_OR_RETURN(d.bq, put(h.bq, s.q_dim(), b + "attn_q.bias"));
-        BITSPLIT_ASSIGN_OR_RETURN(d.bk, put(h.bk, kv, b + "attn_k.bias"));
-        BITSPLIT_ASSIGN_OR_RETURN(d.bv, put(h.bv, kv, b + "attn_v.bias"));
-      }
-      BITSPLIT_ASSIGN_OR_RETURN(d.wq, plane(planes, h.wq, b + "attn_q", s.q_dim(), s.n_embd));
-      BITSPLIT_ASSIGN_OR_RETURN(d.wk, plane(planes, h.wk, b + "attn_k", kv, s.n_embd));
-      BITSPLIT_ASSIGN_OR_RETURN(d.wv, plane(planes, h.wv, b + "attn_v", kv, s.n_embd));
-      BITSPLIT_ASSIGN_OR_RETURN(d.wo, plane(planes, h.wo, b + "attn_output", s.n_embd, s.q_dim()));
-      // Gate, up and down of one FFN of width ff ("ffn_gate" + suffix, ...).
-      auto ffn = [&](const DraftModelHost::Plane* from[3], const std::string& suffix, int64_t ff,
-                     kernels::PlaneDev* to[3]) -> Status {
-        const char* kinds[3] = {"ffn_gate", "ffn_up", "ffn_down"};
-        for (int k = 0; k < 3; ++k) {
-          BITSPLIT_ASSIGN_OR_RETURN(*to[k], plane(planes, *from[k], b + kinds[k] + suffix, k < 2 ? ff : s.n_embd,
-                                                  k < 2 ? s.n_embd : ff));
-        }
-        return Status::ok();
-      };
-      if (m.n_expert > 0) {  // every expert's planes (all resident), the router and a shared expert
-        if (int64_t(h.experts.size()) != 3 * m.n_expert) return Status::error("device draft: " + b + " lacks experts");
-        BITSPLIT_ASSIGN_OR_RETURN(d.router, put(h.router, m.n_expert * s.n_embd, b + "ffn_gate_inp"));
-        std::vector<kernels::PlaneDev>& experts = experts_[size_t(l)];
-        experts.resize(h.experts.size());
-        for (size_t e = 0; e < size_t(m.n_expert); ++e) {
-          const DraftModelHost::Plane* from[3] = {&h.experts[3 * e], &h.experts[3 * e + 1], &h.experts[3 * e + 2]};
-          kernels::PlaneDev* to[3] = {&experts[3 * e], &experts[3 * e + 1], &experts[3 * e + 2]};
-          BITSPLIT_RETURN_IF_ERROR(ffn(from, "." + std::to_string(e), m.n_ff_exp, to));
-        }
-        d.experts = experts.data();
-        if (m.n_ff_shexp > 0) {
-          const DraftModelHost::Plane* from[3] = {&h.shexp_gate, &h.shexp_up, &h.shexp_down};
-          kernels::PlaneDev* to[3] = {&d.shexp_gate, &d.shexp_up, &d.shexp_down};
-          BITSPLIT_RETURN_IF_ERROR(ffn(from, "_shexp", m.n_ff_shexp, to));
-          BITSPLIT_ASSIGN_OR_RETURN(d.shexp_gate_inp, put(h.shexp_gate_inp, s.n_embd, b + "ffn_gate_inp_shexp"));
-        }
-      } else {
-        const DraftModelHost::Plane* from[3] = {&h.gate, &h.up, &h.down};
-        kernels::PlaneDev* to[3] = {&d.gate, &d.up, &d.down};
-        BITSPLIT_RETURN_IF_ERROR(ffn(from, "", s.n_ff, to));
-      }
-      d.k_cache = k_cache_.get() + l * n_slots * kv;
-      d.v_cache = v_cache_.get() + l * n_slots * kv;
-    }
-    model_.layers = layers_.data();
-    // Slot positions (sliding window): 0 until a batch or an upload writes them.
-    BITSPLIT_RETURN_IF_ERROR(slot_pos_.allocate(size_t(n_slots)));
-    BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaMemset(slot_pos_.get(), 0, size_t(n_slots) * 4), "clear slot positions"));
-    model_.slot_pos = slot_pos_.get();
-    bytes_ += uint64_t(n_slots) * 4;
-
-    const kernels::ScratchSizes z = kernels::scratch_sizes(s, max_rows, n_slots);
-    BITSPLIT_RETURN_IF_ERROR(floats_.allocate(size_t(z.floats())));
-    BITSPLIT_RETURN_IF_ERROR(qa_.allocate(size_t(z.qa)));
-    BITSPLIT_RETURN_IF_ERROR(qa_sum_.allocate(size_t(z.ints())));
-    bytes_ += uint64_t(z.floats()) * 4 + uint64_t(z.qa) + uint64_t(z.ints()) * 4;
-    scratch_ = kernels::carve_scratch(floats_.get(), qa_.get(), qa_sum_.get(), z);
-
-    // Per call: 3 int32 per row and the mask in; top-k tokens and log-probs out.
-    in_bytes_ = size_t(max_rows) * (12 + size_t(n_slots));
-    out_bytes_ = size_t(max_rows) * kernels::kMaxTopK * 8;
-    BITSPLIT_RETURN_IF_ERROR(batch_.allocate(in_bytes_));
-    BITSPLIT_RETURN_IF_ERROR(top_.allocate(out_bytes_));
-    BITSPLIT_RETURN_IF_ERROR(pinned_in_.reserve(in_bytes_));
-    BITSPLIT_RETURN_IF_ERROR(pinned_out_.reserve(out_bytes_));
-    bytes_ += in_bytes_ + out_bytes_;
+    model_.shape = kernels::shape_of(m);
+    BITSPLIT_RETURN_IF_ERROR(upload_embedding_and_head(planes, m));
+    BITSPLIT_RETURN_IF_ERROR(upload_layers(planes, m));
+    BITSPLIT_RETURN_IF_ERROR(allocate_batches());
     // The uploads above ran on the legacy default stream, which the non-blocking stream_ does
     // not wait for: the whole device must be done before the first forward.
     return cuda_status(cudaDeviceSynchronize(), "device draft upload");
@@ -270,6 +146,166 @@ class CudaDraftModel final : public DraftModel {
   uint64_t device_bytes() const override { return bytes_; }
 
  private:
+  static Status check_shape(const ModelShape& s, int64_t layers, int64_t n_slots, int64_t max_rows) {
+    if (n_slots <= 0 || max_rows <= 0) return Status::error("the device draft needs at least one cache slot and one row");
+    if (s.n_layers <= 0 || s.n_heads <= 0 || s.n_kv_heads <= 0 || s.n_heads % s.n_kv_heads != 0 || layers != s.n_layers) {
+      return Status::error("the device draft got an inconsistent model shape");
+    }
+    if (s.n_rot > s.head_dim || s.n_rot % 2 != 0) return Status::error("the device draft needs an even n_rot <= head_dim");
+    if (s.n_expert > 0 && (s.n_expert_used < 1 || s.n_expert_used > s.n_expert || s.n_ff_exp <= 0)) {
+      return Status::error("the device draft got an inconsistent mixture of experts");
+    }
+    return Status::ok();
+  }
+
+  // The head's plane, the embedding (a variant's signs and LoRA on it), the output norm and the
+  // RoPE factors.
+  Status upload_embedding_and_head(DraftMatmul& planes, const DraftModelHost& m) {
+    const ModelShape& s = m.shape;
+    BITSPLIT_ASSIGN_OR_RETURN(model_.head, plane(planes, m.head, "output.weight", s.n_vocab, s.n_embd));
+    BITSPLIT_ASSIGN_OR_RETURN(model_.token_embd, put(m.token_embd, s.n_vocab * s.n_embd, "token_embd"));
+    BITSPLIT_ASSIGN_OR_RETURN(model_.output_norm, put(m.output_norm, s.n_embd, "output_norm"));
+    if (m.embd_signs.signs) BITSPLIT_RETURN_IF_ERROR(upload_embedding_signs(m.embd_signs, s));
+    if (m.embd_lora.up) {  // a variant's embedding LoRA
+      if (m.embd_lora.rank < 1 || m.embd_lora.rank > m.max_lora_rank) {
+        return Status::error("device draft: the embedding's LoRA has rank " + std::to_string(m.embd_lora.rank));
+      }
+      BITSPLIT_ASSIGN_OR_RETURN(model_.embd_lora_up, put(m.embd_lora.up, s.n_vocab * m.embd_lora.rank, "token_embd LoRA up"));
+      BITSPLIT_ASSIGN_OR_RETURN(model_.embd_lora_down,
+                                put(m.embd_lora.down, m.embd_lora.rank * s.n_embd, "token_embd LoRA down"));
+      model_.embd_lora_rank = m.embd_lora.rank;
+      model_.embd_lora_scale = m.embd_lora.scale;
+    }
+    if (m.rope_freq_factors) {
+      BITSPLIT_ASSIGN_OR_RETURN(model_.rope_freq_factors, put(m.rope_freq_factors, s.n_rot / 2, "rope_freqs"));
+    }
+    return Status::ok();
+  }
+
+  // A variant's embedding delta, in its own layout.
+  Status upload_embedding_signs(const SignPlaneView& e, const ModelShape& s) {
+    if (e.out != s.n_vocab || e.in != s.n_embd || e.row_bytes < (e.in + 7) / 8) {
+      return Status::error("device draft: the variant's embedding signs have another shape");
+    }
+    const size_t bytes = size_t(e.out * e.row_bytes);
+    BITSPLIT_RETURN_IF_ERROR(embd_signs_.allocate(bytes));
+    BITSPLIT_RETURN_IF_ERROR(
+        cuda_status(cudaMemcpy(embd_signs_.get(), e.signs, bytes, cudaMemcpyHostToDevice), "upload embedding signs"));
+    BITSPLIT_ASSIGN_OR_RETURN(model_.embd_alpha, put(e.alpha, e.alpha_per_row ? e.out : 1, "token_embd signs' scales"));
+    model_.embd_signs = embd_signs_.get();
+    model_.embd_alpha_per_row = e.alpha_per_row;
+    model_.embd_row_bytes = e.row_bytes;
+    counters_.weight_bytes_to_device += bytes;
+    bytes_ += bytes;
+    return Status::ok();
+  }
+
+  // The K/V cache, every layer's tensors and planes, and the slots' positions.
+  Status upload_layers(DraftMatmul& planes, const DraftModelHost& m) {
+    const int64_t layers = m.shape.n_layers, cache = layers * n_slots_ * m.shape.kv_dim();
+    BITSPLIT_RETURN_IF_ERROR(k_cache_.allocate(size_t(cache)));
+    BITSPLIT_RETURN_IF_ERROR(v_cache_.allocate(size_t(cache)));
+    bytes_ += uint64_t(cache) * 8;
+    layers_.resize(size_t(layers));
+    experts_.resize(size_t(layers));
+    for (int64_t l = 0; l < layers; ++l) BITSPLIT_RETURN_IF_ERROR(upload_layer(planes, m.layers[size_t(l)], l));
+    model_.layers = layers_.data();
+    // Slot positions (sliding window): 0 until a batch or an upload writes them.
+    BITSPLIT_RETURN_IF_ERROR(slot_pos_.allocate(size_t(n_slots_)));
+    BITSPLIT_RETURN_IF_ERROR(cuda_status(cudaMemset(slot_pos_.get(), 0, size_t(n_slots_) * 4), "clear slot positions"));
+    model_.slot_pos = slot_pos_.get();
+    bytes_ += uint64_t(n_slots_) * 4;
+    return Status::ok();
+  }
+
+  Status upload_layer(DraftMatmul& planes, const DraftModelHost::Layer& h, int64_t l) {
+    const kernels::ShapeDev& s = model_.shape;
+    const int64_t kv = s.kv_dim();
+    kernels::LayerDev& d = layers_[size_t(l)];
+    d = kernels::layer_of(h);  // the host's pointers, each replaced below by its device copy
+    const std::string b = "blk." + std::to_string(l) + ".";
+    BITSPLIT_ASSIGN_OR_RETURN(d.attn_norm, put(h.attn_norm, s.n_embd, b + "attn_norm"));
+    BITSPLIT_ASSIGN_OR_RETURN(d.ffn_norm, put(h.ffn_norm, s.n_embd, b + "ffn_norm"));
+    if (h.post_attn_norm || h.post_ffn_norm) {
+      BITSPLIT_ASSIGN_OR_RETURN(d.post_attn_norm, put(h.post_attn_norm, s.n_embd, b + "post_attention_norm"));
+      BITSPLIT_ASSIGN_OR_RETURN(d.post_ffn_norm, put(h.post_ffn_norm, s.n_embd, b + "post_ffw_norm"));
+    }
+    if (h.q_norm) {
+      BITSPLIT_ASSIGN_OR_RETURN(d.q_norm, put(h.q_norm, s.head_dim, b + "attn_q_norm"));
+      BITSPLIT_ASSIGN_OR_RETURN(d.k_norm, put(h.k_norm, s.head_dim, b + "attn_k_norm"));
+    }
+    if (h.bq) {
+      BITSPLIT_ASSIGN_OR_RETURN(d.bq, put(h.bq, s.q_dim(), b + "attn_q.bias"));
+      BITSPLIT_ASSIGN_OR_RETURN(d.bk, put(h.bk, kv, b + "attn_k.bias"));
+      BITSPLIT_ASSIGN_OR_RETURN(d.bv, put(h.bv, kv, b + "attn_v.bias"));
+    }
+    BITSPLIT_ASSIGN_OR_RETURN(d.wq, plane(planes, h.wq, b + "attn_q", s.q_dim(), s.n_embd));
+    BITSPLIT_ASSIGN_OR_RETURN(d.wk, plane(planes, h.wk, b + "attn_k", kv, s.n_embd));
+    BITSPLIT_ASSIGN_OR_RETURN(d.wv, plane(planes, h.wv, b + "attn_v", kv, s.n_embd));
+    BITSPLIT_ASSIGN_OR_RETURN(d.wo, plane(planes, h.wo, b + "attn_output", s.n_embd, s.q_dim()));
+    if (s.n_expert > 0) {
+      BITSPLIT_RETURN_IF_ERROR(upload_experts(planes, h, l, b, d));
+    } else {
+      BITSPLIT_RETURN_IF_ERROR(ffn(planes, {&h.gate, &h.up, &h.down}, b, "", s.n_ff, {&d.gate, &d.up, &d.down}));
+    }
+    d.k_cache = k_cache_.get() + l * n_slots_ * kv;
+    d.v_cache = v_cache_.get() + l * n_slots_ * kv;
+    return Status::ok();
+  }
+
+  // Every expert's planes (all resident), the router and a shared expert with its gate.
+  Status upload_experts(DraftMatmul& planes, const DraftModelHost::Layer& h, int64_t l, const std::string& b,
+                        kernels::LayerDev& d) {
+    const kernels::ShapeDev& s = model_.shape;
+    if (int64_t(h.experts.size()) != 3 * s.n_expert) return Status::error("device draft: " + b + " lacks experts");
+    BITSPLIT_ASSIGN_OR_RETURN(d.router, put(h.router, s.n_expert * s.n_embd, b + "ffn_gate_inp"));
+    std::vector<kernels::PlaneDev>& experts = experts_[size_t(l)];
+    experts.resize(h.experts.size());
+    for (size_t e = 0; e < size_t(s.n_expert); ++e) {
+      BITSPLIT_RETURN_IF_ERROR(ffn(planes, {&h.experts[3 * e], &h.experts[3 * e + 1], &h.experts[3 * e + 2]}, b,
+                                   "." + std::to_string(e), s.n_ff_exp,
+                                   {&experts[3 * e], &experts[3 * e + 1], &experts[3 * e + 2]}));
+    }
+    d.experts = experts.data();
+    if (s.n_ff_shexp > 0) {
+      BITSPLIT_RETURN_IF_ERROR(ffn(planes, {&h.shexp_gate, &h.shexp_up, &h.shexp_down}, b, "_shexp", s.n_ff_shexp,
+                                   {&d.shexp_gate, &d.shexp_up, &d.shexp_down}));
+      BITSPLIT_ASSIGN_OR_RETURN(d.shexp_gate_inp, put(h.shexp_gate_inp, s.n_embd, b + "ffn_gate_inp_shexp"));
+    }
+    return Status::ok();
+  }
+
+  // Gate, up and down of one FFN of width ff ("ffn_gate" + suffix, ...).
+  Status ffn(DraftMatmul& planes, std::array<const DraftModelHost::Plane*, 3> from, const std::string& b,
+             const std::string& suffix, int64_t ff, std::array<kernels::PlaneDev*, 3> to) {
+    const int64_t n_embd = model_.shape.n_embd;
+    const char* kinds[3] = {"ffn_gate", "ffn_up", "ffn_down"};
+    for (size_t k = 0; k < 3; ++k) {
+      BITSPLIT_ASSIGN_OR_RETURN(*to[k], plane(planes, *from[k], b + kinds[k] + suffix, k < 2 ? ff : n_embd,
+                                              k < 2 ? n_embd : ff));
+    }
+    return Status::ok();
+  }
+
+  // The pass's scratch for max_rows_ rows over n_slots_ slots, and the staging of each batch.
+  Status allocate_batches() {
+    const kernels::ScratchSizes z = kernels::scratch_sizes(model_.shape, max_rows_, n_slots_);
+    BITSPLIT_RETURN_IF_ERROR(floats_.allocate(size_t(z.floats())));
+    BITSPLIT_RETURN_IF_ERROR(qa_.allocate(size_t(z.qa)));
+    BITSPLIT_RETURN_IF_ERROR(qa_sum_.allocate(size_t(z.ints())));
+    bytes_ += uint64_t(z.floats()) * 4 + uint64_t(z.qa) + uint64_t(z.ints()) * 4;
+    scratch_ = kernels::carve_scratch(floats_.get(), qa_.get(), qa_sum_.get(), z);
+    // Per call: 3 int32 per row and the mask in; top-k tokens and log-probs out.
+    in_bytes_ = size_t(max_rows_) * (12 + size_t(n_slots_));
+    out_bytes_ = size_t(max_rows_) * kernels::kMaxTopK * 8;
+    BITSPLIT_RETURN_IF_ERROR(batch_.allocate(in_bytes_));
+    BITSPLIT_RETURN_IF_ERROR(top_.allocate(out_bytes_));
+    BITSPLIT_RETURN_IF_ERROR(pinned_in_.reserve(in_bytes_));
+    BITSPLIT_RETURN_IF_ERROR(pinned_out_.reserve(out_bytes_));
+    bytes_ += in_bytes_ + out_bytes_;
+    return Status::ok();
+  }
+
   // A small f32 tensor copied to the device (embedding, norms, biases).
   Result<const float*> put(const float* host, int64_t n, const std::string& what) {
     if (!host) return Status::error("device draft: " + what + " is missing");

@@ -93,9 +93,10 @@ class CudaBackend final : public Backend {
       return Status::error(std::to_string(plan.host_planes) + " draft planes are drafted on the CPU under the VRAM budget");
     }
     BITSPLIT_ASSIGN_OR_RETURN(const gpu::DraftModelHost m, describe());
-    const DeviceDraftBytes extra = device_draft_bytes(m.n_layers, m.n_embd, m.n_heads, m.n_kv_heads, m.head_dim, m.n_ff,
-                                                      m.n_vocab, n_slots, kMaxDraftRows,
-                                                      {m.n_expert, m.n_expert_used, m.n_ff_exp, m.n_ff_shexp});
+    const ModelShape& s = m.shape;
+    const DeviceDraftBytes extra = device_draft_bytes(s.n_layers, s.n_embd, s.n_heads, s.n_kv_heads, s.head_dim, s.n_ff,
+                                                      s.n_vocab, n_slots, kMaxDraftRows,
+                                                      {s.n_expert, s.n_expert_used, s.n_ff_exp, s.n_ff_shexp});
     if (plan.device_bytes + extra.total() > budget_) {
       return Status::error("the whole draft needs " + extra.summary() + " beside its planes (" +
                            format_bytes(plan.device_bytes) + "); the VRAM budget is " + format_bytes(budget_));
@@ -107,7 +108,7 @@ class CudaBackend final : public Backend {
     if (idle && reuse_key && cached_key_ == reuse_key && cached_->n_slots() >= n_slots) return cached_;
     if (idle) cached_.reset();
     BITSPLIT_ASSIGN_OR_RETURN(auto model, gpu::DraftModel::create(*gpu_, m, n_slots, kMaxDraftRows));
-    auto made = wrap_device_draft(std::move(model), name(), m.n_vocab, n_slots);
+    auto made = wrap_device_draft(std::move(model), name(), s.n_vocab, n_slots);
     if (reuse_key && !cached_) {
       cached_ = made;
       cached_key_ = reuse_key;

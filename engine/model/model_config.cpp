@@ -4,6 +4,8 @@
 #include "bitsplit/model.h"
 
 #include <cmath>
+#include <optional>
+#include <string>
 #include <variant>
 
 namespace bitsplit {
@@ -174,125 +176,173 @@ Status read_long_rope(const gguf::Metadata& m, const std::string& p, const Weigh
   return Status::ok();
 }
 
+// Reads integer and float keys one after another, keeping the first error: once a read fails,
+// the later ones do nothing, so a run of reads is checked once.
+class KeyReader {
+ public:
+  explicit KeyReader(const gguf::Metadata& m) : m_(m) {}
+  void get(const std::string& key, int64_t* out, std::optional<int64_t> fallback = std::nullopt) {
+    if (!st_) return;
+    auto r = fallback ? m_.get_int_or(key, *fallback) : m_.get_int(key);
+    if (!r) st_ = r.status(); else *out = *r;
+  }
+  void getf(const std::string& key, float* out, double fallback) {
+    if (!st_) return;
+    auto r = m_.get_float_or(key, fallback);
+    if (!r) st_ = r.status(); else *out = float(*r);
+  }
+  const Status& status() const { return st_; }
+
+ private:
+  const gguf::Metadata& m_;
+  Status st_ = Status::ok();
+};
+
+// general.architecture, one of kArchs.
+Result<const ArchInfo*> read_architecture(const gguf::Metadata& m) {
+  auto arch_name = m.get_string("general.architecture");
+  if (!arch_name) return arch_name.status();
+  for (const auto& a : kArchs) {
+    if (*arch_name == a.name) return &a;
+  }
+  return Status::error("architecture '" + *arch_name + "' is not supported (supported: " + kSupportedArchitectures + ")");
+}
+
+// What the family fixes: its RoPE order, biases, QK-norm, gemma's norms after each branch and GeGLU.
+void set_family(const ArchInfo& info, ModelConfig& c) {
+  c.arch = info.arch;
+  c.arch_name = info.name;
+  c.rope_order = info.rope_order;
+  c.has_qkv_bias = c.arch == Architecture::kQwen2 || c.arch == Architecture::kQwen2Moe;
+  const bool gemma = c.arch == Architecture::kGemma2 || c.arch == Architecture::kGemma3;
+  c.has_qk_norm = c.arch == Architecture::kQwen3 || c.arch == Architecture::kGemma3 || c.arch == Architecture::kQwen3Moe;
+  c.has_post_norms = gemma;
+  c.ffn_act = gemma ? FfnActivation::kGeluTanh : FfnActivation::kSilu;
+}
+
+// Layers, widths, heads (and the experts), the training context, the norm's epsilon and the RoPE
+// base, each checked.
+Status read_sizes(const gguf::Metadata& m, const std::string& p, const WeightSource& source, ModelConfig& c) {
+  KeyReader keys(m);
+  keys.get(p + "block_count", &c.n_layers);
+  keys.get(p + "embedding_length", &c.n_embd);
+  keys.get(p + "attention.head_count", &c.n_heads);
+  keys.get(p + "expert_count", &c.n_expert, 0);
+  if (keys.status() && c.n_expert > 0) {
+    BITSPLIT_RETURN_IF_ERROR(read_moe_config(m, p, c));
+  } else if (keys.status() && (c.arch == Architecture::kQwen2Moe || c.arch == Architecture::kQwen3Moe)) {
+    return Status::error(p + "expert_count is missing or 0; a " + c.arch_name + " model has experts");
+  }
+  keys.get(p + "feed_forward_length", &c.n_ff, c.n_expert > 0 ? std::optional<int64_t>(c.n_ff_exp) : std::nullopt);
+  keys.get(p + "context_length", &c.n_ctx_train, 2048);
+  keys.getf(p + "attention.layer_norm_rms_epsilon", &c.rms_eps, 1e-5);
+  keys.getf(p + "rope.freq_base", &c.rope_base, 10000.0);
+  BITSPLIT_RETURN_IF_ERROR(keys.status());
+  keys.get(p + "attention.head_count_kv", &c.n_kv_heads, c.n_heads);
+  BITSPLIT_RETURN_IF_ERROR(keys.status());
+  for (auto [what, v] : {std::pair{"block_count", c.n_layers}, {"embedding_length", c.n_embd},
+                         {"attention.head_count", c.n_heads}, {"attention.head_count_kv", c.n_kv_heads},
+                         {"feed_forward_length", c.n_ff}, {"context_length", c.n_ctx_train}}) {
+    BITSPLIT_RETURN_IF_ERROR(positive((p + what).c_str(), v));
+  }
+  // Every layer has tensors of its own, so a block count above the file's tensor count is
+  // rejected before anything is sized by it (a short file gets "tensor ... is missing" instead).
+  if (c.n_layers > int64_t(source.tensors().size())) {
+    return Status::error(p + "block_count " + std::to_string(c.n_layers) + " is more layers than the file has tensors (" +
+                         std::to_string(source.tensors().size()) + ")");
+  }
+  if (c.n_heads % c.n_kv_heads != 0) {
+    return Status::error("head_count " + std::to_string(c.n_heads) + " is not a multiple of head_count_kv " +
+                         std::to_string(c.n_kv_heads));
+  }
+  return Status::ok();
+}
+
+// The head size (key and value lengths, which must agree) and RoPE's dimensions per head.
+Status read_head_size(const gguf::Metadata& m, const std::string& p, ModelConfig& c) {
+  KeyReader keys(m);
+  const int64_t default_head_dim = c.n_embd % c.n_heads == 0 ? c.n_embd / c.n_heads : 0;
+  keys.get(p + "attention.key_length", &c.head_dim, default_head_dim);
+  BITSPLIT_RETURN_IF_ERROR(keys.status());
+  if (c.head_dim <= 0) {
+    return Status::error("embedding_length " + std::to_string(c.n_embd) + " is not a multiple of head_count " +
+                         std::to_string(c.n_heads) + " and attention.key_length is absent");
+  }
+  BITSPLIT_RETURN_IF_ERROR(positive((p + "attention.key_length").c_str(), c.head_dim));
+  int64_t value_length = c.head_dim;
+  keys.get(p + "attention.value_length", &value_length, c.head_dim);
+  keys.get(p + "rope.dimension_count", &c.n_rot, c.head_dim);
+  BITSPLIT_RETURN_IF_ERROR(keys.status());
+  if (value_length != c.head_dim) {
+    return Status::error("attention.value_length " + std::to_string(value_length) + " differs from key_length " +
+                         std::to_string(c.head_dim) + ", which is not supported");
+  }
+  if (c.n_rot <= 0 || c.n_rot > c.head_dim || c.n_rot % 2 != 0) {
+    return Status::error("rope.dimension_count " + std::to_string(c.n_rot) + " must be even and at most the head size " +
+                         std::to_string(c.head_dim));
+  }
+  return Status::ok();
+}
+
+// rope.scaling.type (returned: "none", "linear", "longrope" or "su") and linear scaling's factor.
+Result<std::string> read_rope_scaling(const gguf::Metadata& m, const std::string& p, ModelConfig& c) {
+  BITSPLIT_ASSIGN_OR_RETURN(std::string scaling, m.get_string_or(p + "rope.scaling.type", "none"));
+  if (scaling == "linear") {
+    KeyReader keys(m);
+    float factor = 1.0f;
+    keys.getf(p + "rope.scaling.factor", &factor, 1.0);
+    BITSPLIT_RETURN_IF_ERROR(keys.status());
+    if (!(factor > 0.0f)) return Status::error("rope.scaling.factor must be positive");
+    c.rope_freq_scale = 1.0f / factor;
+  } else if (scaling != "none" && scaling != "longrope" && scaling != "su") {
+    return Status::error("RoPE scaling type '" + scaling + "' is not supported (supported: none, linear, longrope)");
+  }
+  return scaling;
+}
+
+// What only some families have: gemma's (read_gemma_config), LongRoPE (any family whose file has
+// the factors), phi3's sliding window.
+Status read_family_config(const gguf::Metadata& m, const std::string& p, const WeightSource& source,
+                          const std::string& scaling, ModelConfig& c) {
+  if (c.arch == Architecture::kGemma2 || c.arch == Architecture::kGemma3) BITSPLIT_RETURN_IF_ERROR(read_gemma_config(m, p, c));
+  BITSPLIT_RETURN_IF_ERROR(read_long_rope(m, p, source, scaling, c));
+  // phi3: every layer slides when the file names a window (Phi-3-mini: 2047).
+  if (c.arch == Architecture::kPhi3) BITSPLIT_RETURN_IF_ERROR(read_sliding_window(m, p, c, 0));
+  return Status::ok();
+}
+
+// The vocabulary from the embedding's shape, and whether the head is tied to it.
+Status read_vocab(const WeightSource& source, ModelConfig& c) {
+  const gguf::TensorInfo* embd = source.find_tensor("token_embd.weight");
+  if (!embd) return Status::error("tensor 'token_embd.weight' is missing");
+  if (embd->dims.size() != 2 || embd->dims[0] != c.n_embd) {
+    return Status::error("tensor 'token_embd.weight' has shape " + embd->shape_string() + ", expected [" +
+                         std::to_string(c.n_embd) + ", n_vocab]");
+  }
+  c.n_vocab = embd->dims[1];
+  c.tied_output = source.find_tensor("output.weight") == nullptr && source.find_tensor("output.draft_codes") == nullptr;
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<ModelConfig> read_model_config(const WeightSource& source) {
   BITSPLIT_RETURN_IF_ERROR(require_model(source, ModelUse::kAny));
   const gguf::Metadata& m = source.metadata();
   auto ctx = [&](const Status& s) { return s.with_context(source.path()); };
-  auto arch_name = m.get_string("general.architecture");
-  if (!arch_name) return ctx(arch_name.status());
+  auto info = read_architecture(m);
+  if (!info) return ctx(info.status());
   ModelConfig c;
-  const ArchInfo* info = nullptr;
-  for (const auto& a : kArchs) {
-    if (*arch_name == a.name) info = &a;
-  }
-  if (!info) {
-    return ctx(Status::error("architecture '" + *arch_name + "' is not supported (supported: " +
-                             kSupportedArchitectures + ")"));
-  }
-  c.arch = info->arch;
-  c.arch_name = info->name;
-  c.rope_order = info->rope_order;
-  c.has_qkv_bias = c.arch == Architecture::kQwen2 || c.arch == Architecture::kQwen2Moe;
-  const bool gemma = c.arch == Architecture::kGemma2 || c.arch == Architecture::kGemma3;
-  c.has_qk_norm = c.arch == Architecture::kQwen3 || c.arch == Architecture::kGemma3 || c.arch == Architecture::kQwen3Moe;
-  c.has_post_norms = gemma;
-  c.ffn_act = gemma ? FfnActivation::kGeluTanh : FfnActivation::kSilu;
+  set_family(**info, c);
   const std::string p = c.arch_name + ".";
-
-  Status st = Status::ok();
-  auto get = [&](const std::string& key, int64_t* out, std::optional<int64_t> fallback = std::nullopt) {
-    if (!st) return;
-    auto r = fallback ? m.get_int_or(key, *fallback) : m.get_int(key);
-    if (!r) st = r.status(); else *out = *r;
-  };
-  auto getf = [&](const std::string& key, float* out, double fallback) {
-    if (!st) return;
-    auto r = m.get_float_or(key, fallback);
-    if (!r) st = r.status(); else *out = float(*r);
-  };
-  get(p + "block_count", &c.n_layers);
-  get(p + "embedding_length", &c.n_embd);
-  get(p + "attention.head_count", &c.n_heads);
-  get(p + "expert_count", &c.n_expert, 0);
-  if (st && c.n_expert > 0) {
-    if (auto s = read_moe_config(m, p, c); !s) return ctx(s);
-  } else if (st && (c.arch == Architecture::kQwen2Moe || c.arch == Architecture::kQwen3Moe)) {
-    return ctx(Status::error(p + "expert_count is missing or 0; a " + c.arch_name + " model has experts"));
-  }
-  get(p + "feed_forward_length", &c.n_ff, c.n_expert > 0 ? std::optional<int64_t>(c.n_ff_exp) : std::nullopt);
-  get(p + "context_length", &c.n_ctx_train, 2048);
-  getf(p + "attention.layer_norm_rms_epsilon", &c.rms_eps, 1e-5);
-  getf(p + "rope.freq_base", &c.rope_base, 10000.0);
-  if (!st) return ctx(st);
-  get(p + "attention.head_count_kv", &c.n_kv_heads, c.n_heads);
-  if (!st) return ctx(st);
-  for (auto [what, v] : {std::pair{"block_count", c.n_layers}, {"embedding_length", c.n_embd},
-                         {"attention.head_count", c.n_heads}, {"attention.head_count_kv", c.n_kv_heads},
-                         {"feed_forward_length", c.n_ff}, {"context_length", c.n_ctx_train}}) {
-    if (auto s = positive((p + what).c_str(), v); !s) return ctx(s);
-  }
-  // Every layer has tensors of its own, so a block count above the file's tensor count is
-  // rejected before anything is sized by it (a short file gets "tensor ... is missing" instead).
-  if (c.n_layers > int64_t(source.tensors().size())) {
-    return ctx(Status::error(p + "block_count " + std::to_string(c.n_layers) + " is more layers than the file has tensors (" +
-                             std::to_string(source.tensors().size()) + ")"));
-  }
-  if (c.n_heads % c.n_kv_heads != 0) {
-    return ctx(Status::error("head_count " + std::to_string(c.n_heads) + " is not a multiple of head_count_kv " +
-                             std::to_string(c.n_kv_heads)));
-  }
-  const int64_t default_head_dim = c.n_embd % c.n_heads == 0 ? c.n_embd / c.n_heads : 0;
-  get(p + "attention.key_length", &c.head_dim, default_head_dim);
-  if (!st) return ctx(st);
-  if (c.head_dim <= 0) {
-    return ctx(Status::error("embedding_length " + std::to_string(c.n_embd) + " is not a multiple of head_count " +
-                             std::to_string(c.n_heads) + " and attention.key_length is absent"));
-  }
-  if (auto s = positive((p + "attention.key_length").c_str(), c.head_dim); !s) return ctx(s);
-  int64_t value_length = c.head_dim;
-  get(p + "attention.value_length", &value_length, c.head_dim);
-  get(p + "rope.dimension_count", &c.n_rot, c.head_dim);
-  if (!st) return ctx(st);
-  if (value_length != c.head_dim) {
-    return ctx(Status::error("attention.value_length " + std::to_string(value_length) +
-                             " differs from key_length " + std::to_string(c.head_dim) + ", which is not supported"));
-  }
-  if (c.n_rot <= 0 || c.n_rot > c.head_dim || c.n_rot % 2 != 0) {
-    return ctx(Status::error("rope.dimension_count " + std::to_string(c.n_rot) + " must be even and at most the head size " +
-                             std::to_string(c.head_dim)));
-  }
-  auto scaling = m.get_string_or(p + "rope.scaling.type", "none");
+  if (auto s = read_sizes(m, p, source, c); !s) return ctx(s);
+  if (auto s = read_head_size(m, p, c); !s) return ctx(s);
+  auto scaling = read_rope_scaling(m, p, c);
   if (!scaling) return ctx(scaling.status());
-  if (*scaling == "linear") {
-    float factor = 1.0f;
-    getf(p + "rope.scaling.factor", &factor, 1.0);
-    if (!st) return ctx(st);
-    if (!(factor > 0.0f)) return ctx(Status::error("rope.scaling.factor must be positive"));
-    c.rope_freq_scale = 1.0f / factor;
-  } else if (*scaling != "none" && *scaling != "longrope" && *scaling != "su") {
-    return ctx(Status::error("RoPE scaling type '" + *scaling + "' is not supported (supported: none, linear, longrope)"));
-  }
   if (!(c.rms_eps > 0.0f)) return ctx(Status::error("attention.layer_norm_rms_epsilon must be positive"));
   c.attn_scale = 1.0f / std::sqrt(float(c.head_dim));
-  if (gemma) {
-    if (auto s = read_gemma_config(m, p, c); !s) return ctx(s);
-  }
-  if (auto s = read_long_rope(m, p, source, *scaling, c); !s) return ctx(s);
-  if (c.arch == Architecture::kPhi3) {
-    // Every layer slides when the file names a window (Phi-3-mini: 2047).
-    if (auto s = read_sliding_window(m, p, c, 0); !s) return ctx(s);
-  }
-
-  const gguf::TensorInfo* embd = source.find_tensor("token_embd.weight");
-  if (!embd) return ctx(Status::error("tensor 'token_embd.weight' is missing"));
-  if (embd->dims.size() != 2 || embd->dims[0] != c.n_embd) {
-    return ctx(Status::error("tensor 'token_embd.weight' has shape " + embd->shape_string() +
-                             ", expected [" + std::to_string(c.n_embd) + ", n_vocab]"));
-  }
-  c.n_vocab = embd->dims[1];
-  c.tied_output = source.find_tensor("output.weight") == nullptr && source.find_tensor("output.draft_codes") == nullptr;
+  if (auto s = read_family_config(m, p, source, *scaling, c); !s) return ctx(s);
+  if (auto s = read_vocab(source, c); !s) return ctx(s);
   return c;
 }
 

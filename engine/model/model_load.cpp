@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <span>
 
 #include "bitsplit/imatrix.h"
@@ -82,81 +83,141 @@ class TensorLoader {
 
 }  // namespace
 
-Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& options) {
-  Model model;
-  BITSPLIT_ASSIGN_OR_RETURN(model.config_, read_model_config(source));
-  const ModelConfig& c = model.config_;
-  auto split = read_split_format(source.metadata());
-  if (!split) return split.status().with_context(source.path());
-  if (options.draft_only && !split->has_value()) {
-    return Status::error(source.path() + ": is not a bit-split model, so it has no draft plane; run `bitsplit convert` first");
-  }
-  const bool keep_planes = split->has_value() && options.keep_planes;
-  const bool q8_0_kernels = !split->has_value() && options.q8_0_kernels;
-  TensorLoader t(source, *split, options.draft_only, keep_planes ? &model.splits_ : nullptr,
-                 q8_0_kernels ? &model.q8_0_ : nullptr);
-  if (keep_planes || q8_0_kernels) {
-    model.cpu_ = options.cpu ? options.cpu : std::make_shared<cpu::CpuContext>();
-    model.backend_ = options.backend ? options.backend : make_cpu_backend(model.cpu_);
-    model.default_pass_ = options.draft_only ? Pass::kDraft : Pass::kTarget;
-    model.target_activations_ = options.target_activations;
-    if (keep_planes && !model.backend_->reads_file_layout()) t.pack_drafts_with(model.cpu_.get());
+// Model::load's steps over one file, filling `model` (a friend of Model).
+class ModelLoader {
+ public:
+  ModelLoader(const WeightSource& source, const ModelLoadOptions& options, Model& model)
+      : source_(source), options_(options), model_(model) {}
+
+  // The configuration, the split format, and which kernels the model computes with.
+  Status configure() {
+    BITSPLIT_ASSIGN_OR_RETURN(model_.config_, read_model_config(source_));
+    auto split = read_split_format(source_.metadata());
+    if (!split) return split.status().with_context(source_.path());
+    if (options_.draft_only && !split->has_value()) {
+      return Status::error(source_.path() + ": is not a bit-split model, so it has no draft plane; run `bitsplit convert` first");
+    }
+    keep_planes_ = split->has_value() && options_.keep_planes;
+    q8_0_kernels_ = !split->has_value() && options_.q8_0_kernels;
+    tensors_.emplace(source_, *split, options_.draft_only, keep_planes_ ? &model_.splits_ : nullptr,
+                     q8_0_kernels_ ? &model_.q8_0_ : nullptr);
+    if (keep_planes_ || q8_0_kernels_) {
+      model_.cpu_ = options_.cpu ? options_.cpu : std::make_shared<cpu::CpuContext>();
+      model_.backend_ = options_.backend ? options_.backend : make_cpu_backend(model_.cpu_);
+      model_.default_pass_ = options_.draft_only ? Pass::kDraft : Pass::kTarget;
+      model_.target_activations_ = options_.target_activations;
+      if (keep_planes_ && !model_.backend_->reads_file_layout()) tensors_->pack_drafts_with(model_.cpu_.get());
+    }
+    auto from_embd = source_.metadata().get_bool_or("bitsplit.output_from_embedding", false);
+    if (!from_embd) return from_embd.status().with_context(source_.path());
+    model_.output_from_embedding_ = *from_embd;
+    return Status::ok();
   }
 
-  auto from_embd = source.metadata().get_bool_or("bitsplit.output_from_embedding", false);
-  if (!from_embd) return from_embd.status().with_context(source.path());
-  model.output_from_embedding_ = *from_embd;
-  // A bit-split model keeps a Q8_0 embedding (what convert writes) as its blocks: a quarter of
-  // the f32 copy's memory; lookups dequantise one row (Model::embed_row).
-  const gguf::TensorInfo* embd = source.find_tensor("token_embd.weight");
-  if (keep_planes && embd && embd->type == gguf::TensorType::Q8_0 && c.n_embd % quant::BlockQ8_0::kWeights == 0 &&
-      embd->dims == std::vector<int64_t>{c.n_embd, c.n_vocab}) {
-    BITSPLIT_ASSIGN_OR_RETURN(auto bytes, source.raw_bytes(*embd));
-    // Lookups read a row per token: from the map when the container keeps it alive (pages come
-    // in as tokens need them; no copy), else (or with copy_residual: `--no-mmap`) from a copy.
-    if (auto owner = options.copy_residual ? nullptr : source.keep_alive()) {
-      model.token_embd_q8_0_map_ = bytes;
-      model.token_embd_q8_0_owner_ = std::move(owner);
+  // The token embedding (a bit-split model keeps a Q8_0 one as its blocks), the output norm and head.
+  Status load_embedding_and_head() {
+    const ModelConfig& c = model_.config_;
+    // A bit-split model keeps a Q8_0 embedding (what convert writes) as its blocks: a quarter of
+    // the f32 copy's memory; lookups dequantise one row (Model::embed_row).
+    const gguf::TensorInfo* embd = source_.find_tensor("token_embd.weight");
+    if (keep_planes_ && embd && embd->type == gguf::TensorType::Q8_0 && c.n_embd % quant::BlockQ8_0::kWeights == 0 &&
+        embd->dims == std::vector<int64_t>{c.n_embd, c.n_vocab}) {
+      BITSPLIT_RETURN_IF_ERROR(keep_q8_0_embedding(*embd));
     } else {
-      model.token_embd_q8_0_copy_.assign(bytes.begin(), bytes.end());
-      source.release(*embd);
+      BITSPLIT_RETURN_IF_ERROR(tensors_->load("token_embd.weight", {c.n_embd, c.n_vocab}, &model_.token_embd_));
     }
-    model.token_embd_lazy_ = std::make_shared<LazyEmbedding>();
-  } else {
-    BITSPLIT_RETURN_IF_ERROR(t.load("token_embd.weight", {c.n_embd, c.n_vocab}, &model.token_embd_));
+    // A tied head over a Q8_0 embedding runs on the Q8_0 kernel too (as llama.cpp's does): the
+    // rows stay f32 for the lookup, the blocks serve the head.
+    if (q8_0_kernels_ && c.tied_output && embd && embd->type == gguf::TensorType::Q8_0 &&
+        c.n_embd % quant::BlockQ8_0::kWeights == 0) {
+      BITSPLIT_ASSIGN_OR_RETURN(auto bytes, source_.raw_bytes(*embd));
+      model_.q8_0_["output.weight"].assign(bytes.begin(), bytes.end());
+    }
+    BITSPLIT_RETURN_IF_ERROR(tensors_->load("output_norm.weight", {c.n_embd}, &model_.output_norm_));
+    if (!c.tied_output) BITSPLIT_RETURN_IF_ERROR(tensors_->load("output.weight", {c.n_embd, c.n_vocab}, &model_.output_));
+    return Status::ok();
   }
-  // A tied head over a Q8_0 embedding runs on the Q8_0 kernel too (as llama.cpp's does): the
-  // rows stay f32 for the lookup, the blocks serve the head.
-  if (q8_0_kernels && c.tied_output && embd && embd->type == gguf::TensorType::Q8_0 &&
-      c.n_embd % quant::BlockQ8_0::kWeights == 0) {
-    BITSPLIT_ASSIGN_OR_RETURN(auto bytes, source.raw_bytes(*embd));
-    model.q8_0_["output.weight"].assign(bytes.begin(), bytes.end());
+
+  // RoPE's per-frequency divisors: LongRoPE's two sets (read_model_config checked that both are
+  // there) or rope_freqs.weight when the file has it.
+  Status load_rope_factors() {
+    if (model_.config_.rope_original_context > 0) {
+      BITSPLIT_RETURN_IF_ERROR(load_rope_factors("rope_factors_short.weight", &model_.rope_freqs_, false));
+      return load_rope_factors("rope_factors_long.weight", &model_.rope_freqs_long_, false);
+    }
+    return load_rope_factors("rope_freqs.weight", &model_.rope_freqs_, /*optional=*/true);
   }
-  BITSPLIT_RETURN_IF_ERROR(t.load("output_norm.weight", {c.n_embd}, &model.output_norm_));
-  if (!c.tied_output) BITSPLIT_RETURN_IF_ERROR(t.load("output.weight", {c.n_embd, c.n_vocab}, &model.output_));
-  // RoPE's per-frequency divisors of theta: zero, tiny, negative or non-finite ones would turn by
-  // inf or NaN, so each is checked as it is loaded.
-  auto load_rope_factors = [&](const char* name, std::vector<float>* out, bool optional) -> Status {
-    BITSPLIT_RETURN_IF_ERROR(t.load(name, {c.n_rot / 2}, out, optional));
+
+  // Every layer's norms, biases, router and projections, reporting progress after each.
+  Status load_layers() {
+    const ModelConfig& c = model_.config_;
+    model_.layers_.resize(size_t(c.n_layers));
+    const std::vector<ProjectionSlot> projections = layer_projections(c);
+    for (int64_t i = 0; i < c.n_layers; ++i) {
+      BITSPLIT_RETURN_IF_ERROR(load_layer(i, projections));
+      if (options_.progress && !options_.progress(i + 1, c.n_layers)) {
+        return Status::error(source_.path() + ": loading cancelled");
+      }
+    }
+    return Status::ok();
+  }
+
+  // The backend takes its planes, then the CPU kernels' packed copies replace the file layout.
+  Status prepare_planes() {
+    const ModelConfig& c = model_.config_;
+    // The backend takes its planes now (a GPU backend uploads them once, never while decoding),
+    // in placement order: layer by layer, the output head last (vram_plan.h). Planes live in a
+    // std::map, so their addresses survive moving the model.
+    for (const std::string& name : placement_order(c.n_layers, projection_kinds(c))) {
+      auto it = model_.splits_.find(name);
+      if (it == model_.splits_.end()) continue;
+      if (Status st = model_.backend_->prepare(it->second); !st) {
+        return st.with_context("backend " + model_.backend_->name() + ", " + name);
+      }
+    }
+    // Then the CPU kernels' packed copies, replacing the file layout where nothing else reads it:
+    // the residual always runs on the CPU; the draft's file layout stays for any other backend (a
+    // GPU backend drafts planes that did not fit in VRAM on the CPU from it, a test backend reads it).
+    const bool release_draft = model_.backend_ && !model_.backend_->reads_file_layout();
+    for (auto& [name, planes] : model_.splits_) planes.pack(*model_.cpu_, release_draft, true);
+    copy_residuals();
+    return Status::ok();
+  }
+
+ private:
+  // Lookups read a row per token: from the map when the container keeps it alive (pages come in
+  // as tokens need them; no copy), else (or with copy_residual: `--no-mmap`) from a copy.
+  Status keep_q8_0_embedding(const gguf::TensorInfo& embd) {
+    BITSPLIT_ASSIGN_OR_RETURN(auto bytes, source_.raw_bytes(embd));
+    if (auto owner = options_.copy_residual ? nullptr : source_.keep_alive()) {
+      model_.token_embd_q8_0_map_ = bytes;
+      model_.token_embd_q8_0_owner_ = std::move(owner);
+    } else {
+      model_.token_embd_q8_0_copy_.assign(bytes.begin(), bytes.end());
+      source_.release(embd);
+    }
+    model_.token_embd_lazy_ = std::make_shared<Model::LazyEmbedding>();
+    return Status::ok();
+  }
+
+  // Zero, tiny, negative or non-finite divisors would turn by inf or NaN, so each is checked as
+  // it is loaded.
+  Status load_rope_factors(const char* name, std::vector<float>* out, bool optional) {
+    BITSPLIT_RETURN_IF_ERROR(tensors_->load(name, {model_.config_.n_rot / 2}, out, optional));
     for (size_t i = 0; i < out->size(); ++i) {
       if (!((*out)[i] >= 1e-6f) || !std::isfinite((*out)[i])) {
         return Status::error(std::string("tensor '") + name + "': factor " + std::to_string(i) + " is " +
                              std::to_string((*out)[i]) + "; RoPE factors must be finite and >= 1e-6")
-            .with_context(source.path());
+            .with_context(source_.path());
       }
     }
     return Status::ok();
-  };
-  if (c.rope_original_context > 0) {  // LongRoPE (read_model_config checked that both are there)
-    BITSPLIT_RETURN_IF_ERROR(load_rope_factors("rope_factors_short.weight", &model.rope_freqs_, false));
-    BITSPLIT_RETURN_IF_ERROR(load_rope_factors("rope_factors_long.weight", &model.rope_freqs_long_, false));
-  } else {
-    BITSPLIT_RETURN_IF_ERROR(load_rope_factors("rope_freqs.weight", &model.rope_freqs_, /*optional=*/true));
   }
-  model.layers_.resize(size_t(c.n_layers));
-  const std::vector<ProjectionSlot> projections = layer_projections(c);
-  for (int64_t i = 0; i < c.n_layers; ++i) {
-    LayerWeights& l = model.layers_[size_t(i)];
+
+  Status load_layer(int64_t i, const std::vector<ProjectionSlot>& projections) {
+    const ModelConfig& c = model_.config_;
+    TensorLoader& t = *tensors_;
+    LayerWeights& l = model_.layers_[size_t(i)];
     const std::string b = "blk." + std::to_string(i) + ".";
     BITSPLIT_RETURN_IF_ERROR(t.load(b + "attn_norm.weight", {c.n_embd}, &l.attn_norm));
     if (c.has_qkv_bias) {
@@ -185,40 +246,41 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
     for (const ProjectionSlot& p : projections) {
       BITSPLIT_RETURN_IF_ERROR(t.load(b + p.kind + ".weight", {p.cols, p.rows}, &l.projection(p.kind)));
     }
-    if (options.progress && !options.progress(i + 1, c.n_layers)) {
-      return Status::error(source.path() + ": loading cancelled");
-    }
+    return Status::ok();
   }
-  // The backend takes its planes now (a GPU backend uploads them once, never while decoding),
-  // in placement order: layer by layer, the output head last (vram_plan.h). Planes live in a
-  // std::map, so their addresses survive moving the model.
-  for (const std::string& name : placement_order(c.n_layers, projection_kinds(c))) {
-    auto it = model.splits_.find(name);
-    if (it == model.splits_.end()) continue;
-    if (Status st = model.backend_->prepare(it->second); !st) {
-      return st.with_context("backend " + model.backend_->name() + ", " + name);
-    }
-  }
-  // Then the CPU kernels' packed copies, replacing the file layout where nothing else reads it:
-  // the residual always runs on the CPU; the draft's file layout stays for any other backend (a
-  // GPU backend drafts planes that did not fit in VRAM on the CPU from it, a test backend reads it).
-  const bool release_draft = model.backend_ && !model.backend_->reads_file_layout();
-  for (auto& [name, planes] : model.splits_) planes.pack(*model.cpu_, release_draft, true);
+
   // On a machine with several NUMA nodes a residual used from the file map would sit wherever
   // the page cache put it (usually one node), and every other node's cores would stream it
   // remotely: it is copied into plane buffers interleaved over the nodes instead, and the map's
   // pages let go. The same copy when asked for (copy_residual).
-  if (!model.splits_.empty() && (options.copy_residual || model.cpu_->topology().numa_nodes > 1)) {
-    for (auto& [name, planes] : model.splits_) {
+  void copy_residuals() {
+    if (model_.splits_.empty() || !(options_.copy_residual || model_.cpu_->topology().numa_nodes > 1)) return;
+    for (auto& [name, planes] : model_.splits_) {
       if (!planes.packed_residual || !planes.packed_residual->borrowed()) continue;
       const cpu::PackedPlane& borrowed = *planes.packed_residual;
       planes.packed_residual =
-          std::make_shared<const cpu::PackedPlane>(cpu::PackedPlane::copy(*model.cpu_, borrowed.shape(), borrowed.data()));
-      if (const gguf::TensorInfo* t = source.find_tensor(split_tensor_names(split_base_name(name)).resid_packed)) {
-        source.release(*t);
+          std::make_shared<const cpu::PackedPlane>(cpu::PackedPlane::copy(*model_.cpu_, borrowed.shape(), borrowed.data()));
+      if (const gguf::TensorInfo* t = source_.find_tensor(split_tensor_names(split_base_name(name)).resid_packed)) {
+        source_.release(*t);
       }
     }
   }
+
+  const WeightSource& source_;
+  const ModelLoadOptions& options_;
+  Model& model_;
+  std::optional<TensorLoader> tensors_;
+  bool keep_planes_ = false, q8_0_kernels_ = false;
+};
+
+Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& options) {
+  Model model;
+  ModelLoader loader(source, options, model);
+  BITSPLIT_RETURN_IF_ERROR(loader.configure());
+  BITSPLIT_RETURN_IF_ERROR(loader.load_embedding_and_head());
+  BITSPLIT_RETURN_IF_ERROR(loader.load_rope_factors());
+  BITSPLIT_RETURN_IF_ERROR(loader.load_layers());
+  BITSPLIT_RETURN_IF_ERROR(loader.prepare_planes());
   return model;
 }
 
@@ -254,6 +316,22 @@ const std::vector<uint8_t>* Model::q8_0(const std::string& weight) const {
 const SplitProjection* Model::split(const std::string& weight) const {
   auto it = splits_.find(weight);
   return it == splits_.end() ? nullptr : &it->second;
+}
+
+const HeldProjection& Model::held(int64_t layer, size_t slot) const {
+  HeldTable& t = *held_.table;
+  std::call_once(t.once, [&] {
+    if (splits_.empty() && q8_0_.empty()) return;
+    const std::vector<std::string> kinds = projection_kinds(config_);
+    t.per_layer = kinds.size();
+    t.slots.reserve(size_t(config_.n_layers) * kinds.size());
+    for (int64_t l = 0; l < config_.n_layers; ++l) {
+      const std::string b = "blk." + std::to_string(l) + ".";
+      for (const std::string& kind : kinds) t.slots.push_back({split(b + kind + ".weight"), q8_0(b + kind + ".weight")});
+    }
+  });
+  static const HeldProjection kF32;
+  return t.slots.empty() ? kF32 : t.slots[size_t(layer) * t.per_layer + slot];
 }
 
 Result<Model> Model::with_split_planes(const quant::SplitParams& params,

@@ -124,7 +124,44 @@ Result<std::shared_ptr<const Variant>> Variant::make(const Model& base, std::str
     v->bytes_ += 4 * t.size();
     v->full_[weight] = std::move(t);
   }
+  v->resolve_layers(base.config());
   return std::shared_ptr<const Variant>(std::move(v));
+}
+
+const char* layer_tensor_name(LayerTensor t) {
+  switch (t) {
+    case LayerTensor::kAttnNorm: return "attn_norm.weight";
+    case LayerTensor::kBiasQ: return "attn_q.bias";
+    case LayerTensor::kBiasK: return "attn_k.bias";
+    case LayerTensor::kBiasV: return "attn_v.bias";
+    case LayerTensor::kQNorm: return "attn_q_norm.weight";
+    case LayerTensor::kKNorm: return "attn_k_norm.weight";
+    case LayerTensor::kFfnNorm: return "ffn_norm.weight";
+    case LayerTensor::kPostAttnNorm: return "post_attention_norm.weight";
+    case LayerTensor::kPostFfnNorm: return "post_ffw_norm.weight";
+    case LayerTensor::kRouter: return "ffn_gate_inp.weight";
+    case LayerTensor::kShexpGate: return "ffn_gate_inp_shexp.weight";
+    case LayerTensor::kCount: break;
+  }
+  return "?";
+}
+
+// Once per variant, not per pass: a pass then reads its tables by index. (Resolving per pass
+// would build every projection's name on every decode step, and for a mixture of experts every
+// expert's, routed or not.)
+void Variant::resolve_layers(const ModelConfig& c) {
+  const std::vector<std::string> kinds = projection_kinds(c);
+  layers_.assign(size_t(c.n_layers), VariantLayer{});
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    VariantLayer& layer = layers_[size_t(l)];
+    const std::string b = "blk." + std::to_string(l) + ".";
+    for (size_t t = 0; t < layer.full.size(); ++t) layer.full[t] = full(b + layer_tensor_name(LayerTensor(t)));
+    layer.projections.resize(kinds.size());
+    for (size_t slot = 0; slot < kinds.size(); ++slot) {
+      const std::string weight = b + kinds[slot] + ".weight";
+      layer.projections[slot] = {signs(weight), lora(weight)};
+    }
+  }
 }
 
 Result<std::shared_ptr<const Variant>> Variant::load(const DeltaFile& delta, const Model& base,

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bitsplit/attention_exp.h"
+#include "bitsplit/model_shape.h"
 #include "bitsplit/plane_view.h"
 #include "bitsplit/quant.h"
 
@@ -82,10 +83,8 @@ inline float gelu_tanh(float x) {
 // c · tanh(x / c): gemma2's soft cap of attention scores and logits.
 inline float softcap(float x, float c) { return c * __builtin_tanhf(x / c); }
 
-enum class RopeOrder {
-  kNormal,  // rotates adjacent pairs (x[2i], x[2i+1])   — llama
-  kNeox,    // rotates halves (x[i], x[i + n/2])           — qwen2, qwen3, gpt-neox
-};
+// (The order is the model shape's, engine/core's model_shape.h, which the device draft shares.)
+using RopeOrder = ::bitsplit::RopeOrder;
 
 // Rotates the first n_rot dims of one head vector of length head_dim at position `pos`.
 // theta_i = pos · freq_scale · base^(-2i/n_rot) / freq_factor[i] (freq_factors may be empty);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "bitsplit/model_shape.h"
 #include "bitsplit/plane_view.h"
 #include "bitsplit/status.h"
 
@@ -98,30 +99,20 @@ class DraftMatmul {
   virtual Result<double> time_kernel(const void* key, int64_t rows, int iterations) = 0;
 };
 
-// The whole draft model, as the device needs it: every projection and the output head as a
-// 2-bit plane (with the DraftMatmul key it is resident under), f32 norms, biases and embedding
-// (host memory; the engine builds this from a Model, engine/device_draft.cpp).
+// The whole draft model, as the device needs it: its shape, every projection and the output head
+// as a 2-bit plane (with the DraftMatmul key it is resident under), f32 norms, biases and
+// embedding (host memory; the engine builds this from a Model, describe_device_draft in
+// engine/model/draft_description.cpp).
 struct DraftModelHost {
-  int64_t n_layers = 0, n_embd = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, n_ff = 0, n_vocab = 0, n_rot = 0;
-  float rope_base = 10000.0f, rope_freq_scale = 1.0f, rms_eps = 1e-5f;
-  bool rope_neox = false;
+  // The draft's ModelConfig as a shape (a mixture of experts: each layer's FFN is Layer::experts,
+  // routed per row by Layer::router, plus a shared expert when n_ff_shexp > 0).
+  ModelShape shape;
   int group = 64;  // shared by every plane
-  // bitsplit::ModelConfig's fields of the same names (describe_device_draft copies them); the
-  // defaults are llama's, but attn_scale has none (1/sqrt(head_dim) for most families).
-  float embd_scale = 1.0f, attn_scale = 0.0f, attn_softcap = 0.0f, final_softcap = 0.0f;
-  bool gelu = false;           // GeGLU (tanh GELU) instead of SwiGLU
-  int64_t sliding_window = 0;  // in the layers with swa set
-  // A mixture of experts (n_expert > 0; bitsplit::ModelConfig's fields of the same names): each
-  // layer's FFN is Layer::experts, routed per row by Layer::router, plus a shared expert when
-  // n_ff_shexp > 0.
-  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
-  bool expert_weights_norm = false;
   const float* token_embd = nullptr;         // [n_vocab x n_embd]
   const float* output_norm = nullptr;        // n_embd
   // n_rot / 2 divisors of theta, or null; for LongRoPE the set the sequence's context picks
   // (describe_device_draft chooses it, as Model::rope_freq_factors does for the CPU pass).
   const float* rope_freq_factors = nullptr;
-  float rope_attn_factor = 1.0f;  // LongRoPE's factor on cos and sin (1 otherwise)
   struct Plane {
     const void* key = nullptr;  // the DraftMatmul key the plane is resident under
     DraftPlaneView plane{};

@@ -93,20 +93,20 @@ class EmulatedDeviceDraft final : public DeviceDraft {
     model_.output_norm = h.output_norm;
     model_.rope_freq_factors = h.rope_freq_factors;
     model_.head = plane(h.head);
-    k_cache_.assign(size_t(h.n_layers * n_slots * s.kv_dim()), NAN);
+    k_cache_.assign(size_t(h.shape.n_layers * n_slots * s.kv_dim()), NAN);
     v_cache_.assign(k_cache_.size(), NAN);
-    for (int64_t l = 0; l < h.n_layers; ++l) {
+    for (int64_t l = 0; l < h.shape.n_layers; ++l) {
       const auto& w = h.layers[size_t(l)];
       k::LayerDev d = k::layer_of(w);
       d.wq = plane(w.wq);
       d.wk = plane(w.wk);
       d.wv = plane(w.wv);
       d.wo = plane(w.wo);
-      if (h.n_expert > 0) {
+      if (h.shape.n_expert > 0) {
         std::vector<k::PlaneDev>& experts = experts_.emplace_back();
         for (const auto& e : w.experts) experts.push_back(plane(e));
         d.experts = experts.data();
-        if (h.n_ff_shexp > 0) {
+        if (h.shape.n_ff_shexp > 0) {
           d.shexp_gate = plane(w.shexp_gate);
           d.shexp_up = plane(w.shexp_up);
           d.shexp_down = plane(w.shexp_down);
@@ -340,7 +340,7 @@ TEST(EmulatedDraftPass, GemmaDraftMatchesTheCpuAndDecodesLosslessly) {
     ASSERT_GT(int64_t(f->prompt.size()), m.config().sliding_window) << "the prompt should cross the window";
     auto d = describe_device_draft(m, nullptr, 64);
     ASSERT_TRUE(d.is_ok()) << d.status().message();
-    EXPECT_TRUE(d->gelu);
+    EXPECT_EQ(d->shape.ffn_act, FfnActivation::kGeluTanh);
     EXPECT_NE(d->layers[0].post_attn_norm, nullptr);
     expect_device_pass_equals_cpu_and_decodes_losslessly(m, f->prompt);
   }
@@ -360,7 +360,7 @@ TEST(EmulatedDraftPass, MixtureOfExpertsDraftMatchesTheCpuAndDecodesLosslessly) 
     ASSERT_TRUE(m.config().is_moe());
     auto d = describe_device_draft(m, nullptr, 64);
     ASSERT_TRUE(d.is_ok()) << d.status().message();
-    EXPECT_EQ(d->n_expert, 8);
+    EXPECT_EQ(d->shape.n_expert, 8);
     EXPECT_EQ(d->layers[0].experts.size(), 24u);  // 8 experts x {gate, up, down}
     EXPECT_NE(d->layers[0].router, nullptr);
     EXPECT_EQ(d->layers[0].shexp_gate_inp != nullptr, m.config().n_ff_shexp > 0);
@@ -382,8 +382,8 @@ TEST(EmulatedDraftPass, LongRopeDraftMatchesTheCpuForEitherFactors) {
     auto d = describe_device_draft(m, nullptr, context);
     ASSERT_TRUE(d.is_ok()) << d.status().message();
     EXPECT_EQ(d->rope_freq_factors, (context > 32 ? m.rope_freq_factors_long() : m.rope_freq_factors(0)).data());
-    EXPECT_EQ(d->rope_attn_factor, m.config().rope_attn_factor);
-    EXPECT_GT(d->rope_attn_factor, 1.0f);
+    EXPECT_EQ(d->shape.rope_attn_factor, m.config().rope_attn_factor);
+    EXPECT_GT(d->shape.rope_attn_factor, 1.0f);
   }
   std::vector<std::vector<float>> last_rows;
   for (int64_t slots : {32, 64}) {

@@ -1,7 +1,8 @@
-// engine/model/: a Llama-family model — configuration from GGUF metadata, weights (f32, Q8_0 blocks or
-// bit-split planes computed on the model's Backend), the KV cache with explicit slots, token
-// batches with arbitrary attention masks, and forward_pass: the engine's forward pass, f32 for
-// f32 weights and the plane kernels' exact arithmetic for planes.
+// engine/model/: a Llama-family model — configuration from GGUF metadata, weights (f32, Q8_0
+// blocks or bit-split planes computed on the model's Backend), the KV cache with explicit slots,
+// token batches with arbitrary attention masks, and forward_pass: the engine's forward pass, f32
+// for f32 weights, the Q8_0 kernel for Q8_0 blocks and the plane kernels' exact arithmetic for
+// planes.
 #pragma once
 
 #include <cstdint>
@@ -12,11 +13,13 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bitsplit/backend.h"
 #include "bitsplit/cpu.h"
 #include "bitsplit/imatrix.h"
+#include "bitsplit/model_shape.h"
 #include "bitsplit/planes.h"
 #include "bitsplit/quant.h"
 #include "bitsplit/status.h"
@@ -28,41 +31,20 @@ enum class Architecture { kLlama, kQwen2, kQwen3, kGemma2, kGemma3, kPhi3, kQwen
 inline constexpr const char* kSupportedArchitectures =
     "llama (also Mixtral-style mixture of experts), qwen2, qwen3, gemma2, gemma3, phi3, qwen2moe, qwen3moe";
 
-// The FFN's gate activation: SwiGLU (llama, qwen) or GeGLU with the tanh GELU (gemma).
-enum class FfnActivation { kSilu, kGeluTanh };
-
-struct ModelConfig {
+// A model's configuration: its shape (model_shape.h: widths, heads, RoPE, norms, gemma's scales
+// and caps, the sliding window, the experts) and what only the CPU pass and the loader read.
+struct ModelConfig : ModelShape {
   Architecture arch = Architecture::kLlama;
   std::string arch_name;
-  int64_t n_layers = 0;
-  int64_t n_embd = 0;
-  int64_t n_heads = 0;
-  int64_t n_kv_heads = 0;
-  int64_t head_dim = 0;
-  int64_t n_ff = 0;
-  int64_t n_vocab = 0;
   int64_t n_ctx_train = 0;
-  int64_t n_rot = 0;  // RoPE dimensions per head (== head_dim for every supported model)
-  float rope_base = 10000.0f;
-  float rope_freq_scale = 1.0f;  // linear RoPE scaling: positions are multiplied by this
-  cpu::RopeOrder rope_order = cpu::RopeOrder::kNormal;
-  float rms_eps = 1e-5f;
   bool tied_output = false;   // no output.weight: logits use token_embd.weight
   bool has_qkv_bias = false;  // qwen2
   bool has_qk_norm = false;   // qwen3, gemma3
-  // Gemma: the embedding row is multiplied by embd_scale (sqrt(n_embd)); the attention and FFN
-  // outputs pass through their own RMSNorm (post_attention_norm, post_ffw_norm) before the
-  // residual add; the FFN is GeGLU.
-  float embd_scale = 1.0f;
+  // Gemma: the attention and FFN outputs pass through their own RMSNorm (post_attention_norm,
+  // post_ffw_norm) before the residual add.
   bool has_post_norms = false;
-  FfnActivation ffn_act = FfnActivation::kSilu;
-  float attn_scale = 0.0f;     // scores = q·k · attn_scale (1/sqrt(head_dim) unless the family says otherwise)
-  float attn_softcap = 0.0f;   // > 0: scores = c · tanh(scores / c) before the mask (gemma2)
-  float final_softcap = 0.0f;  // > 0: logits = c · tanh(logits / c) (gemma2)
-  // Sliding-window attention (gemma2, gemma3, phi3): in the layers with swa_layers[l] != 0 a token at
-  // position p sees only cache slots at positions > p - sliding_window; those layers use
-  // rope_base_swa and rope_freq_scale_swa.
-  int64_t sliding_window = 0;
+  // Sliding-window attention (ModelShape::sliding_window): the layers with swa_layers[l] != 0
+  // slide, and use rope_base_swa and rope_freq_scale_swa.
   std::vector<uint8_t> swa_layers;  // n_layers entries, or empty (no sliding window)
   float rope_base_swa = 10000.0f;
   float rope_freq_scale_swa = 1.0f;  // gemma3's local layers take no RoPE scaling; others their own
@@ -72,19 +54,7 @@ struct ModelConfig {
   // (Model::rope_freq_factors(context)); cos and sin are multiplied by rope_attn_factor in every
   // layer either way.
   int64_t rope_original_context = 0;  // > 0 with LongRoPE
-  float rope_attn_factor = 1.0f;
 
-  // Mixture of experts (qwen2moe, qwen3moe, llama with expert_count = Mixtral): each layer's FFN
-  // is n_expert FFNs of width n_ff_exp; the router (ffn_gate_inp) picks n_expert_used per token
-  // by softmax probability, weighted by those probabilities (renormalised over the chosen when
-  // expert_weights_norm); qwen2moe adds a shared expert of width n_ff_shexp gated by
-  // sigmoid(x · ffn_gate_inp_shexp).
-  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
-  bool expert_weights_norm = false;
-
-  int64_t q_dim() const { return n_heads * head_dim; }
-  int64_t kv_dim() const { return n_kv_heads * head_dim; }
-  bool is_moe() const { return n_expert > 0; }
   bool is_swa(int64_t layer) const { return !swa_layers.empty() && swa_layers[size_t(layer)] != 0; }
   float layer_rope_base(int64_t layer) const { return is_swa(layer) ? rope_base_swa : rope_base; }
   float layer_rope_freq_scale(int64_t layer) const { return is_swa(layer) ? rope_freq_scale_swa : rope_freq_scale; }
@@ -104,6 +74,11 @@ struct ProjectionSlot {
 std::vector<ProjectionSlot> layer_projections(const ModelConfig& c);
 // The kinds alone (placement_order takes them).
 std::vector<std::string> projection_kinds(const ModelConfig& c);
+// Slots in layer_projections' order: the attention's four, then each FFN's gate, up and down at
+// ffn_slot(f), +1, +2 (f = 0: the dense FFN, or expert 0; f = e: expert e; f = n_expert: the
+// shared expert).
+inline constexpr size_t kSlotQ = 0, kSlotK = 1, kSlotV = 2, kSlotOutput = 3;
+constexpr size_t ffn_slot(int64_t ffn) { return 4 + 3 * size_t(ffn); }
 
 struct ExpertWeights {
   std::vector<float> w_gate, w_up, w_down;
@@ -171,12 +146,20 @@ struct ModelLoadOptions {
   bool copy_residual = false;
 };
 
+// A projection as a model holds it beyond f32: bit-split planes or Q8_0 blocks (both null: f32).
+struct HeldProjection {
+  const SplitProjection* planes = nullptr;
+  const std::vector<uint8_t>* q8_0 = nullptr;
+};
+
 // Applied to one weight matrix [rows x cols] (row-major), returning its replacement.
 using WeightTransform =
     std::function<std::vector<float>(const std::string& name, const std::vector<float>& w, int64_t rows, int64_t cols)>;
 
-// A model with every weight held in f32 (dequantised on load; bit-split files are
-// reconstructed from their planes).
+// A loaded model: its configuration and weights. Projections are held in f32 (dequantised on
+// load), as Q8_0 blocks (q8_0_kernels) or as bit-split planes computed on the model's Backend
+// (keep_planes; without it a bit-split file's projections are reconstructed to f32); the rest
+// (norms, biases, the embedding unless a bit-split model keeps its Q8_0 blocks) in f32.
 class Model {
  public:
   static Result<Model> load(const WeightSource& source, const ModelLoadOptions& options = {});
@@ -205,6 +188,9 @@ class Model {
   // A projection held as Q8_0 blocks (ggml layout, [out] rows of in/32 blocks), or null.
   const std::vector<uint8_t>* q8_0(const std::string& weight) const;
   bool has_q8_0() const { return !q8_0_.empty(); }
+  // split() and q8_0() of a layer's projection by slot (layer_projections' order), resolved once
+  // (on first use; thread-safe), so a pass looks nothing up by name in its layer loop.
+  const HeldProjection& held(int64_t layer, size_t slot) const;
   cpu::CpuContext& cpu() const { return *cpu_; }
   bool has_cpu() const { return cpu_ != nullptr; }  // models built in memory (f32 tests) may have none
   Backend& backend() const { return *backend_; }
@@ -246,6 +232,7 @@ class Model {
   const LayerWeights& layer(int64_t i) const { return layers_[size_t(i)]; }
 
  private:
+  friend class ModelLoader;  // Model::load's steps (model_load.cpp)
   ModelConfig config_;
   std::vector<float> token_embd_, output_norm_, output_, rope_freqs_, rope_freqs_long_;
   // The embedding as Q8_0 blocks (n_vocab rows of n_embd / 32 blocks) when held so: in the
@@ -265,6 +252,28 @@ class Model {
   std::vector<LayerWeights> layers_;
   std::map<std::string, SplitProjection> splits_;
   std::map<std::string, std::vector<uint8_t>> q8_0_;
+  // held()'s table: [layer * per_layer + slot], empty when every projection is f32. It points
+  // into the maps above, so a copy of the model makes its own; a move keeps it (map nodes stay).
+  struct HeldTable {
+    std::once_flag once;
+    std::vector<HeldProjection> slots;
+    size_t per_layer = 0;
+  };
+  struct HeldTableRef {
+    std::shared_ptr<HeldTable> table = std::make_shared<HeldTable>();
+    HeldTableRef() = default;
+    HeldTableRef(const HeldTableRef&) {}
+    HeldTableRef(HeldTableRef&& o) noexcept : table(std::exchange(o.table, std::make_shared<HeldTable>())) {}
+    HeldTableRef& operator=(const HeldTableRef&) {
+      table = std::make_shared<HeldTable>();
+      return *this;
+    }
+    HeldTableRef& operator=(HeldTableRef&& o) noexcept {
+      table = std::exchange(o.table, std::make_shared<HeldTable>());
+      return *this;
+    }
+  };
+  HeldTableRef held_;
   std::shared_ptr<cpu::CpuContext> cpu_;
   std::shared_ptr<Backend> backend_;
   Pass default_pass_ = Pass::kTarget;
@@ -338,8 +347,8 @@ inline DraftRows draft_rows(const Batch& b) {
 // as "blk.0.attn_q.weight", the activations [rows x cols].
 using ActivationObserver = std::function<void(const std::string& weight, const float* x, int64_t rows, int64_t cols)>;
 
-// Runs the batch through the f32 reference model; returns [n_wanted x n_vocab] logits.
-// Projections with bit-split planes run the plane kernels for `pass`; all else is f32.
+// Runs the batch through the model; returns [n_wanted x n_vocab] logits. Projections with
+// bit-split planes run the plane kernels for `pass`, Q8_0 blocks the Q8_0 kernel; all else is f32.
 // With a variant (variant.h), the pass computes that fine-tuned variant: its sign planes join
 // D in every projection and the tensors it replaces in full stand in for the base's.
 Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, const Batch& batch,

@@ -1,9 +1,11 @@
 // A fine-tuned variant of a loaded base model: the BitDelta sign planes and scales of one
 // delta file, or the low-rank factors of a LoRA adapter, held in memory beside the base and
-// applied inside the passes (the variant's weights are never materialised). Many variants share one base; a forward pass, a plain or a
-// speculative generation takes the variant to run as a parameter.
+// applied inside the passes (the variant's weights are never materialised). Many variants share
+// one base; a forward pass, a plain or a speculative generation takes the variant to run as a
+// parameter.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -46,6 +48,27 @@ struct VariantLora {
   uint64_t bytes() const { return 4 * (up.size() + down.size()); }
 };
 
+// The small tensors of a layer a variant may replace in full: its norms, biases, the router and
+// the shared expert's gate (names in layer_tensor_name).
+enum class LayerTensor { kAttnNorm, kBiasQ, kBiasK, kBiasV, kQNorm, kKNorm, kFfnNorm, kPostAttnNorm, kPostFfnNorm,
+                         kRouter, kShexpGate, kCount };
+// "attn_norm.weight", "attn_q.bias", ... (the name after "blk.N.").
+const char* layer_tensor_name(LayerTensor t);
+
+// What a variant changes in one projection (either may be null).
+struct ProjectionChange {
+  const VariantSigns* signs = nullptr;
+  const VariantLora* lora = nullptr;
+};
+
+// What a variant changes in one layer, resolved from its tensor names once (Variant::make), so a
+// pass looks nothing up by name in its layer loop: the small tensors it replaces (null: the
+// base's) and each projection's change, by slot (layer_projections' order).
+struct VariantLayer {
+  std::array<const std::vector<float>*, size_t(LayerTensor::kCount)> full{};
+  std::vector<ProjectionChange> projections;
+};
+
 class Variant {
  public:
   // Reads every tensor of `delta` into memory and checks it against the loaded base: the
@@ -70,13 +93,20 @@ class Variant {
   // The LoRA change of a projection ("output.weight" on a model whose head is the embedding
   // takes token_embd's), or null.
   const VariantLora* lora(const std::string& weight) const;
-  bool has_lora() const { return !lora_.empty(); }
   // A tensor the variant replaces in full (norms, biases), or null.
   const std::vector<float>* full(const std::string& weight) const;
   // `base` unless the variant replaces `weight` in full.
   const std::vector<float>& pick(const std::string& weight, const std::vector<float>& base) const {
     const std::vector<float>* f = full(weight);
     return f ? *f : base;
+  }
+  // Layer `layer`'s changes (by slot and tensor, no names).
+  const VariantLayer& layer(int64_t layer) const { return layers_[size_t(layer)]; }
+  // A layer's tensor `t`: `base` unless the variant replaces it (a tensor the base lacks stays
+  // absent).
+  const std::vector<float>& pick(int64_t layer, LayerTensor t, const std::vector<float>& base) const {
+    const std::vector<float>* f = layers_[size_t(layer)].full[size_t(t)];
+    return f && !base.empty() ? *f : base;
   }
   // Resident bytes (signs, scales, full tensors and LoRA factors).
   uint64_t bytes() const { return bytes_; }
@@ -90,10 +120,14 @@ class Variant {
 
  private:
   Variant() = default;
+  // Fills layers_ from the maps below (their entries' addresses are stable: the maps never change
+  // after make()).
+  void resolve_layers(const ModelConfig& c);
   std::string name_;
   std::map<std::string, std::shared_ptr<const VariantSigns>> signs_;
   std::map<std::string, std::vector<float>> full_;
   std::map<std::string, std::shared_ptr<const VariantLora>> lora_;
+  std::vector<VariantLayer> layers_;
   uint64_t bytes_ = 0;
   int64_t sign_weights_ = 0;
 };
