@@ -5,6 +5,7 @@
 #include "bitsplit/delta_format.h"
 #include "bitsplit/quality.h"
 #include "bitsplit/variant.h"
+#include "bitsplit/variant_build.h"
 #include "commands.h"
 #include "option_checks.h"
 #include "output_path.h"

@@ -6,6 +6,7 @@
 
 #include "bitsplit/model.h"
 #include "bitsplit/quality.h"
+#include "bitsplit/variant_build.h"
 #include "bitsplit/variant.h"
 
 namespace bitsplit {

@@ -12,6 +12,7 @@
 #include "bitsplit/speculative.h"
 #include "bitsplit/tokenizer.h"
 #include "bitsplit/variant.h"
+#include "bitsplit/variant_build.h"
 #include "generation_testing.h"
 #include "test_paths.h"
 

@@ -17,6 +17,7 @@
 #include "bitsplit/gpu.h"
 #include "bitsplit/speculative.h"
 #include "bitsplit/variant.h"
+#include "bitsplit/variant_build.h"
 #include "bitsplit/vram_plan.h"
 #include "draft_testing.h"
 #include "generation_testing.h"

@@ -10,6 +10,7 @@
 #include "bitsplit/model.h"
 #include "bitsplit/tokenizer.h"
 #include "bitsplit/variant.h"
+#include "bitsplit/variant_build.h"
 #include "test_paths.h"
 
 namespace bitsplit {

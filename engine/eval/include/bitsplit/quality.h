@@ -11,6 +11,7 @@
 #include "bitsplit/imatrix.h"
 #include "bitsplit/model.h"
 #include "bitsplit/variant.h"
+#include "bitsplit/variant_build.h"
 
 namespace bitsplit {
 
