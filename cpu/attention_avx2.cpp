@@ -2,19 +2,28 @@
 // added lane by lane, then the same pairwise reduction, eight keys at once), attention_exp eight
 // lanes at a time, and the weighted sum of V eight values of d at a time (one fused multiply-add
 // per term, as the reference); each row's softmax double sum stays scalar and in slot order (the
-// block's rows interleaved), so every row is attention_row_ref's bit for bit. Built with -mavx2
-// -mfma -ffp-contract=off: the compiler fuses nothing by itself, the weighted sum's fma are
+// block's rows interleaved), so every row is attention_row_ref's bit for bit. Compiled for AVX2 + FMA
+// with -ffp-contract=off: the compiler fuses nothing by itself, the weighted sum's fma are
 // written out. (dot_f32 dispatches here too, and silu_mul: silu_exp eight at a time.)
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "bitsplit/attention_exp.h"
 #include "bitsplit/cpu.h"
+#include "bitsplit/isa_target.h"
 #include "bitsplit/status.h"
 #include "attention_tiers.h"
+
+// From here on the code is compiled for the tier (bitsplit/isa_target.h): every other header is
+// above, the tier's own helpers (unnamed namespaces) below.
+BITSPLIT_TARGET_BEGIN(BITSPLIT_ISA_AVX2)
+
+#include "attention_tier_helpers.h"
 #include "exp_avx2.h"
 
 namespace bitsplit::cpu {
@@ -213,3 +222,5 @@ void silu_mul_avx2(float* g, const float* u, int64_t n) {
 }
 
 }  // namespace bitsplit::cpu
+
+BITSPLIT_TARGET_END

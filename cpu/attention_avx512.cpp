@@ -7,11 +7,21 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <vector>
 
-#include "attention_tiers.h"
+#include "bitsplit/attention_exp.h"
 #include "bitsplit/cpu.h"
+#include "bitsplit/isa_target.h"
 #include "bitsplit/status.h"
+#include "attention_tiers.h"
+
+// From here on the code is compiled for the tier (bitsplit/isa_target.h): every other header is
+// above, the tier's own helpers (unnamed namespaces) below.
+BITSPLIT_TARGET_BEGIN(BITSPLIT_ISA_AVX512)
+
+#include "attention_tier_helpers.h"
 
 namespace bitsplit::cpu {
 namespace {
@@ -126,3 +136,5 @@ void attention_block_avx512(int nq, const float* const* q, const uint8_t* const*
 }
 
 }  // namespace bitsplit::cpu
+
+BITSPLIT_TARGET_END

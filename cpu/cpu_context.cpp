@@ -18,6 +18,7 @@
 #include <string>
 
 #include "bitsplit/status.h"
+#include "activation_chunks.h"
 #include "plane_kernels.h"
 
 namespace bitsplit::cpu {
@@ -53,14 +54,22 @@ bool cpu_has_amx_int8() {
   constexpr unsigned kAmxTile = 1u << 24, kAmxInt8 = 1u << 25;
   return (edx & kAmxTile) && (edx & kAmxInt8);
 }
+
+// F16C from CPUID leaf 1 (ECX bit 29), read directly for the same reason ("f16c" is unknown to it).
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+  return ecx & (1u << 29);
+}
 }  // namespace
 
 bool isa_supported(Isa isa) {
   switch (isa) {
     case Isa::kScalar: return true;
-    case Isa::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    // Every instruction set the tier's region names (bitsplit/isa_target.h).
+    case Isa::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     case Isa::kAvx512:
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      return isa_supported(Isa::kAvx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
     case Isa::kAmx:
       return isa_supported(Isa::kAvx512) && cpu_has_amx_int8() && amx_permitted();

@@ -1,7 +1,8 @@
-// attention_exp and silu_exp eight lanes at a time (AVX2), for the files built with -mavx2 -mfma
+// attention_exp and silu_exp eight lanes at a time (AVX2), for the tier files built with
 // -ffp-contract=off: the same operations as the scalar definitions in bitsplit/attention_exp.h,
-// lane by lane, so every lane equals them bit for bit. An unnamed namespace: each including file
-// keeps its own copy, built with its own flags.
+// lane by lane, so every lane equals them bit for bit. Include inside an AVX2 or AVX-512 region
+// (bitsplit/isa_target.h), after every other header; an unnamed namespace: each including file
+// keeps its own copy, compiled for its tier.
 #pragma once
 
 #include <immintrin.h>

@@ -7,9 +7,20 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <vector>
 
+#include "bitsplit/cpu.h"
+#include "bitsplit/isa_target.h"
 #include "plane_kernels.h"
+
+// From here on the code is compiled for the tier (bitsplit/isa_target.h): every other header is
+// above, the tier's own helpers (unnamed namespaces) below.
+BITSPLIT_TARGET_BEGIN(BITSPLIT_ISA_AVX2)
+
+#include "activation_chunks.h"
 #include "simd_blocks.h"
 
 namespace bitsplit::cpu::detail {
@@ -455,3 +466,5 @@ const KernelTable& avx2_kernels() {
 }
 
 }  // namespace bitsplit::cpu::detail
+
+BITSPLIT_TARGET_END

@@ -8,11 +8,22 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
+#include "bitsplit/cpu.h"
+#include "bitsplit/isa_target.h"
 #include "plane_kernels.h"
+
+// From here on the code is compiled for the tier (bitsplit/isa_target.h): every other header is
+// above, the tier's own helpers (unnamed namespaces) below.
+BITSPLIT_TARGET_BEGIN(BITSPLIT_ISA_AVX512)
+
+#include "activation_chunks.h"
 #include "simd_blocks.h"
+#include "simd_blocks_avx512.h"
 
 namespace bitsplit::cpu::detail {
 namespace {
@@ -352,3 +363,5 @@ const KernelTable& avx512_kernels() {
 }
 
 }  // namespace bitsplit::cpu::detail
+
+BITSPLIT_TARGET_END

@@ -10,11 +10,20 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
-#include "packed_chunk_avx512.h"
+#include "bitsplit/cpu.h"
+#include "bitsplit/isa_target.h"
 #include "plane_kernels.h"
+
+// From here on the code is compiled for the tier (bitsplit/isa_target.h): every other header is
+// above, the tier's own helpers (unnamed namespaces) below.
+BITSPLIT_TARGET_BEGIN(BITSPLIT_ISA_AMX)
+
+#include "packed_chunk_avx512.h"
 
 namespace bitsplit::cpu::detail {
 namespace {
@@ -267,3 +276,5 @@ const KernelTable& amx_kernels() {
 }
 
 }  // namespace bitsplit::cpu::detail
+
+BITSPLIT_TARGET_END

@@ -7,12 +7,22 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 #include <vector>
 
-#include "packed_chunk_avx512.h"
+#include "bitsplit/cpu.h"
+#include "bitsplit/isa_target.h"
 #include "plane_kernels.h"
+
+// From here on the code is compiled for the tier (bitsplit/isa_target.h): every other header is
+// above, the tier's own helpers (unnamed namespaces) below.
+BITSPLIT_TARGET_BEGIN(BITSPLIT_ISA_AVX512)
+
+#include "activation_chunks.h"
+#include "packed_chunk_avx512.h"
 
 namespace bitsplit::cpu::detail {
 namespace {
@@ -230,3 +240,5 @@ void draft_packed_avx512(const PackedPlane& d, const QuantizedActivations& qa, i
 }
 
 }  // namespace bitsplit::cpu::detail
+
+BITSPLIT_TARGET_END

@@ -1,7 +1,7 @@
-// cpu/ internal: what the AVX-512 and the AMX packed kernels share (files compiled with AVX-512
-// flags only): one chunk (4 codes of each of a tile's 16 rows) of a PackedPlane group as a 512-bit
-// vector of unsigned bytes, and the prefetch distance in the tile stream. In an unnamed namespace
-// for the reason plane_kernels.h gives.
+// cpu/ internal: what the AVX-512 and the AMX packed kernels share: one chunk (4 codes of each of
+// a tile's 16 rows) of a PackedPlane group as a 512-bit vector of unsigned bytes, and the prefetch
+// distance in the tile stream. Include only inside their AVX-512 regions (bitsplit/isa_target.h),
+// after every other header; an unnamed namespace, so each file keeps its own copy.
 #pragma once
 
 #include <immintrin.h>

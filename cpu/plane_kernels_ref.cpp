@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "bitsplit/status.h"
+#include "activation_chunks.h"
 #include "plane_kernels.h"
 
 namespace bitsplit::cpu {

@@ -18,7 +18,7 @@ inline constexpr int kQ8_0BlockBytes = 34;  // fp16 d + 32 int8
 using Q8_0Rows = void (*)(const Q8_0PlaneView& w, const Q8_0Activations& qa, int64_t o_begin, int64_t o_end, float* y);
 void q8_0_rows_ref(const Q8_0PlaneView& w, const Q8_0Activations& qa, int64_t o_begin, int64_t o_end, float* y);
 void q8_0_rows_avx2(const Q8_0PlaneView& w, const Q8_0Activations& qa, int64_t o_begin, int64_t o_end,
-                    float* y);  // q8_0_kernels_avx2.cpp (-mavx2 -mfma -mf16c)
+                    float* y);  // q8_0_kernels_avx2.cpp (AVX2 + FMA + F16C)
 void q8_0_rows_avx512(const Q8_0PlaneView& w, const Q8_0Activations& qa, int64_t o_begin, int64_t o_end,
                       float* y);  // q8_0_kernels_avx512.cpp (AVX-512 F/BW/VL/VNNI)
 

@@ -5,10 +5,20 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <utility>
+#include <vector>
 
+#include "bitsplit/cpu.h"
+#include "bitsplit/isa_target.h"
 #include "q8_0_kernels.h"
+
+// From here on the code is compiled for the tier (bitsplit/isa_target.h): every other header is
+// above, the tier's own helpers (unnamed namespaces) below.
+BITSPLIT_TARGET_BEGIN(BITSPLIT_ISA_AVX2)
+
 #include "simd_blocks.h"
 
 namespace bitsplit::cpu::detail {
@@ -81,3 +91,5 @@ void q8_0_rows_avx2(const Q8_0PlaneView& w, const Q8_0Activations& qa, int64_t o
 }
 
 }  // namespace bitsplit::cpu::detail
+
+BITSPLIT_TARGET_END

@@ -7,11 +7,22 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <utility>
+#include <vector>
 
+#include "bitsplit/cpu.h"
+#include "bitsplit/isa_target.h"
 #include "q8_0_kernels.h"
+
+// From here on the code is compiled for the tier (bitsplit/isa_target.h): every other header is
+// above, the tier's own helpers (unnamed namespaces) below.
+BITSPLIT_TARGET_BEGIN(BITSPLIT_ISA_AVX512)
+
 #include "simd_blocks.h"
+#include "simd_blocks_avx512.h"
 
 namespace bitsplit::cpu::detail {
 namespace {
@@ -85,3 +96,5 @@ void q8_0_rows_avx512(const Q8_0PlaneView& w, const Q8_0Activations& qa, int64_t
 }
 
 }  // namespace bitsplit::cpu::detail
+
+BITSPLIT_TARGET_END
