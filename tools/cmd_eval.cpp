@@ -17,6 +17,7 @@ namespace {
 
 struct EvalArgs {
   std::string model, text, imatrix, base, distill, reference, lora;
+  std::string pass;  // --pass with --reference: target, draft or both (empty: the model's own)
   int ctx = 128, group = 64, threads = 0;
   int64_t max_tokens = 0;
   double draft_bpw = 0.0;
@@ -109,7 +110,25 @@ std::string windowing(const EvalArgs& a, int64_t windows) {
   return std::to_string(windows) + " windows of <= " + std::to_string(a.ctx) + " tokens";
 }
 
+// The passes --pass names, each a row of the report: a converted file's target (D + R) and/or its
+// draft (D alone); without --pass the model's own (an original model's f32 pass, a converted
+// file's target).
+Result<std::vector<std::pair<std::string, Pass>>> passes_to_score(const EvalArgs& a, const Model& model) {
+  if (a.pass.empty()) return std::vector<std::pair<std::string, Pass>>{{"model", Pass::kDefault}};
+  if (!model.has_planes()) {
+    return Status::error("--pass " + a.pass + ": " + a.model +
+                         " is not a converted (bit-split) file, so it has no draft or target pass; give the file `bitsplit "
+                         "convert` wrote");
+  }
+  std::vector<std::pair<std::string, Pass>> out;
+  if (a.pass != "draft") out.emplace_back("target", Pass::kTarget);
+  if (a.pass != "target") out.emplace_back("draft", Pass::kDraft);
+  return out;
+}
+
 int eval_against(const EvalArgs& a, LoadedModel& model, const std::vector<int32_t>& tokens) {
+  auto passes = passes_to_score(a, model.model);
+  if (!passes) return report_error(passes.status().message());
   auto ref = load_model(a.reference);
   if (!ref) return report_error(ref.status().message());
   if (ref->model.has_planes()) return report_error("--reference: " + a.reference + " is a converted (bit-split) model; give an original one");
@@ -127,28 +146,50 @@ int eval_against(const EvalArgs& a, LoadedModel& model, const std::vector<int32_
     if (!v) return report_error("--lora: " + v.status().message());
     variant = *v;
   }
+  std::vector<ScoredModel> candidates;
+  for (const auto& [name, pass] : *passes) candidates.push_back({name, &model.model, pass, variant.get()});
   ProgressBar bar("eval");
-  auto r = score_against(ref->model, {{a.model, &model.model, Pass::kDefault, variant.get()}}, tokens, a.ctx,
+  auto r = score_against(ref->model, candidates, tokens, a.ctx,
                          window_bos(a, *model.tokenizer), a.max_tokens, [&](int64_t d, int64_t t) { bar.update(double(d), double(t)); },
                          a.llama_windows);
   if (!r) return report_error(r.status().message());
-  const Score& row = r->rows.at(0);
   if (a.json) {
-    nlohmann::json j = {{"model", a.model},           {"reference", a.reference},      {"text", a.text},
-                        {"ctx", a.ctx},               {"tokens", r->tokens},          {"reference_perplexity", r->reference_perplexity},
-                        {"perplexity", row.perplexity}, {"kl_mean", row.kl_mean},     {"kl_p99", row.kl_p99},
-                        {"top1_agreement", row.top1_agreement}};
+    nlohmann::json j = {{"model", a.model}, {"reference", a.reference}, {"text", a.text},
+                        {"ctx", a.ctx},     {"tokens", r->tokens},     {"reference_perplexity", r->reference_perplexity}};
+    auto fields = [](nlohmann::json& o, const Score& row) {
+      o["perplexity"] = row.perplexity;
+      o["kl_mean"] = row.kl_mean;
+      o["kl_p99"] = row.kl_p99;
+      o["top1_agreement"] = row.top1_agreement;
+    };
+    // One pass: its numbers at the top level (as before --pass); with --pass, also a row per pass.
+    if (r->rows.size() == 1) fields(j, r->rows[0]);
+    if (!a.pass.empty()) {
+      j["passes"] = nlohmann::json::array();
+      for (const Score& row : r->rows) {
+        nlohmann::json o = {{"pass", row.name}};
+        fields(o, row);
+        j["passes"].push_back(o);
+      }
+    }
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("model %s against %s, text %s: %lld predictions in %s\n", a.model.c_str(), a.reference.c_str(),
-              a.text.c_str(), (long long)r->tokens, windowing(a, r->windows).c_str());
-  std::printf("perplexity %.4f (reference %.4f), KL(reference || model) mean %.6f, p99 %.6f, top-1 agreement %.2f%%\n",
-              row.perplexity, r->reference_perplexity, row.kl_mean, row.kl_p99, 100 * row.top1_agreement);
+  std::printf("model %s against %s, text %s: %lld predictions in %s; reference perplexity %.4f\n", a.model.c_str(),
+              a.reference.c_str(), a.text.c_str(), (long long)r->tokens, windowing(a, r->windows).c_str(),
+              r->reference_perplexity);
+  for (const Score& row : r->rows) {
+    const std::string what = a.pass.empty() ? "" : row.name + ": ";
+    std::printf("%sperplexity %.4f, KL(reference || model) mean %.6f, p99 %.6f, top-1 agreement %.2f%%\n", what.c_str(),
+                row.perplexity, row.kl_mean, row.kl_p99, 100 * row.top1_agreement);
+  }
   return 0;
 }
 
 int eval(const EvalArgs& a) {
+  if (!a.pass.empty() && a.reference.empty()) {
+    return report_error("--pass applies to a converted MODEL scored against --reference");
+  }
   const auto threads = limit_threads(a.threads);
   auto loaded = load_model(a.model, {.target_activations = a.target_activations});
   if (!loaded) return report_error(loaded.status().message());
@@ -274,6 +315,10 @@ void add_eval_command(CLI::App& app, int* exit_code) {
                   "With --reference: score MODEL with this LoRA adapter applied (FILE or FILE:SCALE), e.g. against "
                   "the adapter merged into the weights by `bitsplit merge`")
       ->type_name("FILE[:SCALE]");
+  cmd->add_option("--pass", a->pass,
+                  "With --reference and a converted MODEL: score its target (D + R, with --target-activations), its "
+                  "draft (D alone, as speculative decoding drafts with it) or both, one row each")
+      ->check(CLI::IsMember({"target", "draft", "both"}));
   add_target_activations_option(cmd, &a->target_activations);
   cmd->add_flag("--json", a->json, "Print JSON instead of a table");
   cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(whole_in(1, 4096));

@@ -250,6 +250,9 @@ const Case kCases[] = {
     {"merge --base {BASE} {FT} --method task-arithmetic --lambda nan -o {OUT}", "not a finite number"},
     {"eval {BASE} --text {TEXT} --reference {TINY}", "vocabulary"},
     {"eval {BASE} --text {TEXT} --reference {FT} --base {FT}", "do not go together"},
+    {"eval {BASE} --text {TEXT} --reference {FT} --pass draft", "is not a converted (bit-split) file"},
+    {"eval {BS} --text {TEXT} --reference {BASE} --pass draft-only", "draft-only"},
+    {"eval {BS} --text {TEXT} --pass draft", "--pass applies to a converted MODEL scored against --reference"},
     // synth.
     {"synth --shape huge -o {OUT}", "huge"},
     {"synth --shape tiny -o /dev/null", "not a regular file"},

@@ -172,6 +172,20 @@ TEST(Cli, LoraVariantsAndMergesEndToEnd) {
   const double kl_int8 = target_kl("int8"), kl_default = target_kl("draft-remainder");
   EXPECT_GT(kl_default, 0.0);
   EXPECT_LT(kl_default, kl_int8);
+  // --pass both: the target and the draft, one pass over the reference; the draft (D alone) is
+  // further from the source than the target it drafts for, and the target row is the default's.
+  {
+    const auto e = run_cli("eval " + base + " --reference " + models + "bible-base.gguf --text " + models +
+                           "text/kjv.valid.txt --max-tokens 200 --json --pass both");
+    ASSERT_EQ(e.code, 0) << e.out;
+    const auto j = nlohmann::json::parse(e.out.substr(e.out.find('{')));
+    ASSERT_EQ(j["passes"].size(), 2u) << e.out;
+    EXPECT_EQ(j["passes"][0]["pass"], "target");
+    EXPECT_EQ(j["passes"][1]["pass"], "draft");
+    EXPECT_NEAR(j["passes"][0]["kl_mean"].get<double>(), kl_default, 1e-6 * kl_default);
+    EXPECT_GT(j["passes"][1]["kl_mean"].get<double>(), 2 * kl_default);
+    EXPECT_LT(j["passes"][1]["top1_agreement"].get<double>(), j["passes"][0]["top1_agreement"].get<double>());
+  }
   o = run_cli("eval " + base + " --text " + models + "text/kjv.valid.txt");
   EXPECT_NE(o.out.find("--reference ORIGINAL"), std::string::npos) << o.out;
 
