@@ -266,7 +266,22 @@ DraftSetting BudgetController::next() {
   return choice;
 }
 
+bool BudgetController::chooses_like(const BudgetController& o) const {
+  const ControllerOptions &a = options_, &b = o.options_;
+  if (a.chain != b.chain || a.tree != b.tree || a.lookup != b.lookup || a.lookup_tokens != b.lookup_tokens ||
+      a.warmup != b.warmup || a.probe_every != b.probe_every || a.decay != b.decay) {
+    return false;
+  }
+  if (!(candidates_ == o.candidates_) || rungs_.size() != o.rungs_.size()) return false;
+  for (size_t i = 0; i < rungs_.size(); ++i) {
+    const Rung &x = rungs_[i], &y = o.rungs_[i];
+    if (x.shape != y.shape || x.budget != y.budget || x.depth != y.depth || x.draft_rows != y.draft_rows) return false;
+  }
+  return true;
+}
+
 void BudgetController::record(const CheckRecord& c) {
+  ++recorded_;
   const DraftSetting& s = c.setting;
   const double d = options_.decay;
   BITSPLIT_CHECK(c.verify_rows >= 1 && c.verify_rows < int32_t(verify_.size()), "verify rows out of range");

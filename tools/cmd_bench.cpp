@@ -40,6 +40,7 @@ struct BenchAcceptArgs {
   std::string render_dir;  // write the rendered prompts here and stop (for other engines)
   bool auto_row = false;  // also a row for the online controller (--budget auto)
   bool ignore_eos = false;
+  bool fresh_controller = false;  // auto rows: a new controller per prompt (as one `run`), not carried
   int lookup = 0;         // context lookup in every row (greedy decoding)
 };
 
@@ -314,7 +315,17 @@ class AcceptBench {
         BITSPLIT_RETURN_IF_ERROR(generate_once(si, m, ps_.prompts.front(), std::min(a_.n_predict, 8), ignored, ignored_cell));
       }
     }
+    forget_controllers();
     return Status::ok();
+  }
+
+  // Each row's online controller memory, new: a row's first prompt starts from nothing and its
+  // later prompts continue what the earlier ones taught it, as a server's requests on one model
+  // do (SessionOptions::controller_memory); with --fresh-controller every prompt starts anew.
+  void forget_controllers() {
+    for (auto& row : configs_)
+      for (GenerationConfig& config : row)
+        config.session.controller_memory = a_.fresh_controller ? nullptr : std::make_shared<ControllerMemory>();
   }
 
   // Every row on every prompt; counts greedy generations that differ from their model's first row.
@@ -363,6 +374,7 @@ class AcceptBench {
               {"stop_token", ps_.stop_token >= 0 ? nlohmann::json(stop) : nlohmann::json(nullptr)},
               {"n_prompts", prompts.size()}, {"categories", categories}, {"n_predict", a_.n_predict},
               {"settings", setting_names}, {"temperature", a_.temperature}, {"lookup", a_.lookup}, {"threads", a_.threads},
+              {"controller", a_.fresh_controller ? "new per prompt" : "carried across prompts"},
               {"greedy_mismatches", mismatches_}});
     return j;
   }
@@ -483,6 +495,9 @@ void add_bench_command(CLI::App& app, int* exit_code) {
                   "last tokens (greedy only; 0 = off)")
       ->capture_default_str()->check(whole_in(0, spec::kMaxBudget));
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Generate all -n tokens of ChatML prompts (do not stop at <|im_end|>)");
+  cmd->add_flag("--fresh-controller", a->fresh_controller,
+                "Rows with an online budget (auto) start a new controller on every prompt, as one `bitsplit run` "
+                "does; by default a row's prompts carry what the controller learned, as a server's requests do");
   auto* json = cmd->add_flag("--json", a->json,
                 "Print JSON instead of tables: a row per setting, model and category (\"results\"), and \"summary\": "
                 "per setting tau, tokens/s and speedup per category and overall, and the fastest setting per "

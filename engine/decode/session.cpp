@@ -9,7 +9,11 @@
 namespace bitsplit {
 
 Session::Session(const Model& model, std::shared_ptr<const Variant> variant, SessionOptions options)
-    : model_(model), variant_(std::move(variant)), options_(std::move(options)) {}
+    : model_(model),
+      variant_(std::move(variant)),
+      options_(std::move(options)),
+      controller_memory_(options_.controller_memory ? options_.controller_memory
+                                                    : std::make_shared<ControllerMemory>()) {}
 
 Status Session::validate() const {
   if (options_.base_draft && !variant_) return Status::error("a base draft needs a variant (the base drafts itself)");
@@ -123,7 +127,10 @@ Result<SessionResult> Session::generate(std::span<const int32_t> prompt, int32_t
     s.reuse = prepare_cache(prompt, speculative_cache_slots(s, prompt.size(), sampler.params().greedy()), positions);
     cache = &*kept_.cache;
   }
+  std::optional<spec::BudgetController> controller = controller_memory_->recall();
+  s.controller_state = &controller;
   BITSPLIT_ASSIGN_OR_RETURN(SpeculativeResult r, generate_speculative(model_, model_, prompt, s, sampler, keep, cache));
+  if (controller) controller_memory_->keep(*controller);
   keep_tokens(r.committed);  // the committed slots' tokens
   result.generation = r.generation;
   result.speculative = std::move(r);

@@ -368,16 +368,22 @@ Status check_speculative(const Model& target, const Model& draft, std::span<cons
   return options.lookup.validate();
 }
 
-// With an online budget, the controller choosing each check's setting among the shapes allowed.
-std::optional<spec::BudgetController> budget_controller(const SpeculativeOptions& options, bool lookup) {
-  if (!options.auto_budget) return std::nullopt;
+// With an online budget, the controller choosing each check's setting among the shapes allowed:
+// the one options.controller_state carries when it chooses alike (what earlier generations
+// learned), else a new one — kept in `own`, or in the carried state for the next generation.
+spec::BudgetController* budget_controller(const SpeculativeOptions& options, bool lookup,
+                                          std::optional<spec::BudgetController>& own) {
+  if (!options.auto_budget) return nullptr;
   const spec::DraftPolicy& policy = options.policy;
   spec::ControllerOptions co = options.controller_schedule.value_or(spec::ControllerOptions{});
   co.chain = options.auto_shape || policy.shape == spec::DraftShape::kChain;
   co.tree = options.auto_shape || policy.shape == spec::DraftShape::kTree;
   co.lookup = lookup;
   co.lookup_tokens = options.lookup.max_tokens;
-  return spec::BudgetController(policy, co);
+  spec::BudgetController fresh(policy, co);
+  std::optional<spec::BudgetController>& held = options.controller_state ? *options.controller_state : own;
+  if (!held || !held->chooses_like(fresh)) held = std::move(fresh);
+  return &*held;
 }
 
 // The whole draft on a device when the model's backend offers it, else on the host; `where`
@@ -425,7 +431,8 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
   const int64_t needed = int64_t(prompt.size()) + options.n_predict;
   const bool greedy = sampler.params().greedy();
   const bool lookup = lookup_runs(options, greedy);
-  std::optional<spec::BudgetController> controller = budget_controller(options, lookup);
+  std::optional<spec::BudgetController> own_controller;
+  spec::BudgetController* controller = budget_controller(options, lookup, own_controller);
   std::mt19937_64 rng(sampler.params().seed ^ 0x9e3779b97f4a7c15ull);
   const int64_t slots = speculative_cache_slots(options, prompt.size(), greedy);
   std::optional<KvCache> own_cache;
@@ -433,6 +440,7 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
                                                                         slots, needed, prompt.size(), own_cache));
   KvCache& cache = *gc.cache;
   SpeculativeResult result;
+  result.controller_checks_before = controller ? controller->checks_recorded() : 0;
   result.generation.prompt_tokens = int64_t(prompt.size());
   result.generation.reused_tokens = gc.reuse;
 
@@ -441,7 +449,7 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
   BITSPLIT_RETURN_IF_ERROR(prefill_prompt(target, cache, *source, prompt, gc.reuse, options, result.generation));
 
   Decoder dec{.target = target, .options = options, .sampler = sampler, .cache = cache, .draft = *source, .rng = rng,
-              .controller = controller ? &*controller : nullptr, .result = result,
+              .controller = controller, .result = result,
               .n_vocab = target.config().n_vocab, .greedy = greedy, .lookup = lookup, .needed = needed,
               .history = std::vector<int32_t>(prompt.begin(), prompt.end()), .committed = int32_t(prompt.size() - 1)};
   TokenSink sink(on_token, options.eos_token, options.n_predict, result.generation);

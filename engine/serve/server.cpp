@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -93,6 +95,17 @@ struct Server::Impl {
   Admission admission;    // `parallel` requests decode, `queue` more wait
   PromptCachePool pool;   // finished requests' KV caches (ServerOptions::prompt_cache)
   std::atomic<uint64_t> next_id{1};
+
+  // What the online controller learned, per variant ("" for the base): each request continues
+  // it, so requests after the first do not start over with warm-up checks.
+  std::mutex controller_mu;
+  std::map<std::string, std::shared_ptr<ControllerMemory>> controller_memories;
+  std::shared_ptr<ControllerMemory> controller_memory(const Variant* variant) {
+    std::lock_guard<std::mutex> lock(controller_mu);
+    auto& m = controller_memories[variant ? variant->name() : std::string()];
+    if (!m) m = std::make_shared<ControllerMemory>();
+    return m;
+  }
 
   void refuse(httplib::Response& res, const RequestError& e) {
     metrics.request_rejected(e.status);
@@ -257,6 +270,7 @@ Outcome Server::Impl::run(const PreparedRequest& p, Clock::time_point received, 
   };
   const bool pooled = pool.enabled();
   so.reuse_prefix = pooled;
+  so.controller_memory = controller_memory(p.variant.get());
   Session session(model->model, p.variant, so);
   if (pooled) session.adopt_cache(pool.take(p.variant, p.prompt));
   Sampler sampler(r.sampling);

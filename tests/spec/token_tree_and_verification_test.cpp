@@ -538,6 +538,34 @@ TEST(BudgetController, LookupAloneWhenOnlyTheTextRepeats) {
   EXPECT_EQ(c.best().name(), "plain");
 }
 
+// What one generation learned carries to the next (decode's ControllerMemory): a copy of a
+// trained controller goes on with the best it found — no warm-up plain checks, which a new one
+// starts with — and only stands in for a controller choosing among the same settings.
+TEST(BudgetController, ACarriedControllerGoesOnWithoutWarmUpAndOnlyForTheSameChoices) {
+  World w;  // the draft's chain right 80 % of the time per level: a long chain pays
+  w.accept[0] = 0.8;
+  BudgetController trained(DraftPolicy{}, {});
+  EXPECT_EQ(trained.checks_recorded(), 0);
+  drive(trained, w, 200);
+  EXPECT_EQ(trained.checks_recorded(), 200);
+  const std::string best = trained.best().name();
+  ASSERT_NE(best, "plain");
+
+  BudgetController carried = trained;
+  EXPECT_NE(carried.next().name(), "plain") << "no warm-up";
+  EXPECT_LE(drive(carried, w, 20)["plain"], 1) << "it goes on drafting (best so far " << best << ")";
+  BudgetController fresh(DraftPolicy{}, {});
+  EXPECT_EQ(fresh.next().name(), "plain") << "a new controller warms up first";
+
+  EXPECT_TRUE(trained.chooses_like(BudgetController(DraftPolicy{}, {})));
+  EXPECT_FALSE(trained.chooses_like(BudgetController(DraftPolicy{}, {.lookup = true})));
+  EXPECT_FALSE(trained.chooses_like(BudgetController(DraftPolicy{}, {.tree = false})));
+  EXPECT_FALSE(trained.chooses_like(BudgetController(DraftPolicy{}, {.probe_every = 4})));
+  DraftPolicy wide;
+  wide.width = 2 * wide.width;
+  EXPECT_FALSE(trained.chooses_like(BudgetController(wide, {}))) << "other tree levels";
+}
+
 TEST(BudgetController, ACheckTeachesEveryBudgetOfItsShapeAndATreeTeachesChains) {
   BudgetController c(DraftPolicy{}, {});
   CheckRecord plain;

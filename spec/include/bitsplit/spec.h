@@ -269,6 +269,12 @@ class BudgetController {
   const std::vector<DraftSetting>& candidates() const { return candidates_; }
   // Levels below the root the model draft of `setting` grows (0 for plain and lookup alone).
   int32_t depth(const DraftSetting& setting) const;
+  // Whether `other` chooses among the same settings with the same schedule, so that this
+  // controller's statistics can stand in for it: a generation then continues what earlier
+  // generations on the model learned (decode::ControllerMemory) instead of starting over.
+  bool chooses_like(const BudgetController& other) const;
+  // Checks recorded so far (0 for a new controller).
+  int64_t checks_recorded() const { return recorded_; }
 
  private:
   struct Mean {  // decayed mean
@@ -330,6 +336,7 @@ class BudgetController {
   int64_t interval_ = 0, next_probe_ = 0;  // probes: the gap now, and the check of the next one
   double load_ = 1.0;  // the machine's slowdown now against the time unit the statistics are kept in
   DraftSetting last_best_;
+  int64_t recorded_ = 0;
 };
 
 // Per-run acceptance statistics.

@@ -120,6 +120,43 @@ TEST(Session, AutoShapeAndLookupGiveTheSameGreedyText) {
   }
 }
 
+// With an online budget a session's controller carries what it learned from one generation to
+// the next, and so do sessions sharing a ControllerMemory (a server's requests); a generation
+// whose controller would choose among other settings (lookup off) starts a new one. The text is
+// the same greedy text either way.
+TEST(Session, TheOnlineControllerCarriesWhatItLearnedToTheNextGeneration) {
+  Converted c = tiny_converted();
+  const std::vector<int32_t> prompt = {1, 5, 9, 5, 9, 5};
+  Session plain(c.model, nullptr, {.speculative = false});
+  const auto want = greedy(plain, prompt, 20);
+  auto checks_before = [&](Session& s) {
+    SessionResult r;
+    EXPECT_EQ(greedy(s, prompt, 20, &r), want);
+    return r.speculative ? r.speculative->controller_checks_before : -1;
+  };
+  SessionOptions o;
+  o.lookup.max_tokens = 8;
+  Session own(c.model, nullptr, o);
+  EXPECT_EQ(checks_before(own), 0);
+  const int64_t after_one = checks_before(own);
+  EXPECT_GT(after_one, 0) << "the second generation continues the first's controller";
+  EXPECT_GT(checks_before(own), after_one);
+
+  o.controller_memory = std::make_shared<ControllerMemory>();
+  {
+    Session first(c.model, nullptr, o);
+    EXPECT_EQ(checks_before(first), 0);
+  }
+  Session second(c.model, nullptr, o);
+  EXPECT_GT(checks_before(second), 0) << "a new session on the same memory continues it";
+  SessionOptions no_lookup = o;
+  no_lookup.lookup.max_tokens = 0;
+  Session other(c.model, nullptr, no_lookup);
+  EXPECT_EQ(checks_before(other), 0) << "other settings to choose from: a new controller";
+  Session fixed(c.model, nullptr, {.budget = 4, .controller_memory = o.controller_memory});
+  EXPECT_EQ(checks_before(fixed), 0) << "a fixed budget has no controller";
+}
+
 TEST(Session, StopsWhenTheCallbackSaysSo) {
   Converted c = tiny_converted();
   for (bool speculative : {false, true}) {

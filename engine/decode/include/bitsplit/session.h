@@ -47,6 +47,12 @@ struct SessionOptions {
   int32_t draft_max_sequences = 0;
   // Each generated token's target logits (generate.h's LogitsCallback), e.g. for log-probabilities.
   LogitsCallback on_logits;
+  // With an online budget: what the controller learned (acceptance per depth, costs, its probing
+  // schedule), carried between the generations of every session holding this memory — a
+  // server's requests on one model and variant, bench accept's prompts of one setting — so a
+  // generation does not start over with warm-up checks. Null: the session keeps its own, carried
+  // between its own generations only (a chat's turns).
+  std::shared_ptr<ControllerMemory> controller_memory;
   // Keep the last generation's KV cache (prompt and generated tokens: about
   // 2 x layers x kv width x 4 bytes per token) and start the next from the longest common prefix.
   bool reuse_prefix = true;
@@ -110,6 +116,7 @@ class Session {
   std::shared_ptr<const Variant> variant_;
   SessionOptions options_;
   Kept kept_;
+  std::shared_ptr<ControllerMemory> controller_memory_;  // options_.controller_memory, or its own
 };
 
 }  // namespace bitsplit

@@ -4,6 +4,7 @@
 // for token; sampled output has exactly the target's distribution.
 #pragma once
 
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -33,6 +34,12 @@ struct SpeculativeOptions {
   // follow the options here. Default: ControllerOptions{}. Tests set warmup 1 and probe_every 2
   // to make it try draft settings from the second check.
   std::optional<spec::ControllerOptions> controller_schedule;
+  // With auto_budget: in/out, what earlier generations on this model taught the controller. A
+  // controller held here that chooses like this generation's (BudgetController::chooses_like) is
+  // continued — its acceptance and cost estimates, its probing schedule — instead of a new one
+  // that starts with plain warm-up checks; otherwise a new one replaces it. Either way it holds
+  // the controller as the generation left it. Null: a new controller, dropped at the end.
+  std::optional<spec::BudgetController>* controller_state = nullptr;
   // Context lookup (prompt lookup decoding), greedy decoding only: the tokens that followed the
   // latest earlier occurrence of the history's longest recurring suffix (lookup.max_ngram down to
   // min_ngram tokens), at most lookup.max_tokens of them, as a chain under the root beside the
@@ -76,11 +83,33 @@ struct SpeculativeResult {
   int64_t committed = 0;                     // cache slots holding committed target K/V at the end
   // Checks per setting (DraftSetting::name), in the order the settings were first used.
   std::vector<std::pair<std::string, int64_t>> checks_per_setting;
+  // Checks the online controller had learned from before this generation (0: it started new).
+  int64_t controller_checks_before = 0;
   // Where the draft's forward pass ran: "device (cuda:0)", or "host" and why not on a device.
   std::string draft_pass;
   // Bytes the whole-draft device path moved during this generation (zero without it): batches,
   // committed K/V and top-k; weight_bytes stays 0 (the draft's weights went in when it was made).
   DeviceTransfers device_transfers;
+};
+
+// What the online controller learned on one model (and variant), carried from generation to
+// generation of every Session holding it (SessionOptions::controller_memory): a server's requests,
+// bench accept's prompts of one setting. Thread-safe: concurrent generations each continue the
+// state kept when they started, and the one that ends last is kept.
+class ControllerMemory {
+ public:
+  std::optional<spec::BudgetController> recall() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return kept_;
+  }
+  void keep(const spec::BudgetController& controller) {
+    std::lock_guard<std::mutex> lock(mu_);
+    kept_ = controller;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::optional<spec::BudgetController> kept_;
 };
 
 // `cache` (optional: for inspection, or kept for the next generation) must have at least prompt +
