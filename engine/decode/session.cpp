@@ -127,10 +127,14 @@ Result<SessionResult> Session::generate(std::span<const int32_t> prompt, int32_t
     s.reuse = prepare_cache(prompt, speculative_cache_slots(s, prompt.size(), sampler.params().greedy()), positions);
     cache = &*kept_.cache;
   }
-  std::optional<spec::BudgetController> controller = controller_memory_->recall();
-  s.controller_state = &controller;
+  // Only an online budget has a controller to continue and keep.
+  std::optional<spec::BudgetController> controller;
+  if (s.auto_budget) {
+    controller = controller_memory_->recall();
+    s.controller_state = &controller;
+  }
   BITSPLIT_ASSIGN_OR_RETURN(SpeculativeResult r, generate_speculative(model_, model_, prompt, s, sampler, keep, cache));
-  if (controller) controller_memory_->keep(*controller);
+  if (controller) controller_memory_->keep(std::move(*controller));
   keep_tokens(r.committed);  // the committed slots' tokens
   result.generation = r.generation;
   result.speculative = std::move(r);

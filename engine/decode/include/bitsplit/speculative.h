@@ -102,9 +102,9 @@ class ControllerMemory {
     std::lock_guard<std::mutex> lock(mu_);
     return kept_;
   }
-  void keep(const spec::BudgetController& controller) {
+  void keep(spec::BudgetController controller) {
     std::lock_guard<std::mutex> lock(mu_);
-    kept_ = controller;
+    kept_ = std::move(controller);
   }
 
  private:
