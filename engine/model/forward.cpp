@@ -138,11 +138,26 @@ class ForwardPass {
   Result<std::vector<std::vector<float>>> run() {
     embed_rows();
     place_tokens();
-    for (int64_t l = 0; l < c_.n_layers; ++l) {
-      BITSPLIT_RETURN_IF_ERROR(attention_block(l));
-      BITSPLIT_RETURN_IF_ERROR(ffn_block(l));
-    }
+    BITSPLIT_RETURN_IF_ERROR(layers(0, c_.n_layers));
     return output_head();
+  }
+
+  // forward_layers: layers [first, last) from the residual stream `hidden` (empty: the
+  // embeddings), which takes the stream they leave; the head's logits when asked.
+  Status run_layers(int64_t first, int64_t last, std::vector<float>& hidden, std::vector<float>* logits) {
+    if (hidden.empty()) {
+      embed_rows();
+    } else {
+      x_.data.swap(hidden);
+    }
+    place_tokens();
+    BITSPLIT_RETURN_IF_ERROR(layers(first, last));
+    if (logits) {
+      BITSPLIT_ASSIGN_OR_RETURN(auto per_sequence, output_head());
+      *logits = std::move(per_sequence[0]);
+    }
+    hidden.swap(x_.data);
+    return Status::ok();
   }
 
  private:
@@ -155,6 +170,13 @@ class ForwardPass {
 
   void embed_rows();
   void place_tokens();
+  Status layers(int64_t first, int64_t last) {
+    for (int64_t l = first; l < last; ++l) {
+      BITSPLIT_RETURN_IF_ERROR(attention_block(l));
+      BITSPLIT_RETURN_IF_ERROR(ffn_block(l));
+    }
+    return Status::ok();
+  }
   Status attention_block(int64_t l);
   void rotate_and_store(int64_t l, const Sequence& s);
   Status ffn_block(int64_t l);
@@ -538,6 +560,27 @@ Result<std::vector<std::vector<float>>> forward_passes(const Model& model, std::
   std::vector<std::vector<float>> out(sequences.size());
   for (size_t k = 0; k < order.size(); ++k) out[order[k]] = std::move(logits[k]);
   return out;
+}
+
+Status forward_layers(const Model& model, KvCache& cache, const Batch& batch, int64_t first, int64_t last,
+                      std::vector<float>& hidden, const ActivationObserver* observer, Pass pass,
+                      std::vector<float>* logits) {
+  if (pass == Pass::kDefault) pass = model.default_pass();
+  const ModelConfig& c = model.config();
+  BITSPLIT_RETURN_IF_ERROR(batch.validate(c, cache));
+  if (first < 0 || first > last || last > c.n_layers) {
+    return Status::error("forward_layers: layers [" + std::to_string(first) + ", " + std::to_string(last) +
+                         ") are not within the model's " + std::to_string(c.n_layers));
+  }
+  if (hidden.empty() ? first != 0 : int64_t(hidden.size()) != batch.size() * c.n_embd) {
+    return Status::error("forward_layers: the residual stream has " + std::to_string(hidden.size()) +
+                         " values; the batch's " + std::to_string(batch.size()) + " rows need " +
+                         std::to_string(batch.size() * c.n_embd) + (first == 0 ? " (or none: the embeddings)" : ""));
+  }
+  if (logits && last != c.n_layers) return Status::error("forward_layers: logits need the last layer");
+  std::vector<Sequence> seqs{{&cache, &batch, nullptr, 0, 0, {}}};
+  const std::vector<RowGroup> groups{{0, batch.size(), nullptr}};
+  return ForwardPass(model, seqs, groups, observer, pass).run_layers(first, last, hidden, logits);
 }
 
 Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, const Batch& batch,

@@ -153,9 +153,10 @@ class ModelLoader {
     const ModelConfig& c = model_.config_;
     model_.layers_.resize(size_t(c.n_layers));
     const std::vector<ProjectionSlot> projections = layer_projections(c);
-    for (int64_t i = 0; i < c.n_layers; ++i) {
+    const auto [first, last] = options_.only_layers.value_or(std::pair<int64_t, int64_t>{0, c.n_layers});
+    for (int64_t i = first; i < last; ++i) {
       BITSPLIT_RETURN_IF_ERROR(load_layer(i, projections));
-      if (options_.progress && !options_.progress(i + 1, c.n_layers)) {
+      if (options_.progress && !options_.progress(i + 1 - first, last - first)) {
         return Status::error(source_.path() + ": loading cancelled");
       }
     }
@@ -277,7 +278,15 @@ Result<Model> Model::load(const WeightSource& source, const ModelLoadOptions& op
   Model model;
   ModelLoader loader(source, options, model);
   BITSPLIT_RETURN_IF_ERROR(loader.configure());
-  BITSPLIT_RETURN_IF_ERROR(loader.load_embedding_and_head());
+  if (const auto& range = options.only_layers) {
+    const int64_t n = model.config().n_layers;
+    if (range->first < 0 || range->first > range->second || range->second > n) {
+      return Status::error(source.path() + ": layers [" + std::to_string(range->first) + ", " +
+                           std::to_string(range->second) + ") are not within the model's " + std::to_string(n));
+    }
+  } else {
+    BITSPLIT_RETURN_IF_ERROR(loader.load_embedding_and_head());
+  }
   BITSPLIT_RETURN_IF_ERROR(loader.load_rope_factors());
   BITSPLIT_RETURN_IF_ERROR(loader.load_layers());
   BITSPLIT_RETURN_IF_ERROR(loader.prepare_planes());

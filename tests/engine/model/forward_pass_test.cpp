@@ -261,5 +261,67 @@ TEST(ForwardReference, MixtureOfExpertsRunsOnlyTheRoutedExperts) {
   }
 }
 
+
+// A pass cut at a layer boundary (forward_layers) is the same pass: [0, k) then [k, L) give the
+// logits of one forward_pass bit for bit, for every k, and the projections' inputs an observer
+// sees are the same; a model loaded with only the layers it runs gives the same stream.
+TEST(ForwardLayers, PiecesAtEveryLayerBoundaryEqualOnePass) {
+  const testing::TinyModelSpec spec{.arch = "qwen2", .layers = 3};
+  const auto source = testing::tiny_weights(spec);
+  const Model m = load(spec);
+  const int n = int(kTokens.size());
+  std::map<std::string, std::vector<float>> seen_whole, seen_pieces;
+  auto recorder = [](std::map<std::string, std::vector<float>>& seen) {
+    return ActivationObserver([&seen](const std::string& w, const float* x, int64_t rows, int64_t cols) {
+      seen[w].assign(x, x + rows * cols);
+    });
+  };
+  const ActivationObserver whole_observer = recorder(seen_whole), pieces_observer = recorder(seen_pieces);
+  const Batch batch = Batch::causal(kTokens, 0, /*all_logits=*/true);
+  KvCache whole_cache(m.config(), n);
+  auto whole = forward_pass(m, whole_cache, batch, &whole_observer);
+  ASSERT_TRUE(whole.is_ok()) << whole.status().message();
+  for (int64_t k = 0; k <= spec.layers; ++k) {
+    KvCache cache(m.config(), n);
+    std::vector<float> hidden, logits;
+    seen_pieces.clear();
+    ASSERT_TRUE(forward_layers(m, cache, batch, 0, k, hidden, &pieces_observer).is_ok());
+    ASSERT_EQ(hidden.size(), size_t(n * m.config().n_embd));
+    // The second piece from a model holding only its layers.
+    ModelLoadOptions only;
+    only.only_layers = std::pair<int64_t, int64_t>{k, spec.layers};
+    auto part = Model::load(*source, only);
+    ASSERT_TRUE(part.is_ok()) << part.status().message();
+    EXPECT_TRUE(part->token_embd().empty());
+    std::vector<float> stream = hidden;
+    ASSERT_TRUE(forward_layers(*part, cache, batch, k, spec.layers, stream).is_ok());
+    ASSERT_TRUE(forward_layers(m, cache, batch, k, spec.layers, hidden, &pieces_observer, Pass::kDefault, &logits).is_ok());
+    EXPECT_EQ(stream, hidden) << "k = " << k;
+    EXPECT_EQ(logits, *whole) << "k = " << k;
+    seen_pieces.erase("output.weight");
+    std::map<std::string, std::vector<float>> expected = seen_whole;
+    expected.erase("output.weight");
+    EXPECT_EQ(seen_pieces, expected) << "k = " << k;
+  }
+}
+
+TEST(ForwardLayers, RefusesBadRangesAndStreams) {
+  const testing::TinyModelSpec spec{};
+  const Model m = load(spec);
+  const Batch batch = Batch::causal(kTokens, 0);
+  KvCache cache(m.config(), int64_t(kTokens.size()));
+  std::vector<float> empty, short_stream(5, 0.0f), logits;
+  EXPECT_NE(forward_layers(m, cache, batch, 1, 2, empty).message().find("residual stream"), std::string::npos);
+  EXPECT_NE(forward_layers(m, cache, batch, 0, 1, short_stream).message().find("residual stream"), std::string::npos);
+  EXPECT_NE(forward_layers(m, cache, batch, 0, 3, empty).message().find("not within"), std::string::npos);
+  EXPECT_NE(forward_layers(m, cache, batch, 0, 1, empty, nullptr, Pass::kDefault, &logits).message().find("last layer"),
+            std::string::npos);
+  ModelLoadOptions only;
+  only.only_layers = std::pair<int64_t, int64_t>{1, 5};
+  auto part = Model::load(*testing::tiny_weights(spec), only);
+  ASSERT_FALSE(part.is_ok());
+  EXPECT_NE(part.status().message().find("not within"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace bitsplit

@@ -144,6 +144,11 @@ struct ModelLoadOptions {
   // Q8_0 embedding into the model's memory. The residual's copy is always made on a machine
   // with several NUMA nodes.
   bool copy_residual = false;
+  // Only layers [first, last) of a source file are loaded (their norms, biases and f32
+  // projections); the token embedding, the output head and every other layer stay empty. A
+  // calibration runs a model this way, one block at a time (forward_layers), so its memory is
+  // bounded by one block. Unset: the whole model. Errors: a range outside [0, n_layers].
+  std::optional<std::pair<int64_t, int64_t>> only_layers;
 };
 
 // A projection as a model holds it beyond f32: bit-split planes or Q8_0 blocks (both null: f32).
@@ -354,6 +359,17 @@ using ActivationObserver = std::function<void(const std::string& weight, const f
 Result<std::vector<float>> forward_pass(const Model& model, KvCache& cache, const Batch& batch,
                                         const ActivationObserver* observer = nullptr, Pass pass = Pass::kDefault,
                                         const Variant* variant = nullptr);
+
+// The pass of forward_pass cut at layer boundaries: runs layers [first, last) over the batch.
+// `hidden` is the residual stream entering layer `first`, [batch.size() x n_embd] (empty with
+// first == 0: the batch's token embeddings, scaled as the pass scales them), and becomes the
+// stream leaving layer last - 1. With last == n_layers and `logits` given, the wanted rows'
+// logits too. Pieces [0, k) then [k, n_layers) give what one forward_pass gives, bit for bit;
+// the model needs only the layers it runs (ModelLoadOptions::only_layers), plus the embedding
+// when it embeds and the head when it makes logits.
+Status forward_layers(const Model& model, KvCache& cache, const Batch& batch, int64_t first, int64_t last,
+                      std::vector<float>& hidden, const ActivationObserver* observer = nullptr,
+                      Pass pass = Pass::kDefault, std::vector<float>* logits = nullptr);
 
 // One sequence's part of a combined pass (forward_passes): its cache, its batch, its variant.
 struct SequencePass {
