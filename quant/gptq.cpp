@@ -9,10 +9,12 @@
 // weights as updated when the group is reached. The residual is fitted to the original W minus
 // the draft, so D + R still stands for W.
 #include <cblas.h>
+#include <dlfcn.h>
 #include <lapacke.h>
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <mutex>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -60,32 +62,44 @@ Result<std::vector<float>> inverse_cholesky_upper(const float* covariance, int64
                        ") is not positive definite even with damping; was the importance matrix made for this model?");
 }
 
-// One pass of error feedback over the columns of `work` ([rows x cols], updated in place):
-// at each group's first column, grid(r, gi, weights, n) fits row r's grid of group gi to the
-// group's current weights; code(r, j, value) codes one weight and returns its decoded value.
-// Rows run in parallel (a row's codes depend only on that row), blocks of columns in order.
+// One diagonal block of the input's second moments: columns [c0, c0 + n) and the inverse
+// factor U of that block alone ([n x n]). A full covariance is one block over every column.
+struct FeedbackBlock {
+  int64_t c0 = 0, n = 0;
+  std::vector<float> u;
+};
+
+// One pass of error feedback over the columns of `work` ([rows x cols], updated in place), one
+// diagonal block after another (errors are pushed only within a block): at each group's first
+// column, grid(r, gi, weights, n) fits row r's grid of group gi to the group's current weights;
+// code(r, j, value) codes one weight and returns its decoded value. Rows run in parallel (a
+// row's codes depend only on that row), column chunks in order.
 template <class Grid, class Code>
-void feedback_pass(std::vector<float>& work, int64_t rows, int64_t cols, int group, const std::vector<float>& u,
-                   const Grid& grid, const Code& code) {
-  const int block = block_columns(group);
-  std::vector<float> err(size_t(rows * block));
-  for (int64_t i1 = 0; i1 < cols; i1 += block) {
-    const int64_t i2 = std::min<int64_t>(cols, i1 + block);
-    tbb::parallel_for(int64_t{0}, rows, [&](int64_t r) {
-      float* wr = work.data() + r * cols;
-      float* er = err.data() + r * block;
-      for (int64_t j = i1; j < i2; ++j) {
-        if (j % group == 0) grid(r, j / group, wr + j, std::min<int64_t>(group, cols - j));
-        const float e = (wr[j] - code(r, j, wr[j])) / u[size_t(j * cols + j)];
-        const float* uj = u.data() + j * cols;
-        for (int64_t k = j + 1; k < i2; ++k) wr[k] -= e * uj[k];
-        er[j - i1] = e;
+void feedback_pass(std::vector<float>& work, int64_t rows, int64_t cols, int group,
+                   const std::vector<FeedbackBlock>& blocks, const Grid& grid, const Code& code) {
+  const int chunk = block_columns(group);
+  std::vector<float> err(size_t(rows * chunk));
+  for (const FeedbackBlock& b : blocks) {
+    const std::vector<float>& u = b.u;
+    const int64_t n = b.n;
+    for (int64_t i1 = 0; i1 < n; i1 += chunk) {
+      const int64_t i2 = std::min<int64_t>(n, i1 + chunk);
+      tbb::parallel_for(int64_t{0}, rows, [&](int64_t r) {
+        float* wr = work.data() + r * cols + b.c0;
+        float* er = err.data() + r * chunk;
+        for (int64_t j = i1; j < i2; ++j) {
+          if ((b.c0 + j) % group == 0) grid(r, (b.c0 + j) / group, wr + j, std::min<int64_t>(group, cols - b.c0 - j));
+          const float e = (wr[j] - code(r, b.c0 + j, wr[j])) / u[size_t(j * n + j)];
+          const float* uj = u.data() + j * n;
+          for (int64_t k = j + 1; k < i2; ++k) wr[k] -= e * uj[k];
+          er[j - i1] = e;
+        }
+      });
+      if (i2 < n) {
+        // The block's columns after the chunk: W[:, i2:n] -= E · U[i1:i2, i2:n].
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(n - i2), int(i2 - i1), -1.0f, err.data(),
+                    chunk, u.data() + i1 * n + i2, int(n), 1.0f, work.data() + b.c0 + i2, int(cols));
       }
-    });
-    if (i2 < cols) {
-      // The columns after the block: W[:, i2:] -= E · U[i1:i2, i2:].
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(cols - i2), int(i2 - i1), -1.0f,
-                  err.data(), block, u.data() + i1 * cols + i2, int(cols), 1.0f, work.data() + i2, int(cols));
     }
   }
 }
@@ -95,9 +109,9 @@ void feedback_pass(std::vector<float>& work, int64_t rows, int64_t cols, int gro
 class FeedbackFit {
  public:
   FeedbackFit(const float* w, int64_t rows, int64_t cols, const SplitParams& params, const float* importance,
-              std::vector<float> u, SplitPlanes out)
+              const std::vector<FeedbackBlock>& blocks, SplitPlanes out)
       : w_(w), rows_(rows), cols_(cols), params_(params), group_(params.group), importance_(importance),
-        u_(std::move(u)), out_(out), groups_(groups_per_row(cols, params.group)),
+        blocks_(blocks), out_(out), groups_(groups_per_row(cols, params.group)),
         padded_(padded_width(cols, params.group)), tier_(default_fit_tier()), codes_(size_t(rows * padded_), 0),
         grid_scale_(size_t(rows)), grid_offset_(size_t(rows)), grid_inverse_(size_t(rows)) {}
 
@@ -108,7 +122,7 @@ class FeedbackFit {
     draft_only.residual_bits = 0;
     const float top = float((1 << params_.draft_bits) - 1);
     feedback_pass(
-        work_, rows_, cols_, group_, u_,
+        work_, rows_, cols_, group_, blocks_,
         [&](int64_t r, int64_t gi, const float* wg, int64_t n) {
           uint8_t scratch[kMaxGroup];
           DraftRow one{scratch, out_.draft_scales + r * groups_ + gi, out_.draft_offsets + r * groups_ + gi};
@@ -139,7 +153,7 @@ class FeedbackFit {
     const float half = float(1 << (params_.residual_bits - 1));
     const std::vector<float> no_draft(size_t(group_), 0.0f);
     feedback_pass(
-        work_, rows_, cols_, group_, u_,
+        work_, rows_, cols_, group_, blocks_,
         [&](int64_t r, int64_t gi, const float* rg, int64_t n) {
           uint8_t scratch[kMaxGroup];
           ResidualRow one{scratch, out_.resid_scales + r * groups_ + gi};
@@ -179,7 +193,7 @@ class FeedbackFit {
   const SplitParams& params_;
   const int group_;
   const float* importance_;
-  const std::vector<float> u_;
+  const std::vector<FeedbackBlock>& blocks_;
   const SplitPlanes out_;
   const int64_t groups_, padded_;
   const FitTier tier_;
@@ -189,22 +203,71 @@ class FeedbackFit {
   std::vector<float> work_;
 };
 
+// Both planes of rows [0, rows) of W (a chunk of a matrix; `out` points at the chunk's rows).
+void fit_rows(const float* w, int64_t rows, int64_t cols, const SplitParams& params, const float* importance,
+              const std::vector<FeedbackBlock>& blocks, SplitPlanes out);
+
 }  // namespace
 
 Status split_matrix_gptq(const float* w, int64_t rows, int64_t cols, const SplitParams& params,
-                         const float* importance, const float* covariance, SplitPlanes out) {
-  BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> u, inverse_cholesky_upper(covariance, cols));
-  // The grids are fitted with the input's mean squares as column weights unless told otherwise.
-  std::vector<float> diag;
-  if (!importance) {
-    diag.resize(size_t(cols));
-    for (int64_t i = 0; i < cols; ++i) diag[size_t(i)] = covariance[i * cols + i];
-    importance = diag.data();
+                         const float* importance, const float* covariance, SplitPlanes out, int64_t block) {
+  blas_single_threaded();
+  if (block <= 0 || block >= cols) block = cols;
+  if (block % params.group != 0 && block != cols) {
+    return Status::error("the covariance's diagonal blocks (" + std::to_string(block) +
+                         " columns) must be a whole number of groups of " + std::to_string(params.group));
   }
-  FeedbackFit fit(w, rows, cols, params, importance, std::move(u), out);
+  std::vector<FeedbackBlock> blocks;
+  // The grids are fitted with the input's mean squares as column weights unless told otherwise.
+  std::vector<float> diag(importance ? 0 : size_t(cols));
+  const float* h = covariance;
+  for (int64_t c0 = 0; c0 < cols; c0 += block) {
+    const int64_t n = std::min(block, cols - c0);
+    BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> u, inverse_cholesky_upper(h, n));
+    if (!importance)
+      for (int64_t i = 0; i < n; ++i) diag[size_t(c0 + i)] = h[i * n + i];
+    blocks.push_back({c0, n, std::move(u)});
+    h += n * n;
+  }
+  if (!importance) importance = diag.data();
+  // Rows in chunks (a row's codes depend on no other row): the working copy and the codes of a
+  // chunk alone are held, not a second copy of a whole output head.
+  constexpr int64_t kChunkRows = 2048;
+  const int64_t groups = groups_per_row(cols, params.group);
+  const int64_t d_bytes = code_row_bytes(cols, params.group, params.draft_bits);
+  const int64_t r_bytes = params.residual_bits ? code_row_bytes(cols, params.group, params.residual_bits) : 0;
+  for (int64_t r0 = 0; r0 < rows; r0 += kChunkRows) {
+    const SplitPlanes part{out.draft_codes + r0 * d_bytes, out.draft_scales + r0 * groups,
+                           out.draft_offsets + r0 * groups, out.resid_codes ? out.resid_codes + r0 * r_bytes : nullptr,
+                           out.resid_scales ? out.resid_scales + r0 * groups : nullptr};
+    fit_rows(w + r0 * cols, std::min(kChunkRows, rows - r0), cols, params, importance, blocks, part);
+  }
+  return Status::ok();
+}
+
+namespace {
+void fit_rows(const float* w, int64_t rows, int64_t cols, const SplitParams& params, const float* importance,
+              const std::vector<FeedbackBlock>& blocks, SplitPlanes out) {
+  FeedbackFit fit(w, rows, cols, params, importance, blocks, out);
   fit.fit_draft();
   if (params.residual_bits != 0) fit.fit_residual();
-  return Status::ok();
+}
+}  // namespace
+
+int64_t covariance_floats(int64_t cols, int64_t block) {
+  if (block <= 0 || block >= cols) return cols * cols;
+  const int64_t full = cols / block, rest = cols % block;
+  return full * block * block + rest * rest;
+}
+
+void blas_single_threaded() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // OpenBLAS's own threads would spin beside oneTBB's workers (which call BLAS from several
+    // tasks at once): measured 2x slower on 2 cores. Other BLAS builds have no such call.
+    using SetThreads = void (*)(int);
+    if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(1);
+  });
 }
 
 bool uses_error_feedback(const SplitParams& params) { return params.residual_bits != 6; }

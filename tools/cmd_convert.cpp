@@ -24,6 +24,9 @@ struct ConvertArgs {
   std::string split_max_size;
   uint64_t split_max_tensors = 0;
   uint32_t format_version = kSplitFormatVersion;
+  std::string calibration;  // a text file; empty: the built-in text
+  bool no_calibration = false;
+  int64_t calibration_tokens = CalibrationOptions{}.max_tokens;
 };
 
 // --split-max-size / --split-max-tensors as limits on the output's parts (none: one file).
@@ -42,7 +45,7 @@ Result<SplitLimits> output_limits(const ConvertArgs& a) {
 // A bit-split file of an older format: rewritten as the current one (same planes), nothing fitted.
 int upgrade(const WeightSource& source, const ConvertArgs& a, uint32_t version) {
   if (a.group != 64 || a.residual != 8 || a.draft_bits != 2 || a.draft_bpw > 0.0 || !a.imatrix.empty() ||
-      a.fit != "optimized" || a.format_version != kSplitFormatVersion) {
+      a.fit != "optimized" || a.format_version != kSplitFormatVersion || !a.calibration.empty()) {
     return report_error(source.path() + " is bit-split format " + std::to_string(version) +
                         ": convert only rewrites it as format " + std::to_string(kSplitFormatVersion) +
                         " (the same planes); --group, --residual, --draft-bits, --draft-bpw, --imatrix, --fit and "
@@ -65,8 +68,26 @@ int upgrade(const WeightSource& source, const ConvertArgs& a, uint32_t version) 
   return 0;
 }
 
+// The draft's relative output error on the calibration text, per projection kind and overall.
+void print_draft_output_error(const ConvertReport& report) {
+  if (report.draft_output_error.empty()) return;
+  double err = 0.0, ref = 0.0;
+  std::string parts;
+  for (const auto& [kind, e] : report.draft_output_error) {
+    err += e.first;
+    ref += e.second;
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s%s %.4f", parts.empty() ? "" : ", ", kind.c_str(), e.second > 0 ? e.first / e.second : 0.0);
+    parts += buf;
+  }
+  std::fprintf(stderr, "draft: relative squared output error on the calibration text %.4f (%s)\n",
+               ref > 0 ? err / ref : 0.0, parts.c_str());
+}
+
 int convert(const ConvertArgs& a) {
-  if (Status st = check_output_path(a.out, {a.in, a.imatrix}, "output"); !st) return report_error(st.message());
+  if (Status st = check_output_path(a.out, {a.in, a.imatrix, a.calibration}, "output"); !st) {
+    return report_error(st.message());
+  }
   const auto threads = limit_threads(a.threads);
   auto source = open_weights(a.in);
   if (!source) return report_error(source.status().message());
@@ -101,12 +122,41 @@ int convert(const ConvertArgs& a) {
       }
     }
   }
+  if (!a.no_calibration) {
+    CalibrationOptions calibration;
+    calibration.path = a.calibration;
+    calibration.max_tokens = a.calibration_tokens;
+    options.calibration = calibration;
+    options.on_calibration_plan = [](const CalibrationTokens& t, const CalibrationPlan& p) {
+      std::fprintf(stderr,
+                   "calibration: %s text (sha256 %.12s…), %lld tokens in %zu sequences from %lld segments%s\n"
+                   "calibration plan: peak ~%.0f MiB = block weights %.0f + token stream %.0f + activations %.0f + "
+                   "moments %.0f + fits in flight %.0f MiB (docs/FORMAT.md)\n",
+                   t.name.c_str(), t.sha256.c_str(), (long long)t.tokens, t.sequences.size(), (long long)t.segments,
+                   t.chat_segments == 0 ? ""
+                   : t.chat_template    ? " (chat turns rendered with the model's template)"
+                                        : " (the model has no chat template: chat turns as plain lines)",
+                   double(p.total()) / (1 << 20), double(p.block_weights) / (1 << 20), double(p.stream) / (1 << 20),
+                   double(p.activations) / (1 << 20), double(p.moments) / (1 << 20), double(p.fits) / (1 << 20));
+      return Status::ok();
+    };
+  }
   ProgressBar measure_bar("measure draft errors"), bar("convert");
   ConvertReport report;
+  int64_t calibrated = 0, blocks = 0;
   const Status st = convert_model(**source, a.out, options, [&](const ConvertProgress& p) {
-    (p.measuring ? measure_bar : bar).update(double(p.tensors_done), double(p.tensors_total), double(p.bytes_done), p.current);
+    if (p.calibration_blocks_total > 0) {
+      calibrated = p.calibration_blocks_done, blocks = p.calibration_blocks_total;
+      return;
+    }
+    const std::string label = blocks > 0 ? p.current + " [calibrated " + std::to_string(calibrated) + "/" +
+                                               std::to_string(blocks) + " blocks]"
+                                         : p.current;
+    (p.measuring ? measure_bar : bar).update(double(p.tensors_done), double(p.tensors_total), double(p.bytes_done), label);
   }, &report);
   if (!st) return report_error(st.message());
+  if (!report.calibration_skipped.empty()) std::fprintf(stderr, "note: not calibrated: %s\n", report.calibration_skipped.c_str());
+  print_draft_output_error(report);
   std::string types;
   for (const auto& [type, n] : report.source_types) types += (types.empty() ? "" : ", ") + type;
   const std::string written = report.output_paths.size() > 1
@@ -215,6 +265,16 @@ void add_convert_command(CLI::App& app, int* exit_code) {
                   "Bit-split file format to write: 3 stores the residual in the CPU kernels' layout, used from the file "
                   "without a copy; 2 for builds that predate it")
       ->capture_default_str()->check(CLI::IsMember({2, 3}));
+  auto* calibration = cmd->add_option("--calibration", a->calibration,
+                  "Calibrate the draft on this text (UTF-8; or .jsonl segments as engine/convert/calibration/ has "
+                  "them) instead of the built-in mix of prose, code, chat and non-English text")
+      ->check(CLI::ExistingFile)->type_name("FILE");
+  cmd->add_flag("--no-calibration", a->no_calibration,
+                "Fit each weight alone (fast; the draft's quality as before calibration existed)")
+      ->excludes(calibration);
+  cmd->add_option("--calibration-tokens", a->calibration_tokens,
+                  "Calibration tokens, spread evenly over the text's segments (time and memory grow with them)")
+      ->capture_default_str()->check(whole_in(kMinCalibrationTokens, 1 << 20));
   cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(whole_in(1, 4096));
   cmd->callback([a, exit_code] { *exit_code = convert(*a); });
 

@@ -161,6 +161,26 @@ void print_split_planes(const WeightSource& w, const SplitFormat& f) {
                 f.group, format_bytes(vram).c_str(), f.residual_bits, format_bytes(ram).c_str());
     std::printf("draft bits:    %s\n", describe_draft_bits(bits, weights > 0 ? 8.0 * double(vram) / weights : 0.0).c_str());
   }
+  const gguf::Metadata& m = w.metadata();
+  auto text_of = [&m](const char* key) {
+    auto v = m.get_string(key);
+    return v ? *v : std::string();
+  };
+  auto int_of = [&m](const char* key) {
+    auto v = m.get_int(key);
+    return v ? (long long)*v : 0LL;
+  };
+  if (const std::string text = text_of("bitsplit.calibration.text"); !text.empty()) {
+    std::printf("calibration:   draft fitted with error feedback layer by layer on the %s text (sha256 %s), %lld tokens, "
+                "moments in blocks of %lld columns\n",
+                text.c_str(), text_of("bitsplit.calibration.sha256").c_str(), int_of("bitsplit.calibration.tokens"),
+                int_of("bitsplit.calibration.covariance_block"));
+  } else {
+    std::printf("calibration:   none (each weight fitted alone%s)\n",
+                text_of("bitsplit.quantizer").find("draft_fit=gptq") != std::string::npos
+                    ? "; the draft fitted with feedback from an importance file's covariances"
+                    : "");
+  }
   if (f.packed_residual()) {
     std::printf("format:        version %u; the residual is stored in the kernels' layout and used from the file's memory map\n",
                 f.version);

@@ -78,19 +78,20 @@ SplitProjection split_projection(const std::vector<float>& w, int64_t rows, int6
 
 Result<SplitProjection> split_projection_gptq(const std::vector<float>& w, int64_t rows, int64_t cols,
                                               const quant::SplitParams& params, const float* importance,
-                                              const float* covariance) {
+                                              const float* covariance, int64_t covariance_block) {
   SplitProjection p = SplitProjection::sized(rows, cols, params.group, params.draft_bits, params.residual_bits);
   BITSPLIT_RETURN_IF_ERROR(quant::split_matrix_gptq(
       w.data(), rows, cols, params, importance, covariance,
-      {p.draft_codes.data(), p.draft_scales.data(), p.draft_offsets.data(), p.resid_codes.data(), p.resid_scales.data()}));
+      {p.draft_codes.data(), p.draft_scales.data(), p.draft_offsets.data(), p.resid_codes.data(), p.resid_scales.data()},
+      covariance_block));
   return p;
 }
 
 Result<SplitProjection> fit_projection(const std::vector<float>& w, int64_t rows, int64_t cols,
                                        const quant::SplitParams& params, const float* importance,
-                                       const float* covariance) {
+                                       const float* covariance, int64_t covariance_block) {
   if (covariance && quant::uses_error_feedback(params)) {
-    return split_projection_gptq(w, rows, cols, params, importance, covariance);
+    return split_projection_gptq(w, rows, cols, params, importance, covariance, covariance_block);
   }
   return split_projection(w, rows, cols, params, importance);
 }

@@ -1,6 +1,7 @@
 // `bitsplit convert`: streams a source model tensor by tensor into a bit-split GGUF —
 // projections become D + R planes, token embeddings Q8_0 (the residual tier at 8 bits),
 // everything else f32.
+#include <cblas.h>
 #include <sys/resource.h>
 #include <tbb/parallel_for.h>
 #include <tbb/parallel_reduce.h>
@@ -10,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <optional>
 
 #include "bitsplit/convert.h"
@@ -33,6 +35,8 @@ struct OutTensor {
 struct SplitPlanes {
   std::string base;
   std::vector<uint8_t> draft_codes, draft_scales, draft_offsets, resid_codes, resid_scales, resid_packed;
+  // Fitted against calibration moments: the draft's output error on sampled rows (ConvertReport).
+  std::optional<std::pair<double, double>> output_error;
 };
 
 OutKind out_kind(SplitPlane plane) {
@@ -110,17 +114,64 @@ Result<std::vector<float>> load_finite(const WeightSource& source, const gguf::T
   return w;
 }
 
+// The draft's squared output error on inputs with second moments h, over evenly spaced sampled
+// rows: (Σ eᵀ H e, Σ wᵀ H w) with e = w - d, over H's diagonal blocks as `h` holds them.
+std::pair<double, double> draft_output_error(const std::vector<float>& w, const SplitProjection& split, int64_t rows,
+                                             int64_t cols, const quant::SplitParams& p, const Covariance& h) {
+  const int64_t step = std::max<int64_t>(1, rows / 128), m = (rows + step - 1) / step;
+  const int64_t groups = quant::groups_per_row(cols, p.group), row_bytes = quant::code_row_bytes(cols, p.group, p.draft_bits);
+  std::vector<float> e(size_t(m * cols)), x(size_t(m * cols));
+  tbb::parallel_for(int64_t{0}, m, [&](int64_t i) {
+    const int64_t r = i * step;
+    float* er = e.data() + i * cols;
+    quant::dequantize_draft_row_ref(split.draft_codes.data() + r * row_bytes, split.draft_scales.data() + r * groups,
+                                    split.draft_offsets.data() + r * groups, cols, p.group, p.draft_bits, er);
+    for (int64_t j = 0; j < cols; ++j) {
+      x[size_t(i * cols + j)] = w[size_t(r * cols + j)];
+      er[j] = w[size_t(r * cols + j)] - er[j];
+    }
+  });
+  const int64_t b = h.block <= 0 || h.block >= cols ? cols : h.block;
+  auto quadratic = [&](const std::vector<float>& v) {
+    double sum = 0.0;
+    const float* hb = h.data;
+    std::vector<float> y(size_t(m * b));
+    for (int64_t c0 = 0; c0 < cols; c0 += b) {
+      const int64_t n = std::min(b, cols - c0);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n), int(n), 1.0f, v.data() + c0, int(cols), hb,
+                  int(n), 0.0f, y.data(), int(n));
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) sum += double(v[size_t(i * cols + c0 + j)]) * double(y[size_t(i * n + j)]);
+      hb += n * n;
+    }
+    return sum;
+  };
+  return {quadratic(e), quadratic(x)};
+}
+
 Result<SplitPlanes> split_tensor(const WeightSource& source, const OutTensor& t, const ConvertOptions& options,
-                                 const SplitFormat& format) {
+                                 const SplitFormat& format, LayerCalibration* calibration) {
   quant::SplitParams p = options.split;
   p.draft_bits = t.draft_bits;
   BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> w, load_finite(source, *t.source));
   source.release(*t.source);
   BITSPLIT_ASSIGN_OR_RETURN(const float* importance, importance_for(options, t.base, t.in));
   BITSPLIT_ASSIGN_OR_RETURN(const float* covariance, covariance_for(options, p, t.base, t.in));
-  auto fitted = fit_projection(w, t.out, t.in, p, importance, covariance);
+  std::shared_ptr<const Covariance> moments;  // the calibration's, alive while this fit reads them
+  int64_t block = 0;
+  if (calibration) {
+    BITSPLIT_ASSIGN_OR_RETURN(moments, calibration->covariance(t.base + ".weight"));
+    if (moments && moments->n != t.in) {
+      return Status::error("internal: the calibration's moments of '" + t.base + "' are " + std::to_string(moments->n) +
+                           " wide, the weight has " + std::to_string(t.in) + " columns");
+    }
+    if (moments) covariance = moments->data, block = moments->block;
+  }
+  auto fitted = fit_projection(w, t.out, t.in, p, importance, covariance, block);
   if (!fitted) return fitted.status().with_context(t.base);
   SplitProjection split = std::move(*fitted);
+  std::optional<std::pair<double, double>> output_error;
+  if (moments) output_error = draft_output_error(w, split, t.out, t.in, p, *moments);
   auto half_bytes = [](const std::vector<uint16_t>& h) {
     std::vector<uint8_t> b(h.size() * 2);
     std::memcpy(b.data(), h.data(), b.size());
@@ -128,6 +179,7 @@ Result<SplitPlanes> split_tensor(const WeightSource& source, const OutTensor& t,
   };
   SplitPlanes planes;
   planes.base = t.base;
+  planes.output_error = output_error;
   planes.draft_codes = std::move(split.draft_codes);
   planes.draft_scales = half_bytes(split.draft_scales);
   planes.draft_offsets = half_bytes(split.draft_offsets);
@@ -154,8 +206,8 @@ class SplitAhead {
   static constexpr size_t kDepth = 2;
 
   SplitAhead(const WeightSource& source, const std::vector<OutTensor>& plan, const ConvertOptions& options,
-             const SplitFormat& format)
-      : source_(source), plan_(plan), options_(options), format_(format) {
+             const SplitFormat& format, LayerCalibration* calibration)
+      : source_(source), plan_(plan), options_(options), format_(format), calibration_(calibration) {
     for (size_t i = 0; i < plan.size(); ++i)
       if (plan[i].kind == OutKind::kDraftCodes) order_.push_back(i);
   }
@@ -179,7 +231,7 @@ class SplitAhead {
       slot.result.reset();
       slot.index = kNone;
     }
-    if (!result) result = split_tensor(source_, plan_[i], options_, format_);  // not started ahead
+    if (!result) result = split_tensor(source_, plan_[i], options_, format_, calibration_);  // not started ahead
     const size_t pos = size_t(std::lower_bound(order_.begin(), order_.end(), i) - order_.begin());
     next_ = std::max(next_, pos + 1);
     if (result->is_ok()) refill();
@@ -201,7 +253,7 @@ class SplitAhead {
       if (next_ >= order_.size()) return;
       const size_t n = order_[next_++];
       slot.index = n;
-      slot.tasks.run([this, &slot, n] { slot.result = split_tensor(source_, plan_[n], options_, format_); });
+      slot.tasks.run([this, &slot, n] { slot.result = split_tensor(source_, plan_[n], options_, format_, calibration_); });
     }
   }
 
@@ -209,6 +261,7 @@ class SplitAhead {
   const std::vector<OutTensor>& plan_;
   const ConvertOptions& options_;
   const SplitFormat& format_;
+  LayerCalibration* calibration_;
   std::vector<size_t> order_;  // plan indices of every projection's first plane
   size_t next_ = 0;            // position in order_ of the next projection to start
   Slot slots_[kDepth];
@@ -322,12 +375,13 @@ class Conversion {
  public:
   Conversion(const WeightSource& source, const ModelConfig& config, const ConvertOptions& options,
              const SplitFormat& format, const std::function<void(const ConvertProgress&)>& on_progress,
-             ConvertReport& rep)
-      : source_(source), config_(config), options_(options), format_(format), on_progress_(on_progress), rep_(rep) {}
+             ConvertReport& rep, LayerCalibration* calibration)
+      : source_(source), config_(config), options_(options), format_(format), on_progress_(on_progress), rep_(rep),
+        calibration_(calibration) {}
 
   Status write(const std::string& out_path) {
     BITSPLIT_RETURN_IF_ERROR(plan_tensors());
-    SplitAhead ahead(source_, plan_, options_, format_);
+    SplitAhead ahead(source_, plan_, options_, format_, calibration_);
     ahead.start();
     BITSPLIT_RETURN_IF_ERROR(set_metadata());
     progress_.tensors_total = source_.tensors().size() + (config_.tied_output ? 1 : 0);
@@ -346,7 +400,8 @@ class Conversion {
   Status plan_tensors() {
     if (format_.packed_residual()) writer_.set_alignment(kPackedAlignment);
     const gguf::TensorInfo* embd = nullptr;
-    for (const auto& t : source_.tensors()) {
+    for (const gguf::TensorInfo* tensor : tensor_order()) {
+      const gguf::TensorInfo& t = *tensor;
       if (!gguf::File::can_read_f32(t.type)) {
         return Status::error(source_.path() + ": tensor '" + t.name + "' has type " + gguf::tensor_type_name(t.type) +
                              ", which cannot be converted");
@@ -367,6 +422,28 @@ class Conversion {
     // A tied output head gets its own split planes (the embedding itself stays 8-bit).
     if (config_.tied_output) BITSPLIT_RETURN_IF_ERROR(add_split(*embd, "output"));
     return Status::ok();
+  }
+
+  // The source's tensors in writing order: as the source has them, or, when calibrating, block by
+  // block (the calibration runs blocks in order, as the fits ask for them): tensors before the
+  // first block's first, then each block's in source order, then the rest (output_norm, output).
+  std::vector<const gguf::TensorInfo*> tensor_order() const {
+    std::vector<std::pair<int64_t, const gguf::TensorInfo*>> keyed;
+    bool seen_block = false;
+    for (const auto& t : source_.tensors()) {
+      int64_t key = -1;
+      if (calibration_ && t.name.starts_with("blk.")) {
+        key = std::strtoll(t.name.c_str() + 4, nullptr, 10);
+        seen_block = true;
+      } else if (calibration_ && (seen_block || t.name.starts_with("output"))) {
+        key = config_.n_layers;
+      }
+      keyed.emplace_back(key, &t);
+    }
+    std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<const gguf::TensorInfo*> order;
+    for (const auto& [key, t] : keyed) order.push_back(t);
+    return order;
   }
 
   // The planes of projection `base`, split from source tensor `t`.
@@ -400,6 +477,15 @@ class Conversion {
     std::string types;
     for (const auto& [type, n] : rep_.source_types) types += (types.empty() ? "" : ",") + type;
     m.set("bitsplit.source_types", Value::string(types));
+    // How the draft was calibrated (`info` prints it); no keys without a calibration.
+    if (calibration_) {
+      const CalibrationTokens& c = calibration_->tokens();
+      m.set("bitsplit.calibration.text", Value::string(c.name));
+      m.set("bitsplit.calibration.sha256", Value::string(c.sha256));
+      m.set("bitsplit.calibration.tokens", Value::u32(uint32_t(c.tokens)));
+      m.set("bitsplit.calibration.sequences", Value::u32(uint32_t(c.sequences.size())));
+      m.set("bitsplit.calibration.covariance_block", Value::u32(uint32_t(calibration_->covariance_block())));
+    }
     return Status::ok();
   }
 
@@ -417,6 +503,12 @@ class Conversion {
         return q8_0_tensor(source_, *t.source);
       case OutKind::kDraftCodes: {
         BITSPLIT_ASSIGN_OR_RETURN(planes_, ahead.take(i));
+        if (planes_.output_error) {
+          const size_t dot = planes_.base.rfind('.');
+          auto& [err, ref] = rep_.draft_output_error[planes_.base == "output" ? "output" : planes_.base.substr(dot + 1)];
+          err += planes_.output_error->first;
+          ref += planes_.output_error->second;
+        }
         return std::move(planes_.draft_codes);
       }
       case OutKind::kDraftScales: return std::move(planes_.draft_scales);
@@ -454,7 +546,63 @@ class Conversion {
   ConvertProgress progress_;
   SplitPlanes planes_;  // the projection being written
   const gguf::TensorInfo* last_source_ = nullptr;
+  LayerCalibration* calibration_;  // null: no calibration
 };
+
+// The machine's available memory (MemAvailable), 0 when unknown.
+uint64_t available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  while (in >> key >> kb) {
+    if (key == "MemAvailable:") return kb * 1024;
+    in.ignore(1 << 10, '\n');
+  }
+  return 0;
+}
+
+std::string gib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", double(bytes) / double(uint64_t{1} << 30));
+  return buf;
+}
+
+// The layer-by-layer calibration the options ask for, started (tokens read, plan checked), or
+// null: none asked for, or one that does not apply (the reason goes in the report).
+Result<std::unique_ptr<LayerCalibration>> start_calibration(const WeightSource& source, const ModelConfig& config,
+                                                            const ConvertOptions& options, ConvertReport& rep) {
+  if (!options.calibration) return std::unique_ptr<LayerCalibration>();
+  if (!quant::uses_error_feedback(options.split)) {
+    rep.calibration_skipped = "a " + std::to_string(options.split.residual_bits) +
+                              "-bit residual keeps the ordinary draft fit (a fed-back draft leaves a residual wider "
+                              "than 6 bits cover; docs/QUALITY.md)";
+    return std::unique_ptr<LayerCalibration>();
+  }
+  if (options.covariances && !options.covariances->empty()) {
+    rep.calibration_skipped = "the importance file's covariances are used instead";
+    return std::unique_ptr<LayerCalibration>();
+  }
+  if (config.is_moe()) {
+    rep.calibration_skipped = "a mixture of experts is not calibrated layer by layer yet";
+    return std::unique_ptr<LayerCalibration>();
+  }
+  const CalibrationOptions& co = *options.calibration;
+  if (co.covariance_block > 0 && co.covariance_block % options.split.group != 0) {
+    return Status::error("the calibration's covariance block (" + std::to_string(co.covariance_block) +
+                         ") must be a multiple of the group size " + std::to_string(options.split.group));
+  }
+  BITSPLIT_ASSIGN_OR_RETURN(CalibrationTokens tokens, calibration_tokens(source, co));
+  rep.calibration_plan = plan_calibration(config, tokens.tokens, co.ctx, co.covariance_block, int(SplitAhead::kDepth) + 1);
+  const uint64_t limit = options.memory_limit ? options.memory_limit : available_memory();
+  if (limit && rep.calibration_plan.total() > limit) {
+    return Status::error("the calibration needs about " + gib(rep.calibration_plan.total()) + " (" +
+                         std::to_string(tokens.tokens) + " tokens; docs/FORMAT.md, \"Calibration layer by layer\") and " +
+                         gib(limit) + " is available: use fewer --calibration-tokens, or --no-calibration");
+  }
+  if (options.on_calibration_plan) BITSPLIT_RETURN_IF_ERROR(options.on_calibration_plan(tokens, rep.calibration_plan));
+  rep.calibration = tokens;
+  return LayerCalibration::start(source, config, std::move(tokens), co);
+}
 
 }  // namespace
 
@@ -469,8 +617,18 @@ Status convert_model(const WeightSource& source, const std::string& out_path, co
   ConvertReport local;
   ConvertReport& rep = report ? *report : local;
   rep = {};
+  BITSPLIT_ASSIGN_OR_RETURN(auto calibration, start_calibration(source, config, options, rep));
   BITSPLIT_ASSIGN_OR_RETURN(const SplitFormat format, output_format(source, config, options, on_progress, rep, t0));
-  BITSPLIT_RETURN_IF_ERROR(Conversion(source, config, options, format, on_progress, rep).write(out_path));
+  if (calibration) {
+    calibration->on_block([&](int64_t done, int64_t total) {
+      ConvertProgress p;
+      p.calibration_blocks_done = done;
+      p.calibration_blocks_total = total;
+      if (on_progress) on_progress(p);
+    });
+  }
+  BITSPLIT_RETURN_IF_ERROR(
+      Conversion(source, config, options, format, on_progress, rep, calibration.get()).write(out_path));
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);
   rep.peak_rss_bytes = uint64_t(usage.ru_maxrss) * 1024;

@@ -41,10 +41,11 @@ const float* importance_columns(const ImportanceMatrix* m, const std::string& we
   return it != m->end() && int64_t(it->second.size()) == cols ? it->second.data() : nullptr;
 }
 
-std::shared_ptr<const Covariance> Covariance::holding(std::vector<float> values, int64_t n) {
+std::shared_ptr<const Covariance> Covariance::holding(std::vector<float> values, int64_t n, int64_t block) {
   auto owned = std::make_shared<const std::vector<float>>(std::move(values));
   auto c = std::make_shared<Covariance>();
   c->n = n;
+  c->block = block;
   c->data = owned->data();
   c->owner = owned;
   return c;

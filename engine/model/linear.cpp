@@ -1,5 +1,8 @@
 // linear(): one projection of a forward pass over its row groups, on f32 weights, Q8_0 blocks or
 // bit-split planes (D·X on the model's Backend, R·X on the CPU), then each group's LoRA and bias.
+#include <cblas.h>
+#include <tbb/parallel_for.h>
+
 #include <algorithm>
 #include <optional>
 
@@ -39,6 +42,8 @@ void q8_0_projection(const Model& model, const std::vector<uint8_t>& q8, Project
   }
 }
 
+bool activation_rounding_free(const Model& model) { return model.activation_rounding() == 0; }
+
 // f32 weights through the reference matmul (inputs int8-rounded when the model emulates that):
 // one product when every group reads the same weights, else one per group; then each group's signs.
 void f32_projection(const Model& model, ProjectionInput& in, const std::vector<GroupProjection>& parts, Activations& y) {
@@ -46,7 +51,19 @@ void f32_projection(const Model& model, ProjectionInput& in, const std::vector<G
   const std::vector<RowGroup>& groups = in.groups();
   const std::vector<float>& xs = model.activation_rounding() > 0 ? in.rounded(model.activation_rounding()) : x.data;
   const bool shared = std::all_of(parts.begin(), parts.end(), [&](const GroupProjection& p) { return p.w == parts[0].w; });
-  if (shared) cpu::matmul_f32(xs, x.rows, x.width, *parts[0].w, y.width, {}, y.data);
+  if (shared && model.f32_gemm() && activation_rounding_free(model)) {
+    // y = x · Wᵀ by BLAS: a calibration's long batches at GEMM speed (not batch invariant), in
+    // slices of rows on oneTBB's workers (BLAS itself single-threaded: quant::blas_single_threaded).
+    constexpr int64_t kRows = 64;
+    tbb::parallel_for(int64_t{0}, (x.rows + kRows - 1) / kRows, [&](int64_t s) {
+      const int64_t r0 = s * kRows, n = std::min(kRows, x.rows - r0);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(y.width), int(x.width), 1.0f,
+                  xs.data() + r0 * x.width, int(x.width), parts[0].w->data(), int(x.width), 0.0f, y.row(r0),
+                  int(y.width));
+    });
+  } else if (shared) {
+    cpu::matmul_f32(xs, x.rows, x.width, *parts[0].w, y.width, {}, y.data);
+  }
   for (size_t g = 0; g < groups.size(); ++g) {
     const RowGroup& rg = groups[g];
     const float* xg = xs.data() + rg.row0 * x.width;

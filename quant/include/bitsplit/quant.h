@@ -326,8 +326,19 @@ struct SplitPlanes {
 // W - D with feedback too. Column weights of each group's grid: `importance`, or the covariance's
 // diagonal when null. Rows run in parallel (oneTBB; the result does not depend on the schedule).
 // Errors: a covariance that stays singular under damping.
+//
+// With `block` > 0 (a whole number of groups, less than cols), `covariance` holds only H's
+// diagonal blocks of `block` columns (the last one narrower), each [n x n], one after another
+// (covariance_floats values): errors are pushed only within a block. The cost of the factors
+// falls from cols^3 to cols * block^2 and the matrices' from cols^2 to cols * block floats, which
+// is what makes a wide input (an FFN's down projection) affordable layer by layer.
 Status split_matrix_gptq(const float* w, int64_t rows, int64_t cols, const SplitParams& params,
-                         const float* importance, const float* covariance, SplitPlanes out);
+                         const float* importance, const float* covariance, SplitPlanes out, int64_t block = 0);
+// Makes BLAS single-threaded for the rest of the process (OpenBLAS, found at run time; other
+// builds are left as they are): callers run BLAS from oneTBB tasks, which own the parallelism.
+void blas_single_threaded();
+// Floats of a covariance of `cols` columns kept as diagonal blocks of `block` (0: the whole matrix).
+int64_t covariance_floats(int64_t cols, int64_t block);
 // Whether a conversion given covariances feeds errors back for these params: with an 8-bit
 // residual or none. A fed-back draft leaves a wider residual than 6 bits cover well
 // (SmolLM2-135M: D + R6 KL 0.0021 with the ordinary D + R6 fit, 0.0058 with feedback on both

@@ -53,16 +53,17 @@ SplitProjection split_projection(const std::vector<float>& w, int64_t rows, int6
                                  const float* importance);
 
 // The same planes with the draft fitted by error feedback against `covariance`, the [cols x cols]
-// second moments of the projection's input (quant::split_matrix_gptq has the fit and its errors).
+// second moments of the projection's input (quant::split_matrix_gptq has the fit and its errors;
+// with covariance_block > 0 it holds only H's diagonal blocks of that many columns).
 Result<SplitProjection> split_projection_gptq(const std::vector<float>& w, int64_t rows, int64_t cols,
                                               const quant::SplitParams& params, const float* importance,
-                                              const float* covariance);
+                                              const float* covariance, int64_t covariance_block = 0);
 
 // The planes of W as convert makes them: split_projection_gptq where a covariance is given and
 // quant::uses_error_feedback(params), else split_projection.
 Result<SplitProjection> fit_projection(const std::vector<float>& w, int64_t rows, int64_t cols,
                                        const quant::SplitParams& params, const float* importance,
-                                       const float* covariance);
+                                       const float* covariance, int64_t covariance_block = 0);
 
 // E(2), E(3), E(4) of W [rows x cols] (quant.h, "draft precision under a budget") from at most
 // max_rows evenly spaced rows (rows in parallel; the sum does not depend on the schedule).

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bitsplit/calibration.h"
 #include "bitsplit/imatrix.h"
 #include "bitsplit/quant.h"
 #include "bitsplit/split_format.h"
@@ -34,6 +35,19 @@ struct ConvertOptions {
   // The file format version to write: 3 (the default; the residual in the kernels' packed layout,
   // used from the memory map) or 2 (the residual as codes and scales, for older builds).
   uint32_t format_version = kSplitFormatVersion;
+  // Calibrate the draft layer by layer on this text (calibration.h): every projection's draft is
+  // fitted with error feedback against its input's second moments, computed block by block as
+  // the writer reaches the block (the output's tensors are then written block by block). Unset:
+  // no calibration (the fit of each weight alone; today's bytes). Ignored, with a note in the
+  // report, where feedback does not apply (a 6-bit residual: quant::uses_error_feedback) or the
+  // importance file brings its own covariances.
+  std::optional<CalibrationOptions> calibration;
+  // Told the calibration's tokens and memory plan before any block runs; an error it returns
+  // stops the conversion (a front end prints the plan here).
+  std::function<Status(const CalibrationTokens&, const CalibrationPlan&)> on_calibration_plan;
+  // The most memory the calibration may plan for (0: the machine's available memory); a plan
+  // over it is refused before anything is read.
+  uint64_t memory_limit = 0;
 };
 
 struct ConvertProgress {
@@ -41,6 +55,8 @@ struct ConvertProgress {
   uint64_t bytes_done = 0, bytes_total = 0;  // source tensor bytes
   std::string current;                       // tensor being converted
   bool measuring = false;                    // the draft budget's error measurement (before writing)
+  // Set (total > 0) on the calibration's reports alone: blocks calibrated so far (the head last).
+  int64_t calibration_blocks_done = 0, calibration_blocks_total = 0;
 };
 
 struct ConvertReport {
@@ -54,6 +70,13 @@ struct ConvertReport {
   double seconds = 0.0;
   double measure_seconds = 0.0;                  // of which measuring the draft budget's errors
   std::optional<quant::DraftAllocation> draft;   // with ConvertOptions::draft_bpw
+  // The calibration, when one ran: its text and plan, and the draft's output error on it per
+  // projection kind ("attn_q", "ffn_down", "output"): sum over sampled rows of (w - d)ᵀ H (w - d)
+  // and of wᵀ H w, whose ratio is the draft's relative squared output error on those inputs.
+  std::optional<CalibrationTokens> calibration;
+  CalibrationPlan calibration_plan;
+  std::string calibration_skipped;  // why a requested calibration did not run (empty: it ran, or none was asked)
+  std::map<std::string, std::pair<double, double>> draft_output_error;
 };
 
 // Converts `source` into a bit-split GGUF at out_path (written under a temporary name and

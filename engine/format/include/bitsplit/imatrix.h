@@ -20,9 +20,12 @@ using ImportanceMatrix = std::map<std::string, std::vector<float>>;
 // nothing, so a 1.5B model's ~10 GB of matrices are paged in one projection at a time).
 struct Covariance {
   int64_t n = 0;
+  // 0: the whole n x n matrix; > 0: only its diagonal blocks of `block` columns, one after
+  // another (a calibration layer by layer keeps these; quant::covariance_floats values).
+  int64_t block = 0;
   const float* data = nullptr;
   std::shared_ptr<const void> owner;
-  static std::shared_ptr<const Covariance> holding(std::vector<float> values, int64_t n);
+  static std::shared_ptr<const Covariance> holding(std::vector<float> values, int64_t n, int64_t block = 0);
 };
 // By weight name. Projections that read one input (attn_q/k/v, ffn_gate/up) share one matrix.
 using InputCovariances = std::map<std::string, std::shared_ptr<const Covariance>>;

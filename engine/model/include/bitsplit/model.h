@@ -205,6 +205,11 @@ class Model {
   // 0 (the default) keeps f32 activations. Used by eval for a fair Q8_0 baseline.
   void set_activation_rounding(int group) { activation_rounding_ = group; }
   int activation_rounding() const { return activation_rounding_; }
+  // f32 projections by BLAS sgemm instead of the reference matmul: several times faster over long
+  // batches, but a row's result then depends on its batch (not batch invariant), so only a
+  // calibration's statistics use it, never decoding or eval's scores. Off by default.
+  void set_f32_gemm(bool on) { f32_gemm_ = on; }
+  bool f32_gemm() const { return f32_gemm_; }
   // The target pass's activation arithmetic (ModelLoadOptions::target_activations).
   void set_target_activations(TargetActivations a) { target_activations_ = a; }
   TargetActivations target_activations() const { return target_activations_; }
@@ -283,6 +288,7 @@ class Model {
   std::shared_ptr<Backend> backend_;
   Pass default_pass_ = Pass::kTarget;
   int activation_rounding_ = 0;
+  bool f32_gemm_ = false;
   TargetActivations target_activations_ = TargetActivations::kDraftRemainder;
   bool output_from_embedding_ = false;
 };

@@ -1,0 +1,143 @@
+// convert with the draft calibrated layer by layer (ConvertOptions::calibration): the text's
+// errors, the file's record of its calibration, the memory plan's refusal, and that no
+// calibration changes nothing.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "bitsplit/calibration.h"
+#include "bitsplit/convert.h"
+#include "convert_testing.h"
+
+namespace bitsplit {
+namespace {
+
+using testing::ConvertTest;
+
+void write_file(const std::string& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
+
+Status convert_with_text(const WeightSource& source, const std::string& out, const std::string& text_path,
+                         ConvertReport* report = nullptr) {
+  ConvertOptions o;
+  o.split.group = 32;
+  o.calibration = CalibrationOptions{.path = text_path};
+  return convert_model(source, out, o, nullptr, report);
+}
+
+TEST_F(ConvertTest, CalibrationTextErrorsNameTheProblem) {
+  auto source = open_weights(write_tiny({}));
+  ASSERT_TRUE(source.is_ok());
+  write_file(path("empty.txt"), " \n\n");
+  write_file(path("binary.bin"), std::string("ab\0\x01\x02", 5));
+  write_file(path("latin1.txt"), "caf\xe9 au lait");
+  write_file(path("short.txt"), "a short text.");
+  write_file(path("bad.jsonl"), "{\"kind\": \"prose\", \"text\": \"fine\"}\n[1, 2]\n");
+  const std::pair<const char*, const char*> cases[] = {{"empty.txt", "is empty"},
+                                                       {"binary.bin", "is binary"},
+                                                       {"latin1.txt", "not UTF-8"},
+                                                       {"short.txt", "too short"},
+                                                       {"bad.jsonl", "line 2"},
+                                                       {"missing.txt", "cannot be read"}};
+  for (const auto& [file, message] : cases) {
+    const Status st = convert_with_text(**source, path("out.gguf"), path(file));
+    ASSERT_FALSE(st.is_ok()) << file;
+    EXPECT_NE(st.message().find(message), std::string::npos) << file << ": " << st.message();
+    EXPECT_FALSE(std::filesystem::exists(path("out.gguf"))) << file;
+  }
+}
+
+// The built-in text calibrates every projection; the file says how; the fits' output error on
+// the calibration inputs is reported and below the uncalibrated fit's on the same inputs.
+TEST_F(ConvertTest, CalibratedDraftIsRecordedAndLowersItsOutputError) {
+  auto source = open_weights(write_tiny({.layers = 2, .tied_output = true}));
+  ASSERT_TRUE(source.is_ok());
+  ConvertReport report;
+  ConvertOptions o;
+  o.split.group = 32;
+  o.calibration = CalibrationOptions{};
+  bool planned = false;
+  o.on_calibration_plan = [&](const CalibrationTokens& t, const CalibrationPlan& p) {
+    planned = t.tokens >= kMinCalibrationTokens && p.total() > 0 && t.name == "built-in" && t.segments == 31;
+    return Status::ok();
+  };
+  ASSERT_TRUE(convert_model(**source, path("cal.gguf"), o, nullptr, &report).is_ok());
+  EXPECT_TRUE(planned);
+  ASSERT_TRUE(report.calibration.has_value());
+  EXPECT_TRUE(report.calibration_skipped.empty());
+  // Every kind of projection and the (tied) head were fitted against moments.
+  for (const char* kind : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "output"}) {
+    ASSERT_TRUE(report.draft_output_error.count(kind)) << kind;
+    const auto [err, ref] = report.draft_output_error.at(kind);
+    EXPECT_GT(ref, 0.0) << kind;
+    EXPECT_LT(err / ref, 0.5) << kind;
+  }
+  auto cal = open_weights(path("cal.gguf"));
+  ASSERT_TRUE(cal.is_ok());
+  const gguf::Metadata& m = (*cal)->metadata();
+  EXPECT_EQ(*m.get_string("bitsplit.calibration.text"), "built-in");
+  EXPECT_EQ(*m.get_string("bitsplit.calibration.sha256"), report.calibration->sha256);
+  EXPECT_EQ(*m.get_int("bitsplit.calibration.tokens"), report.calibration->tokens);
+  // The planes differ from the uncalibrated fit's, and the model still runs.
+  ConvertOptions plain;
+  plain.split.group = 32;
+  ASSERT_TRUE(convert_model(**source, path("plain.gguf"), plain, nullptr, nullptr).is_ok());
+  auto plain_file = open_weights(path("plain.gguf"));
+  ASSERT_TRUE(plain_file.is_ok());
+  EXPECT_FALSE((*plain_file)->metadata().contains("bitsplit.calibration.text"));
+  auto codes = [](const WeightSource& w) {
+    auto b = w.raw_bytes(*w.find_tensor("blk.1.ffn_down.draft_codes"));
+    return std::vector<uint8_t>(b->begin(), b->end());
+  };
+  EXPECT_NE(codes(**cal), codes(**plain_file));
+  auto logits = testing::logits_of(**cal);
+  ASSERT_TRUE(logits.is_ok()) << logits.status().message();
+}
+
+// The calibration's plan is checked before anything is read: under a limit it does not fit, a
+// clear refusal; under one it fits (though the whole model's covariances would not), it runs.
+TEST_F(ConvertTest, CalibrationRefusedUpFrontWhenItsPlanDoesNotFit) {
+  const testing::TinyModelSpec spec{.layers = 12, .embd = 64, .ff = 512};
+  auto source = open_weights(write_tiny(spec));
+  ASSERT_TRUE(source.is_ok());
+  ConvertOptions o;
+  o.split.group = 32;
+  o.calibration = CalibrationOptions{.max_tokens = 512, .ctx = 128};
+  o.memory_limit = 1000;
+  Status st = convert_model(**source, path("out.gguf"), o, nullptr, nullptr);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("the calibration needs about"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("--no-calibration"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(path("out.gguf")));
+
+  auto config = read_model_config(**source);
+  ASSERT_TRUE(config.is_ok());
+  ConvertReport report;
+  o.memory_limit = 0;
+  ASSERT_TRUE(convert_model(**source, path("probe.gguf"), o, nullptr, &report).is_ok());
+  const uint64_t plan = report.calibration_plan.total();
+  // Every input's whole matrix for every layer, as imatrix --covariance keeps them.
+  const uint64_t whole = uint64_t(spec.layers) * 4 * uint64_t(3 * spec.embd * spec.embd + spec.ff * spec.ff);
+  ASSERT_LT(plan, whole);
+  o.memory_limit = plan + 1;
+  EXPECT_TRUE(convert_model(**source, path("fits.gguf"), o, nullptr, nullptr).is_ok());
+}
+
+// Where error feedback does not apply (a 6-bit residual) the calibration is skipped with the
+// reason, and the bytes are those of a conversion without one.
+TEST_F(ConvertTest, CalibrationSkippedWithASixBitResidualChangesNoByte) {
+  auto source = open_weights(write_tiny({}));
+  ASSERT_TRUE(source.is_ok());
+  ConvertOptions o;
+  o.split.group = 32;
+  o.split.residual_bits = 6;
+  ASSERT_TRUE(convert_model(**source, path("plain.gguf"), o, nullptr, nullptr).is_ok());
+  o.calibration = CalibrationOptions{};
+  ConvertReport report;
+  ASSERT_TRUE(convert_model(**source, path("skipped.gguf"), o, nullptr, &report).is_ok());
+  EXPECT_NE(report.calibration_skipped.find("6-bit residual"), std::string::npos);
+  EXPECT_EQ(read_bytes(path("plain.gguf")), read_bytes(path("skipped.gguf")));
+}
+
+}  // namespace
+}  // namespace bitsplit
