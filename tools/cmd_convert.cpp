@@ -84,6 +84,27 @@ void print_draft_output_error(const ConvertReport& report) {
                ref > 0 ? err / ref : 0.0, parts.c_str());
 }
 
+// The default calibration (or --calibration FILE), and its plan printed before it starts.
+void calibrate(const ConvertArgs& a, ConvertOptions& options) {
+  CalibrationOptions calibration;
+  calibration.path = a.calibration;
+  calibration.max_tokens = a.calibration_tokens;
+  options.calibration = calibration;
+  options.on_calibration_plan = [](const CalibrationTokens& t, const CalibrationPlan& p) {
+    std::fprintf(stderr,
+                 "calibration: %s text (sha256 %.12s…), %lld tokens in %zu sequences from %lld segments%s\n"
+                 "calibration plan: peak ~%.0f MiB = block weights %.0f + token stream %.0f + activations %.0f + "
+                 "moments %.0f + fits in flight %.0f MiB (docs/FORMAT.md)\n",
+                 t.name.c_str(), t.sha256.c_str(), (long long)t.tokens, t.sequences.size(), (long long)t.segments,
+                 t.chat_segments == 0 ? ""
+                 : t.chat_template    ? " (chat turns rendered with the model's template)"
+                                      : " (the model has no chat template: chat turns as plain lines)",
+                 double(p.total()) / (1 << 20), double(p.block_weights) / (1 << 20), double(p.stream) / (1 << 20),
+                 double(p.activations) / (1 << 20), double(p.moments) / (1 << 20), double(p.fits) / (1 << 20));
+    return Status::ok();
+  };
+}
+
 int convert(const ConvertArgs& a) {
   if (Status st = check_output_path(a.out, {a.in, a.imatrix, a.calibration}, "output"); !st) {
     return report_error(st.message());
@@ -122,25 +143,7 @@ int convert(const ConvertArgs& a) {
       }
     }
   }
-  if (!a.no_calibration) {
-    CalibrationOptions calibration;
-    calibration.path = a.calibration;
-    calibration.max_tokens = a.calibration_tokens;
-    options.calibration = calibration;
-    options.on_calibration_plan = [](const CalibrationTokens& t, const CalibrationPlan& p) {
-      std::fprintf(stderr,
-                   "calibration: %s text (sha256 %.12s…), %lld tokens in %zu sequences from %lld segments%s\n"
-                   "calibration plan: peak ~%.0f MiB = block weights %.0f + token stream %.0f + activations %.0f + "
-                   "moments %.0f + fits in flight %.0f MiB (docs/FORMAT.md)\n",
-                   t.name.c_str(), t.sha256.c_str(), (long long)t.tokens, t.sequences.size(), (long long)t.segments,
-                   t.chat_segments == 0 ? ""
-                   : t.chat_template    ? " (chat turns rendered with the model's template)"
-                                        : " (the model has no chat template: chat turns as plain lines)",
-                   double(p.total()) / (1 << 20), double(p.block_weights) / (1 << 20), double(p.stream) / (1 << 20),
-                   double(p.activations) / (1 << 20), double(p.moments) / (1 << 20), double(p.fits) / (1 << 20));
-      return Status::ok();
-    };
-  }
+  if (!a.no_calibration) calibrate(a, options);
   ProgressBar measure_bar("measure draft errors"), bar("convert");
   ConvertReport report;
   int64_t calibrated = 0, blocks = 0;

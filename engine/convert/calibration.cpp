@@ -254,9 +254,11 @@ CalibrationPlan plan_calibration(const ModelConfig& c, int64_t tokens, int32_t c
   const int64_t per_block = quant::covariance_floats(c.n_embd, block) * 3 + quant::covariance_floats(ff, block) +
                             (c.q_dim() != c.n_embd ? quant::covariance_floats(c.q_dim(), block) : 0);
   p.moments = uint64_t(2 * per_block) * 4;
+  // A fit holds its weights in f32, its planes (draft codes, residual codes, the packed residual)
+  // and a working chunk of rows: ~7 bytes per weight. The head (the largest, last) beside the
+  // projections fitted ahead of it.
   const int64_t head = c.n_vocab * c.n_embd;
-  largest = std::max(largest, head);
-  p.fits = uint64_t(fits_in_flight) * uint64_t(largest) * 4 * 3;
+  p.fits = uint64_t(std::max(largest, head) + int64_t(fits_in_flight - 1) * largest) * 7;
   return p;
 }
 

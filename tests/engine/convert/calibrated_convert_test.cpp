@@ -2,6 +2,7 @@
 // errors, the file's record of its calibration, the memory plan's refusal, and that no
 // calibration changes nothing.
 #include <gtest/gtest.h>
+#include <tbb/global_control.h>
 
 #include <fstream>
 #include <string>
@@ -137,6 +138,22 @@ TEST_F(ConvertTest, CalibrationSkippedWithASixBitResidualChangesNoByte) {
   ASSERT_TRUE(convert_model(**source, path("skipped.gguf"), o, nullptr, &report).is_ok());
   EXPECT_NE(report.calibration_skipped.find("6-bit residual"), std::string::npos);
   EXPECT_EQ(read_bytes(path("plain.gguf")), read_bytes(path("skipped.gguf")));
+}
+
+// A calibrated conversion does not depend on the thread count (the BLAS calls are
+// single-threaded on fixed slices): one worker and all of them write the same bytes.
+TEST_F(ConvertTest, CalibratedConversionIsTheSameOnAnyThreadCount) {
+  auto source = open_weights(write_tiny({.layers = 2, .ff = 96}));
+  ASSERT_TRUE(source.is_ok());
+  ConvertOptions o;
+  o.split.group = 32;
+  o.calibration = CalibrationOptions{.max_tokens = 600, .ctx = 100};
+  {
+    tbb::global_control one(tbb::global_control::max_allowed_parallelism, 1);
+    ASSERT_TRUE(convert_model(**source, path("one.gguf"), o, nullptr, nullptr).is_ok());
+  }
+  ASSERT_TRUE(convert_model(**source, path("all.gguf"), o, nullptr, nullptr).is_ok());
+  EXPECT_EQ(read_bytes(path("one.gguf")), read_bytes(path("all.gguf")));
 }
 
 }  // namespace

@@ -5,12 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <vector>
 
 #include "bitsplit/calibration.h"
 #include "bitsplit/convert.h"
 #include "bitsplit/quality.h"
+#include "bitsplit/tokenizer.h"
 #include "convert_testing.h"
+#include "test_paths.h"
 
 namespace bitsplit {
 namespace {
@@ -126,6 +130,39 @@ TEST_F(ConvertTest, LayerByLayerFitMatchesTheWholeCovarianceFit) {
     }
   }
   EXPECT_GE(double(same), 0.99 * double(total)) << same << " of " << total;
+}
+
+// Issue 42 on a real model: SmolLM2-135M converted as a user does (no flags: calibrated), its
+// draft and target scored against the source on kjv60k (1 024 predictions, ctx 512), as
+// docs/QUALITY.md's table. Pins what the default gives today (draft KL 2.43, uncalibrated
+// 10.5; target 0.00166): the issue's draft target (<= 1.0) is not met by the 2-bit default.
+TEST_F(ConvertTest, RealModelsCalibratedDefaultDraftOnSmolLM2) {
+  const char* dir = std::getenv("BITSPLIT_REAL_MODELS");
+  if (!dir || !*dir) GTEST_SKIP() << "set BITSPLIT_REAL_MODELS to the folder of fetch-real-models.sh";
+  const std::string src = std::string(dir) + "/smollm2-135m-instruct.q4_1.gguf";
+  BITSPLIT_REQUIRE_FILE(src);
+  auto source = open_weights(src);
+  ASSERT_TRUE(source.is_ok());
+  ConvertOptions o;
+  o.calibration = CalibrationOptions{};
+  ASSERT_TRUE(convert_model(**source, path("smol.gguf"), o, nullptr, nullptr).is_ok());
+  auto reference = Model::load(**source);
+  auto converted_file = open_weights(path("smol.gguf"));
+  ASSERT_TRUE(reference.is_ok() && converted_file.is_ok());
+  auto converted = Model::load(**converted_file);
+  ASSERT_TRUE(converted.is_ok()) << converted.status().message();
+  auto tok = Tokenizer::from_metadata((*source)->metadata());
+  ASSERT_TRUE(tok.is_ok());
+  std::ifstream in(testing::source_dir() + "/tests/models/text/kjv.valid.txt");
+  std::string text(60000, '\0');
+  in.read(text.data(), std::streamsize(text.size()));
+  const auto tokens = (*tok)->encode(text, {.add_special = false});
+  const std::vector<ScoredModel> rows{{"target", &*converted, Pass::kTarget}, {"draft", &*converted, Pass::kDraft}};
+  auto r = score_against(*reference, rows, tokens, 512, (*tok)->vocab().bos, 1024, nullptr);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_LE(r->rows[0].kl_mean, 0.0025);
+  EXPECT_LE(r->rows[1].kl_mean, 3.0);
+  EXPECT_GE(r->rows[1].top1_agreement, 0.25);
 }
 
 }  // namespace
