@@ -16,9 +16,13 @@
 namespace bitsplit::cli {
 namespace {
 
+// The draft budget of a default (calibrated) conversion, in VRAM bits per weight.
+constexpr double kDefaultCalibratedDraftBpw = 3.5;
+
 struct ConvertArgs {
   std::string in, out, imatrix;
   int group = 64, residual = 8, draft_bits = 2, threads = 0;
+  bool draft_bits_given = false;
   double draft_bpw = 0.0;
   std::string fit = "optimized";
   std::string split_max_size;
@@ -124,6 +128,11 @@ int convert(const ConvertArgs& a) {
   options.split.draft_bits = a.draft_bits;
   options.split.fit = a.fit == "minmax" ? quant::DraftFit::kMinMax : quant::DraftFit::kOptimized;
   options.draft_bpw = a.draft_bpw;
+  // The default draft: calibrated, under the default budget (docs/QUALITY.md, "The draft's
+  // budget with calibration"); --no-calibration or --draft-bits keep the uniform draft.
+  if (!a.no_calibration && !a.draft_bits_given && a.draft_bpw == 0.0 && quant::uses_error_feedback(options.split)) {
+    options.draft_bpw = kDefaultCalibratedDraftBpw;
+  }
   options.format_version = a.format_version;
   ImatrixFile imatrix;
   if (!a.imatrix.empty()) {
@@ -249,8 +258,11 @@ void add_convert_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--group", a->group, "Weights per group along the input dimension")
       ->capture_default_str()->check(CLI::IsMember({32, 64, 128}));
   cmd->add_option("--residual", a->residual, "Residual plane bits")->capture_default_str()->check(CLI::IsMember({6, 8}));
-  auto* bits = cmd->add_option("--draft-bits", a->draft_bits, "Draft plane bits of every projection")
-                   ->capture_default_str()->check(CLI::IsMember({2, 3, 4}));
+  auto* bits = cmd->add_option_function<int>("--draft-bits", [a](int b) { a->draft_bits = b, a->draft_bits_given = true; },
+                                              "Draft plane bits of every projection (default: a calibrated mix within "
+                                              "--draft-bpw " + std::to_string(kDefaultCalibratedDraftBpw).substr(0, 3) +
+                                              "; with --no-calibration, 2)")
+                   ->check(CLI::IsMember({2, 3, 4}));
   cmd->add_option("--draft-bpw", a->draft_bpw,
                   "Draft budget in VRAM bits per weight (codes, scales and offsets): each projection gets 2, 3 or 4 "
                   "bits where they cut the draft's error most (2.5 = all 2-bit at group 64, 4.5 = all 4-bit)")

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <tbb/global_control.h>
 
+#include <cstdio>
 #include <fstream>
 #include <string>
 
@@ -154,6 +155,36 @@ TEST_F(ConvertTest, CalibratedConversionIsTheSameOnAnyThreadCount) {
   }
   ASSERT_TRUE(convert_model(**source, path("all.gguf"), o, nullptr, nullptr).is_ok());
   EXPECT_EQ(read_bytes(path("one.gguf")), read_bytes(path("all.gguf")));
+}
+
+// The plan of a Llama-3-70B shape (80 layers, width 8192, FFN 28672, 64/8 heads, vocabulary
+// 128256) at the default 4096 tokens: one block's worth, far below its whole-model covariances
+// (imatrix --covariance: 80 x (3 x 8192^2 + 28672^2) floats, ~340 GB) and within a 32 GB
+// machine; and the 8B shape's within issue 42's 8 GB. Only one sequence's KV cache grows with
+// the layers.
+TEST(CalibrationPlan, LargeShapesNeedOneBlockNotTheWholeModel) {
+  auto shape = [](int64_t layers, int64_t embd, int64_t ff, int64_t heads, int64_t kv, int64_t vocab) {
+    ModelConfig c;
+    c.n_layers = layers, c.n_embd = embd, c.n_ff = ff, c.n_heads = heads, c.n_kv_heads = kv;
+    c.head_dim = embd / heads, c.n_vocab = vocab;
+    return c;
+  };
+  const ModelConfig b70 = shape(80, 8192, 28672, 64, 8, 128256), b8 = shape(32, 4096, 14336, 32, 8, 32000);
+  const CalibrationOptions o;
+  const CalibrationPlan p70 = plan_calibration(b70, o.max_tokens, o.ctx, o.covariance_block, 3);
+  const CalibrationPlan p8 = plan_calibration(b8, o.max_tokens, o.ctx, o.covariance_block, 3);
+  const double whole70 = 80.0 * (3.0 * 8192 * 8192 + 28672.0 * 28672) * 4;
+  EXPECT_LT(double(p70.total()), whole70 / 20);
+  EXPECT_LT(p70.total(), uint64_t{32} << 30);
+  EXPECT_LT(p8.total(), uint64_t{8} << 30);
+  // Twice the layers: only the KV cache of one sequence grows.
+  ModelConfig deeper = b70;
+  deeper.n_layers = 160;
+  const CalibrationPlan p160 = plan_calibration(deeper, o.max_tokens, o.ctx, o.covariance_block, 3);
+  EXPECT_EQ(p160.total() - p70.total(), uint64_t(80) * uint64_t(o.ctx) * uint64_t(b70.kv_dim()) * 8);
+  std::printf("calibration plan, 70B shape: %.2f GiB (block weights %.2f, moments %.2f, fits %.2f); 8B shape: %.2f GiB\n",
+              double(p70.total()) / (1 << 30), double(p70.block_weights) / (1 << 30), double(p70.moments) / (1 << 30),
+              double(p70.fits) / (1 << 30), double(p8.total()) / (1 << 30));
 }
 
 }  // namespace

@@ -132,10 +132,11 @@ TEST_F(ConvertTest, LayerByLayerFitMatchesTheWholeCovarianceFit) {
   EXPECT_GE(double(same), 0.99 * double(total)) << same << " of " << total;
 }
 
-// Issue 42 on a real model: SmolLM2-135M converted as a user does (no flags: calibrated), its
-// draft and target scored against the source on kjv60k (1 024 predictions, ctx 512), as
-// docs/QUALITY.md's table. Pins what the default gives today (draft KL 2.43, uncalibrated
-// 10.5; target 0.00166): the issue's draft target (<= 1.0) is not met by the 2-bit default.
+// Issue 42 on a real model: SmolLM2-135M converted as `bitsplit convert` does without flags
+// (calibrated, draft budget 3.5 bits/weight), its draft and target scored against the source on
+// kjv60k (1 024 predictions, ctx 512), as docs/QUALITY.md's table: the issue's draft target
+// (KL <= 1.0; measured 0.63, uncalibrated 2-bit 10.5) and a target at least as good as the
+// uncalibrated one's (measured 0.00032 against 0.00117).
 TEST_F(ConvertTest, RealModelsCalibratedDefaultDraftOnSmolLM2) {
   const char* dir = std::getenv("BITSPLIT_REAL_MODELS");
   if (!dir || !*dir) GTEST_SKIP() << "set BITSPLIT_REAL_MODELS to the folder of fetch-real-models.sh";
@@ -145,6 +146,7 @@ TEST_F(ConvertTest, RealModelsCalibratedDefaultDraftOnSmolLM2) {
   ASSERT_TRUE(source.is_ok());
   ConvertOptions o;
   o.calibration = CalibrationOptions{};
+  o.draft_bpw = 3.5;
   ASSERT_TRUE(convert_model(**source, path("smol.gguf"), o, nullptr, nullptr).is_ok());
   auto reference = Model::load(**source);
   auto converted_file = open_weights(path("smol.gguf"));
@@ -160,9 +162,9 @@ TEST_F(ConvertTest, RealModelsCalibratedDefaultDraftOnSmolLM2) {
   const std::vector<ScoredModel> rows{{"target", &*converted, Pass::kTarget}, {"draft", &*converted, Pass::kDraft}};
   auto r = score_against(*reference, rows, tokens, 512, (*tok)->vocab().bos, 1024, nullptr);
   ASSERT_TRUE(r.is_ok()) << r.status().message();
-  EXPECT_LE(r->rows[0].kl_mean, 0.0025);
-  EXPECT_LE(r->rows[1].kl_mean, 3.0);
-  EXPECT_GE(r->rows[1].top1_agreement, 0.25);
+  EXPECT_LE(r->rows[0].kl_mean, 0.0012);
+  EXPECT_LE(r->rows[1].kl_mean, 1.0);
+  EXPECT_GE(r->rows[1].top1_agreement, 0.55);
 }
 
 }  // namespace
