@@ -187,5 +187,20 @@ TEST(CalibrationPlan, LargeShapesNeedOneBlockNotTheWholeModel) {
               double(p70.fits) / (1 << 30), double(p8.total()) / (1 << 30));
 }
 
+// Without a calibration a conversion is what it was before calibrating existed: the bytes of
+// a tiny model's conversion are pinned (the same on any machine: the ordinary fit's tiers agree
+// bit for bit; pinned from the build whose SmolLM2 conversion `cmp` found identical to the
+// previous build's), so a change to the uncalibrated path shows here.
+TEST_F(ConvertTest, NoCalibrationWritesTheBytesItAlwaysWrote) {
+  auto source = open_weights(write_tiny({.layers = 2, .tied_output = true}));
+  ASSERT_TRUE(source.is_ok());
+  ASSERT_TRUE(convert_model(**source, path("plain.gguf"), ConvertOptions{}, nullptr, nullptr).is_ok());
+  auto out = open_weights(path("plain.gguf"));
+  ASSERT_TRUE(out.is_ok());
+  auto sha = (*out)->content_sha256();
+  ASSERT_TRUE(sha.is_ok());
+  EXPECT_EQ(*sha, "06ebc6e7a5e472ac0efead2ab115fefa2fd468b637a54f2e8f1353750c378f98");
+}
+
 }  // namespace
 }  // namespace bitsplit
