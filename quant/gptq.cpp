@@ -29,16 +29,15 @@ int block_columns(int group) { return std::max(1, 128 / group) * group; }
 
 // U with U^T U = (H + damp I)^-1 (f32, [n x n] row-major, upper triangle; the rest zero). H's
 // zero-diagonal columns (an input that was always 0) get a unit diagonal. The damping starts at
-// 10 % of H's mean diagonal (measured on SmolLM2-135M against 1 %: calibrated draft KL −3 to
-// −8 %, target KL −21 % at 3.5 bits/weight; docs/QUALITY.md) and grows tenfold until the
+// `damping` times H's mean diagonal (SplitParams::feedback_damping) and grows tenfold until the
 // factorisation succeeds.
-Result<std::vector<float>> inverse_cholesky_upper(const float* covariance, int64_t n) {
+Result<std::vector<float>> inverse_cholesky_upper(const float* covariance, int64_t n, double damping) {
   double mean_diag = 0.0;
   for (int64_t i = 0; i < n; ++i) mean_diag += double(covariance[i * n + i]);
   mean_diag /= double(std::max<int64_t>(n, 1));
   if (!(mean_diag > 0.0) || !std::isfinite(mean_diag)) mean_diag = 1.0;
   std::vector<double> h(size_t(n * n));
-  for (double damp = 0.1; damp <= 100.0; damp *= 10.0) {
+  for (double damp = damping; damp <= 100.0; damp *= 10.0) {
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < n; ++j) h[size_t(i * n + j)] = double(covariance[i * n + j]);
     for (int64_t i = 0; i < n; ++i) {
@@ -214,22 +213,20 @@ void fit_rows(const float* w, int64_t rows, int64_t cols, const SplitParams& par
 Status split_matrix_gptq(const float* w, int64_t rows, int64_t cols, const SplitParams& params,
                          const float* importance, const float* covariance, SplitPlanes out, int64_t block) {
   blas_single_threaded();
-  if (block <= 0 || block >= cols) block = cols;
-  if (block % params.group != 0 && block != cols) {
+  const std::vector<DiagonalBlock> layout = diagonal_blocks(cols, block);
+  if (layout.size() > 1 && layout[0].n % params.group != 0) {
     return Status::error("the covariance's diagonal blocks (" + std::to_string(block) +
                          " columns) must be a whole number of groups of " + std::to_string(params.group));
   }
   std::vector<FeedbackBlock> blocks;
   // The grids are fitted with the input's mean squares as column weights unless told otherwise.
   std::vector<float> diag(importance ? 0 : size_t(cols));
-  const float* h = covariance;
-  for (int64_t c0 = 0; c0 < cols; c0 += block) {
-    const int64_t n = std::min(block, cols - c0);
-    BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> u, inverse_cholesky_upper(h, n));
+  for (const DiagonalBlock& b : layout) {
+    const float* h = covariance + b.offset;
+    BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> u, inverse_cholesky_upper(h, b.n, params.feedback_damping));
     if (!importance)
-      for (int64_t i = 0; i < n; ++i) diag[size_t(c0 + i)] = h[i * n + i];
-    blocks.push_back({c0, n, std::move(u)});
-    h += n * n;
+      for (int64_t i = 0; i < b.n; ++i) diag[size_t(b.c0 + i)] = h[i * b.n + i];
+    blocks.push_back({b.c0, b.n, std::move(u)});
   }
   if (!importance) importance = diag.data();
   // Rows in chunks (a row's codes depend on no other row): the working copy and the codes of a
@@ -256,10 +253,21 @@ void fit_rows(const float* w, int64_t rows, int64_t cols, const SplitParams& par
 }
 }  // namespace
 
+std::vector<DiagonalBlock> diagonal_blocks(int64_t cols, int64_t block) {
+  if (block <= 0 || block >= cols) block = cols;
+  std::vector<DiagonalBlock> out;
+  int64_t offset = 0;
+  for (int64_t c0 = 0; c0 < cols; c0 += block) {
+    const int64_t n = std::min(block, cols - c0);
+    out.push_back({c0, n, offset});
+    offset += n * n;
+  }
+  return out;
+}
+
 int64_t covariance_floats(int64_t cols, int64_t block) {
-  if (block <= 0 || block >= cols) return cols * cols;
-  const int64_t full = cols / block, rest = cols % block;
-  return full * block * block + rest * rest;
+  const std::vector<DiagonalBlock> blocks = diagonal_blocks(cols, block);
+  return blocks.empty() ? 0 : blocks.back().offset + blocks.back().n * blocks.back().n;
 }
 
 void blas_single_threaded() {

@@ -4,7 +4,6 @@
 
 #include <cblas.h>
 #include <nlohmann/json.hpp>
-#include <openssl/evp.h>
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
@@ -15,6 +14,8 @@
 #include "bitsplit/chat_template.h"
 #include "bitsplit/cpu.h"
 #include "bitsplit/quant.h"
+#include "bitsplit/sha256.h"
+#include "bitsplit/split_format.h"
 #include "bitsplit/tokenizer.h"
 
 namespace bitsplit {
@@ -27,19 +28,6 @@ std::string_view builtin_calibration_text() {
 }
 
 namespace {
-
-std::string sha256_hex(std::string_view bytes) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  EVP_Digest(bytes.data(), bytes.size(), digest, &length, EVP_sha256(), nullptr);
-  static const char* kHex = "0123456789abcdef";
-  std::string hex;
-  for (unsigned i = 0; i < length; ++i) {
-    hex += kHex[digest[i] >> 4];
-    hex += kHex[digest[i] & 15];
-  }
-  return hex;
-}
 
 // The offset of the first byte that does not belong to a well-formed UTF-8 sequence, or npos.
 size_t first_bad_utf8(std::string_view s) {
@@ -138,28 +126,13 @@ Status embedding_row(const WeightSource& source, const gguf::TensorInfo& t, std:
   const int64_t n = t.dims[0];
   const uint64_t row_bytes = t.nbytes / uint64_t(t.dims[1]);
   const std::span<const uint8_t> row = bytes.subspan(size_t(uint64_t(token) * row_bytes), size_t(row_bytes));
-  switch (t.type) {
-    case gguf::TensorType::F32: std::memcpy(out, row.data(), size_t(n) * 4); return Status::ok();
-    case gguf::TensorType::F16:
-    case gguf::TensorType::BF16:
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, row.data() + 2 * i, 2);
-        out[i] = t.type == gguf::TensorType::F16 ? quant::fp16_to_fp32(h) : quant::bf16_to_fp32(h);
-      }
-      return Status::ok();
-    default:
-      return quant::dequantize_ggml_row(uint32_t(t.type), row, {out, size_t(n)}).with_context(source.path() + ": token_embd.weight");
-  }
+  return gguf::decode_f32(t.type, row, {out, size_t(n)}).with_context(source.path() + ": token_embd.weight");
 }
 
 // The kind of a layer projection ("attn_q") from "blk.3.attn_q.weight", and its layer.
 bool parse_layer_weight(const std::string& weight, int64_t* layer, std::string* kind) {
-  if (!weight.starts_with("blk.") || !weight.ends_with(".weight")) return false;
-  const size_t dot = weight.find('.', 4);
-  if (dot == std::string::npos) return false;
-  *layer = std::stoll(weight.substr(4, dot - 4));
-  *kind = weight.substr(dot + 1, weight.size() - 7 - dot - 1);
+  if (!split_block_name(weight, layer, kind) || !kind->ends_with(".weight")) return false;
+  kind->resize(kind->size() - 7);
   return true;
 }
 
@@ -199,7 +172,7 @@ Result<CalibrationTokens> calibration_tokens(const WeightSource& source, const C
     return Status::error("calibration text " + name + " is not UTF-8 (a malformed sequence at byte " +
                          std::to_string(bad) + ")");
   }
-  out.sha256 = sha256_hex(text);
+  BITSPLIT_ASSIGN_OR_RETURN(out.sha256, sha256_hex(text));
   BITSPLIT_ASSIGN_OR_RETURN(auto tokenizer, Tokenizer::from_metadata(source.metadata()));
   const Vocabulary& vocab = tokenizer->vocab();
   BITSPLIT_ASSIGN_OR_RETURN(auto parsed, jsonl_segments(text, name));
@@ -308,12 +281,12 @@ void LayerCalibration::accumulate(const std::string& weight, const float* x, int
   auto& [width, sum] = sums_[weight];
   width = cols;
   if (sum.empty()) sum.assign(size_t(quant::covariance_floats(cols, block)), 0.0f);
-  const int64_t b = block <= 0 || block >= cols ? cols : block;
-  // The diagonal blocks on oneTBB's workers; a single block's rows in slices summed in turn.
-  tbb::parallel_for(int64_t{0}, (cols + b - 1) / b, [&](int64_t k) {
-    const int64_t c0 = k * b, n = std::min(b, cols - c0);
-    float* h = sum.data() + k * b * b;  // blocks before the last are all b x b
-    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, int(n), int(rows), 1.0f, x + c0, int(cols), 1.0f, h, int(n));
+  // The diagonal blocks on oneTBB's workers (one ssyrk each).
+  const std::vector<quant::DiagonalBlock> blocks = quant::diagonal_blocks(cols, block);
+  tbb::parallel_for(size_t{0}, blocks.size(), [&](size_t k) {
+    const quant::DiagonalBlock& b = blocks[k];
+    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, int(b.n), int(rows), 1.0f, x + b.c0, int(cols), 1.0f,
+                sum.data() + b.offset, int(b.n));
   });
 }
 
@@ -323,15 +296,13 @@ void LayerCalibration::finish_block(int64_t layer) {
   const float inv = 1.0f / float(tokens_.tokens);
   for (auto& [weight, moments] : sums_) {
     auto& [cols, sum] = moments;
-    const int64_t b = options_.covariance_block <= 0 || options_.covariance_block >= cols ? cols : options_.covariance_block;
-    float* h = sum.data();
-    for (int64_t c0 = 0; c0 < cols; c0 += b) {
-      const int64_t n = std::min(b, cols - c0);
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t j = i; j < n; ++j) h[j * n + i] = h[i * n + j] = h[i * n + j] * inv;
-      h += n * n;
+    const std::vector<quant::DiagonalBlock> blocks = quant::diagonal_blocks(cols, options_.covariance_block);
+    for (const quant::DiagonalBlock& b : blocks) {
+      float* h = sum.data() + b.offset;
+      for (int64_t i = 0; i < b.n; ++i)
+        for (int64_t j = i; j < b.n; ++j) h[j * b.n + i] = h[i * b.n + j] = h[i * b.n + j] * inv;
     }
-    kept[weight] = Covariance::holding(std::move(sum), cols, b == cols ? 0 : b);
+    kept[weight] = Covariance::holding(std::move(sum), cols, blocks.size() > 1 ? blocks[0].n : 0);
   }
   sums_.clear();
   done_.erase(layer - 2);  // the fits of block layer - 1 may still be asking; earlier ones are done
@@ -349,9 +320,15 @@ Status LayerCalibration::run_block(int64_t layer) {
   };
   for (size_t s = 0; s < tokens_.sequences.size(); ++s) {
     const auto& seq = tokens_.sequences[s];
-    KvCache cache(config_, int64_t(seq.size()));
+    // One cache for every sequence and block: a causal batch from slot 0 reads only the slots
+    // it writes (kv_len = its length).
+    if (!cache_) {
+      size_t longest = 0;
+      for (const auto& q : tokens_.sequences) longest = std::max(longest, q.size());
+      cache_.emplace(config_, int64_t(longest));
+    }
     BITSPLIT_RETURN_IF_ERROR(
-        forward_layers(block, cache, Batch::causal(seq, 0), layer, layer + 1, stream_[s], &observer)
+        forward_layers(block, *cache_, Batch::causal(seq, 0), layer, layer + 1, stream_[s], &observer)
             .with_context("calibration, block " + std::to_string(layer)));
   }
   finish_block(layer);

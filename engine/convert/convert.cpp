@@ -131,18 +131,15 @@ std::pair<double, double> draft_output_error(const std::vector<float>& w, const 
       er[j] = w[size_t(r * cols + j)] - er[j];
     }
   });
-  const int64_t b = h.block <= 0 || h.block >= cols ? cols : h.block;
+  const std::vector<quant::DiagonalBlock> blocks = quant::diagonal_blocks(cols, h.block);
   auto quadratic = [&](const std::vector<float>& v) {
     double sum = 0.0;
-    const float* hb = h.data;
-    std::vector<float> y(size_t(m * b));
-    for (int64_t c0 = 0; c0 < cols; c0 += b) {
-      const int64_t n = std::min(b, cols - c0);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n), int(n), 1.0f, v.data() + c0, int(cols), hb,
-                  int(n), 0.0f, y.data(), int(n));
+    std::vector<float> y(size_t(m * blocks[0].n));
+    for (const quant::DiagonalBlock& b : blocks) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(b.n), int(b.n), 1.0f, v.data() + b.c0,
+                  int(cols), h.data + b.offset, int(b.n), 0.0f, y.data(), int(b.n));
       for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) sum += double(v[size_t(i * cols + c0 + j)]) * double(y[size_t(i * n + j)]);
-      hb += n * n;
+        for (int64_t j = 0; j < b.n; ++j) sum += double(v[size_t(i * cols + b.c0 + j)]) * double(y[size_t(i * b.n + j)]);
     }
     return sum;
   };
@@ -432,8 +429,8 @@ class Conversion {
     bool seen_block = false;
     for (const auto& t : source_.tensors()) {
       int64_t key = -1;
-      if (calibration_ && t.name.starts_with("blk.")) {
-        key = std::strtoll(t.name.c_str() + 4, nullptr, 10);
+      std::string rest;
+      if (calibration_ && split_block_name(t.name, &key, &rest)) {
         seen_block = true;
       } else if (calibration_ && (seen_block || t.name.starts_with("output"))) {
         key = config_.n_layers;

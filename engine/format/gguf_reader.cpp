@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include <openssl/evp.h>
 
 #include "bitsplit/gguf.h"
+#include "bitsplit/sha256.h"
 #include "bitsplit/quant.h"
 
 namespace bitsplit::gguf {
@@ -284,6 +284,32 @@ Result<File> File::parse(std::shared_ptr<Storage> storage, std::string name) {
   return f;
 }
 
+Status decode_f32(TensorType type, std::span<const uint8_t> bytes, std::span<float> out) {
+  switch (type) {
+    case TensorType::F32:
+    case TensorType::F16:
+    case TensorType::BF16: {
+      const size_t width = type == TensorType::F32 ? 4 : 2;
+      if (bytes.size() != out.size() * width) {
+        return Status::error(std::string(tensor_type_name(type)) + ": " + std::to_string(bytes.size()) +
+                             " bytes for " + std::to_string(out.size()) + " values");
+      }
+      if (type == TensorType::F32) {
+        std::memcpy(out.data(), bytes.data(), bytes.size());
+        return Status::ok();
+      }
+      for (size_t i = 0; i < out.size(); ++i) {
+        uint16_t h;
+        std::memcpy(&h, bytes.data() + 2 * i, 2);
+        out[i] = type == TensorType::F16 ? quant::fp16_to_fp32(h) : quant::bf16_to_fp32(h);
+      }
+      return Status::ok();
+    }
+    default:
+      return quant::dequantize_ggml_row(uint32_t(type), bytes, out);
+  }
+}
+
 const TensorInfo* File::find_tensor(std::string_view name) const {
   auto it = tensor_index_.find(std::string(name));
   return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
@@ -304,11 +330,9 @@ Result<std::vector<float>> File::read_f32(const TensorInfo& t) const {
     case TensorType::F16:
     case TensorType::BF16:
       tbb::parallel_for(tbb::blocked_range<size_t>(0, n, 1 << 16), [&](const tbb::blocked_range<size_t>& r) {
-        for (size_t i = r.begin(); i < r.end(); ++i) {
-          uint16_t h;
-          std::memcpy(&h, src.data() + 2 * i, 2);
-          out[i] = t.type == TensorType::F16 ? quant::fp16_to_fp32(h) : quant::bf16_to_fp32(h);
-        }
+        const Status s = decode_f32(t.type, src.subspan(2 * r.begin(), 2 * r.size()),
+                                    std::span<float>(out).subspan(r.begin(), r.size()));
+        BITSPLIT_CHECK(s.is_ok(), s.message());  // sizes follow from n
       });
       break;
     case TensorType::I8:  // bit-split code planes
@@ -370,29 +394,18 @@ Result<std::string> File::content_sha256() const {
   std::lock_guard<std::mutex> lock(sha256_->mu);  // a second caller waits for the first's result
   if (!sha256_->hex.empty()) return sha256_->hex;
   const auto bytes = storage_->bytes();
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
-    return Status::error(name_ + ": cannot initialise SHA-256");
-  }
   // In chunks, releasing each afterwards, so hashing a large model does not pin it in memory.
+  Sha256 digest;
   constexpr size_t kChunk = size_t(64) << 20;
   for (size_t at = 0; at < bytes.size(); at += kChunk) {
     const size_t n = std::min(kChunk, bytes.size() - at);
-    EVP_DigestUpdate(ctx.get(), bytes.data() + at, n);
+    digest.update(bytes.subspan(at, n));
     storage_->release(at, n);
   }
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  EVP_DigestFinal_ex(ctx.get(), digest, &length);
-  static const char* kHex = "0123456789abcdef";
-  std::string hex;
-  for (unsigned i = 0; i < length; ++i) {
-    const unsigned char c = digest[i];
-    hex += kHex[c >> 4];
-    hex += kHex[c & 15];
-  }
-  sha256_->hex = hex;
-  return hex;
+  auto hex = digest.hex();
+  if (!hex) return hex.status().with_context(name_);
+  sha256_->hex = *hex;
+  return *hex;
 }
 
 }  // namespace bitsplit::gguf

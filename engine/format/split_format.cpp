@@ -120,6 +120,20 @@ std::vector<SplitPlaneTensor> split_plane_tensors(const std::string& base, int64
   return t;
 }
 
+bool split_block_name(std::string_view name, int64_t* layer, std::string* rest) {
+  if (!name.starts_with("blk.")) return false;
+  const size_t dot = name.find('.', 4);
+  if (dot == std::string_view::npos || dot == 4) return false;
+  int64_t v = 0;
+  for (size_t i = 4; i < dot; ++i) {
+    if (name[i] < '0' || name[i] > '9' || v > (int64_t(1) << 40)) return false;
+    v = v * 10 + (name[i] - '0');
+  }
+  *layer = v;
+  *rest = std::string(name.substr(dot + 1));
+  return true;
+}
+
 bool is_split_projection(const std::string& name) {
   // "output.weight" or "blk.<digits>.<projection>.weight".
   if (name == "output.weight") return true;

@@ -2,8 +2,8 @@
 #include "bitsplit/split_gguf.h"
 
 #include "bitsplit/interrupt.h"
+#include "bitsplit/sha256.h"
 
-#include <openssl/evp.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -55,17 +55,8 @@ class SplitWeights final : public WeightSource {
       BITSPLIT_ASSIGN_OR_RETURN(std::string h, p.content_sha256());
       joined += h;
     }
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned int length = 0;
-    if (EVP_Digest(joined.data(), joined.size(), digest, &length, EVP_sha256(), nullptr) != 1) {
-      return Status::error(path() + ": cannot compute SHA-256");
-    }
-    static const char* kHex = "0123456789abcdef";
-    std::string hex;
-    for (unsigned i = 0; i < length; ++i) {
-      hex += kHex[digest[i] >> 4];
-      hex += kHex[digest[i] & 15];
-    }
+    auto hex = sha256_hex(joined);
+    if (!hex) return hex.status().with_context(path());
     return hex;
   }
   std::string describe() const override {

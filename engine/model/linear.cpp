@@ -42,8 +42,6 @@ void q8_0_projection(const Model& model, const std::vector<uint8_t>& q8, Project
   }
 }
 
-bool activation_rounding_free(const Model& model) { return model.activation_rounding() == 0; }
-
 // f32 weights through the reference matmul (inputs int8-rounded when the model emulates that):
 // one product when every group reads the same weights, else one per group; then each group's signs.
 void f32_projection(const Model& model, ProjectionInput& in, const std::vector<GroupProjection>& parts, Activations& y) {
@@ -51,7 +49,7 @@ void f32_projection(const Model& model, ProjectionInput& in, const std::vector<G
   const std::vector<RowGroup>& groups = in.groups();
   const std::vector<float>& xs = model.activation_rounding() > 0 ? in.rounded(model.activation_rounding()) : x.data;
   const bool shared = std::all_of(parts.begin(), parts.end(), [&](const GroupProjection& p) { return p.w == parts[0].w; });
-  if (shared && model.f32_gemm() && activation_rounding_free(model)) {
+  if (shared && model.f32_gemm() && model.activation_rounding() == 0) {
     // y = x · Wᵀ by BLAS: a calibration's long batches at GEMM speed (not batch invariant), in
     // slices of rows on oneTBB's workers (BLAS itself single-threaded: quant::blas_single_threaded).
     constexpr int64_t kRows = 64;

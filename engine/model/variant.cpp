@@ -18,21 +18,6 @@
 namespace bitsplit {
 namespace {
 
-// "blk.12.ffn_up.weight" -> (12, "ffn_up.weight"); false for names outside the blocks.
-bool split_block_name(const std::string& name, int64_t* layer, std::string* rest) {
-  if (!name.starts_with("blk.")) return false;
-  const size_t dot = name.find('.', 4);
-  if (dot == std::string::npos || dot == 4) return false;
-  int64_t v = 0;
-  for (size_t i = 4; i < dot; ++i) {
-    if (name[i] < '0' || name[i] > '9' || v > (int64_t(1) << 40)) return false;
-    v = v * 10 + (name[i] - '0');
-  }
-  *layer = v;
-  *rest = name.substr(dot + 1);
-  return true;
-}
-
 // The element count of a small tensor the variant may replace in full, or an error.
 Result<int64_t> full_tensor_size(const Model& model, const std::string& name) {
   const ModelConfig& c = model.config();

@@ -263,6 +263,9 @@ struct SplitParams {
   DraftFit fit = DraftFit::kOptimized;
   int search_steps = 6;   // clipping candidates per side (search_steps^2 fits per group)
   int refine_iters = 3;   // least-squares refit / reassign rounds for the best candidate
+  // The error-feedback fit's damping of H, as a fraction of its mean diagonal (split_matrix_gptq;
+  // raised tenfold while the factorisation fails). 0.1 since 2026-12-07 (docs/QUALITY.md); 0.01 before.
+  double feedback_damping = 0.1;
 };
 
 // One row's planes: codes are packed as above, scales/offsets are fp16 bit patterns with
@@ -337,7 +340,14 @@ Status split_matrix_gptq(const float* w, int64_t rows, int64_t cols, const Split
 // Makes BLAS single-threaded for the rest of the process (OpenBLAS, found at run time; other
 // builds are left as they are): callers run BLAS from oneTBB tasks, which own the parallelism.
 void blas_single_threaded();
-// Floats of a covariance of `cols` columns kept as diagonal blocks of `block` (0: the whole matrix).
+// The diagonal blocks of a covariance of `cols` columns kept in blocks of `block` (0, or at
+// least cols: one block, the whole matrix): columns [c0, c0 + n), stored as n x n floats from
+// `offset` on. Every reader and writer of such a covariance walks these.
+struct DiagonalBlock {
+  int64_t c0 = 0, n = 0, offset = 0;
+};
+std::vector<DiagonalBlock> diagonal_blocks(int64_t cols, int64_t block);
+// Floats of such a covariance (the blocks' n² summed).
 int64_t covariance_floats(int64_t cols, int64_t block);
 // Whether a conversion given covariances feeds errors back for these params: with an 8-bit
 // residual or none. A fed-back draft leaves a wider residual than 6 bits cover well

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,7 @@ class LayerCalibration {
   std::mutex mu_;
   int64_t next_ = 0;                         // the next block to run (n_layers: the head)
   std::vector<std::vector<float>> stream_;   // per sequence: the residual stream entering block next_
+  std::optional<KvCache> cache_;             // sized for the longest sequence, made at the first block
   // The block being run: per weight, its input's width and the upper triangles summed.
   std::map<std::string, std::pair<int64_t, std::vector<float>>> sums_;
   std::map<int64_t, std::map<std::string, std::shared_ptr<const Covariance>>> done_;  // kept blocks

@@ -212,4 +212,9 @@ class Writer {
 // the block size, overflow).
 Result<uint64_t> tensor_nbytes(uint32_t type_id, std::span<const int64_t> dims);
 
+// Decodes values stored as `type` (F32, F16, BF16, or whole blocks of a ggml block type) into
+// out; `bytes` may have any alignment. File::read_f32 decodes tensors with it; a caller that
+// needs a few rows (an embedding's) decodes just those. Errors: another type, a size mismatch.
+Status decode_f32(TensorType type, std::span<const uint8_t> bytes, std::span<float> out);
+
 }  // namespace bitsplit::gguf

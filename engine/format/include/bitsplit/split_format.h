@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "bitsplit/gguf.h"
 #include "bitsplit/quant.h"
@@ -77,6 +78,10 @@ std::vector<SplitPlaneTensor> split_plane_tensors(const std::string& base, int64
 inline std::string split_base_name(const std::string& weight) {
   return weight.ends_with(".weight") ? weight.substr(0, weight.size() - 7) : weight;
 }
+
+// "blk.12.ffn_up.weight" -> (12, "ffn_up.weight"); false for names outside the blocks (or
+// whose block number is not all digits).
+bool split_block_name(std::string_view name, int64_t* layer, std::string* rest);
 
 // True for the 2-D projections that are split (attention, FFN, output head).
 bool is_split_projection(const std::string& tensor_name);
