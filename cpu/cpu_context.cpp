@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <tbb/blocked_range.h>
+#include <tbb/global_control.h>
 #include <tbb/parallel_for.h>
 #include <tbb/partitioner.h>
 #include <tbb/task_arena.h>
@@ -146,6 +147,13 @@ struct CpuContext::Impl {
   bool pinned = false;
   std::unique_ptr<tbb::task_arena> arena;
   std::unique_ptr<PinObserver> observer;
+
+  // Threads that can run in the arena now: the caller and the workers oneTBB may start, which a
+  // tbb::global_control (the CLI's --threads) or the machine's CPUs can keep below `threads`.
+  int runnable_threads() const {
+    const size_t allowed = tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism);
+    return int(std::min<size_t>(size_t(threads), allowed));
+  }
 };
 
 CpuContext::CpuContext() : CpuContext(Options{}) {}
@@ -206,17 +214,24 @@ void CpuContext::run_slices(int64_t items, int64_t align, const std::function<vo
     const int64_t e = std::min(items, units * (w + 1) / slices * align);
     if (b < e) body(b, e);
   };
-  if (slices <= 1 || !impl_->arena) {
-    slice(0);
+  auto slices_in = [&](const tbb::blocked_range<int>& r) {
+    for (int w = r.begin(); w != r.end(); ++w) slice(w);
+  };
+  const int runnable = impl_->runnable_threads();
+  if (slices <= 1 || !impl_->arena || runnable <= 1) {
+    slices_in({0, slices});
     return;
   }
   impl_->arena->execute([&] {
-    tbb::parallel_for(
-        tbb::blocked_range<int>(0, slices, 1),
-        [&](const tbb::blocked_range<int>& r) {
-          for (int w = r.begin(); w != r.end(); ++w) slice(w);
-        },
-        tbb::static_partitioner());
+    // static_partitioner mails each slice to its own arena slot (worker w, pinned to core w, gets
+    // the same rows every call), and a mailed task is freed only once a thread in that slot reads
+    // its mail. When fewer threads can run than the arena has slots, some slots may never get one:
+    // their mail grows by ~256 bytes a call for the life of the process (`serve -t 1` on a machine
+    // with more cores: 0.1 MiB a generated token, issue 43). Then the slices go unmailed to
+    // whichever threads there are.
+    const tbb::blocked_range<int> all(0, slices, 1);
+    if (runnable >= impl_->threads) tbb::parallel_for(all, slices_in, tbb::static_partitioner());
+    else tbb::parallel_for(all, slices_in, tbb::simple_partitioner());
   });
 }
 

@@ -185,7 +185,8 @@ class CpuContext {
   std::string describe() const;  // multi-line, for `bitsplit info --topology`
 
   // Calls body(begin, end) once per worker on contiguous slices of [0, items) whose bounds are
-  // multiples of `align` (static partition: worker w always gets the same slice).
+  // multiples of `align` (static partition: worker w always gets the same slice). Under a
+  // tbb::global_control limit below threads() the same slices run on the threads it allows.
   void run_slices(int64_t items, int64_t align, const std::function<void(int64_t, int64_t)>& body);
 
   struct Impl;
