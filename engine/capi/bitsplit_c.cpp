@@ -3,9 +3,12 @@
 // state of the step-by-step API. Every entry point catches everything: no exception leaves.
 #include "bitsplit/bitsplit.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <mutex>
 #include <new>
@@ -47,15 +50,48 @@ bitsplit_status guarded(Body&& body) {
   }
 }
 
-// Copies the prefix of a caller's versioned struct that both sides know over the defaults.
+// Where a versioned struct's field ends: the sizes a caller built against an older header has.
+#define BITSPLIT_END_OF(type, field) (offsetof(type, field) + sizeof(type::field))
+
+// The sizes a caller's versioned struct may declare (bitsplit.h, Conventions): the end of a field
+// from the last of the struct's first version on (an older header's struct ends at one of them),
+// or sizeof and more (this header, or a newer one with fields this library does not know). Any
+// other size would copy part of a field (one byte of a pointer) or read fields the caller never
+// set. `ends` lists the field ends from the first version's last, in order.
+Status check_struct_size(const char* name, size_t size, size_t full, std::initializer_list<size_t> ends) {
+  if (size >= full || std::find(ends.begin(), ends.end(), size) != ends.end()) return Status::ok();
+  return Status::error(std::string(name) + ".size is " + std::to_string(size) + ": set it to sizeof(" + name + ") (" +
+                       std::to_string(full) + " in this library's header; at least " +
+                       std::to_string(*ends.begin()) + ", the first version's, and never inside a field)");
+}
+
+Status check_size(const bitsplit_model_params& p) {
+  using T = bitsplit_model_params;
+  return check_struct_size("bitsplit_model_params", p.size, sizeof(T),
+                           {BITSPLIT_END_OF(T, progress_user_data), BITSPLIT_END_OF(T, target_activations)});
+}
+
+Status check_size(const bitsplit_session_params& p) {
+  using T = bitsplit_session_params;
+  return check_struct_size("bitsplit_session_params", p.size, sizeof(T),
+                           {BITSPLIT_END_OF(T, n_ctx), BITSPLIT_END_OF(T, lookup), BITSPLIT_END_OF(T, reserved0),
+                            BITSPLIT_END_OF(T, reuse_prefix)});
+}
+
+Status check_size(const bitsplit_generation_stats& s) {
+  using T = bitsplit_generation_stats;
+  return check_struct_size("bitsplit_generation_stats", s.size, sizeof(T),
+                           {BITSPLIT_END_OF(T, tokens_per_check), BITSPLIT_END_OF(T, reused_tokens)});
+}
+
+// A caller's parameters over the defaults: the whole fields its struct has (checked by size).
 template <typename T>
-T read_params(const T* given, const T& defaults) {
+Result<T> read_params(const T* given, const T& defaults) {
   T out = defaults;
-  if (given) {
-    const size_t n = std::min(given->size, sizeof(T));
-    std::memcpy(static_cast<void*>(&out), given, n);
-    out.size = sizeof(T);
-  }
+  if (!given) return out;
+  BITSPLIT_RETURN_IF_ERROR(check_size(*given));
+  std::memcpy(static_cast<void*>(&out), given, std::min(given->size, sizeof(T)));
+  out.size = sizeof(T);
   return out;
 }
 
@@ -72,13 +108,13 @@ struct bitsplit_model {
 };
 
 struct bitsplit_session {
-  bitsplit_session(bitsplit_model* m, std::shared_ptr<const Variant> variant, const SessionOptions& options,
+  bitsplit_session(bitsplit_model* m, std::shared_ptr<const Variant> variant, SessionOptions options,
                    const SamplingParams& sampling)
-      : model(m), session(m->loaded.model, std::move(variant), options), sampling(sampling) {}
+      : model(m), session(m->loaded.model, std::move(variant), stopping_on_abort(std::move(options))), sampling(sampling) {}
   bitsplit_model* model;
+  std::atomic<bool> abort{false};  // (before `session`, whose prompt polls it)
   Session session;  // the variant and decoding options
   SamplingParams sampling;
-  std::atomic<bool> abort{false};
   bitsplit_generation_stats last{};
   // The step-by-step API's sequence.
   int64_t n_ctx = 0;
@@ -86,6 +122,14 @@ struct bitsplit_session {
   std::vector<int32_t> history;
   std::vector<float> logits;
   std::optional<Sampler> step_sampler;
+
+ private:
+  // A prompt stops between its chunks once the session is aborted: a long prompt runs in many
+  // passes, and an abort must not wait for all of them.
+  SessionOptions stopping_on_abort(SessionOptions options) {
+    options.stop = [this] { return abort.load(); };
+    return options;
+  }
 };
 
 extern "C" {
@@ -125,7 +169,9 @@ bitsplit_status bitsplit_model_load(const char* path, const bitsplit_model_param
     if (!path || !out) return invalid("bitsplit_model_load: path and out_model must not be NULL");
     bitsplit_model_params defaults;
     bitsplit_model_params_init(&defaults);
-    const bitsplit_model_params p = read_params(given, defaults);
+    const Result<bitsplit_model_params> read = read_params(given, defaults);
+    if (!read) return invalid(read.status().message());
+    const bitsplit_model_params& p = *read;
     if (p.n_threads < 0) return invalid("n_threads must be >= 0 (0: one per physical core)");
     if (p.target_activations < BITSPLIT_TARGET_ACTIVATIONS_INT8 || p.target_activations > BITSPLIT_TARGET_ACTIVATIONS_REMAINDER) {
       return invalid("target_activations must be 0 (int8), 1 (draft-remainder) or 2 (remainder), not " +
@@ -283,7 +329,9 @@ bitsplit_status bitsplit_session_create(bitsplit_model* model, const bitsplit_se
     if (!model || !out) return invalid("bitsplit_session_create: model and out_session must not be NULL");
     bitsplit_session_params defaults;
     bitsplit_session_params_init(&defaults);
-    const bitsplit_session_params p = read_params(given, defaults);
+    const Result<bitsplit_session_params> read = read_params(given, defaults);
+    if (!read) return invalid(read.status().message());
+    const bitsplit_session_params& p = *read;
     GenerationArgs args;
     args.sampling = {p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.repeat_last_n, p.seed};
     args.seed = p.seed;
@@ -322,7 +370,8 @@ void bitsplit_session_abort(bitsplit_session* session) {
 
 bitsplit_status bitsplit_session_stats(const bitsplit_session* s, bitsplit_generation_stats* stats) {
   if (!s || !stats) return invalid("bitsplit_session_stats: session and stats must not be NULL");
-  const size_t n = std::min(stats->size ? stats->size : sizeof(*stats), sizeof(*stats));
+  if (Status st = check_size(*stats); !st) return invalid(st.message());
+  const size_t n = std::min(stats->size, sizeof(*stats));
   std::memcpy(static_cast<void*>(stats), &s->last, n);
   stats->size = n;
   return BITSPLIT_OK;
@@ -333,6 +382,9 @@ bitsplit_status bitsplit_session_generate(bitsplit_session* s, const bitsplit_to
                                           bitsplit_generation_stats* stats) {
   return guarded([&] {
     if (!s || (!prompt && n_prompt > 0)) return invalid("bitsplit_session_generate: session and prompt must not be NULL");
+    if (stats) {  // refused before anything runs, not after the generation
+      if (Status st = check_size(*stats); !st) return invalid(st.message());
+    }
     bitsplit_model& m = *s->model;
     const ModelConfig& c = m.loaded.model.config();
     if (Status st = check_generation(c, n_prompt, n_predict, s->session.options().prefill_chunk); !st) {
@@ -360,8 +412,10 @@ bitsplit_status bitsplit_session_generate(bitsplit_session* s, const bitsplit_to
     Sampler sampler(s->sampling);
     Result<SessionResult> r = s->session.generate(std::span<const int32_t>(prompt, n_prompt), n_predict, eos, sampler, on_token);
     if (!r) return fail(BITSPLIT_ERR_INTERNAL, r.status().message());
+    // Aborted in the prompt (between two of its chunks), or after a pass, its first token refused.
+    const bool aborted = stopped_by_abort || r->generation.stopped;
     const std::string tail = stream.flush();
-    if (callback && !tail.empty() && !stopped_by_abort) callback(user_data, -1, tail.data(), tail.size());
+    if (callback && !tail.empty() && !aborted) callback(user_data, -1, tail.data(), tail.size());
     bitsplit_generation_stats st{};
     st.size = sizeof(st);
     st.prompt_tokens = r->generation.prompt_tokens;
@@ -381,7 +435,7 @@ bitsplit_status bitsplit_session_generate(bitsplit_session* s, const bitsplit_to
     }
     s->last = st;
     if (stats) (void)bitsplit_session_stats(s, stats);
-    if (stopped_by_abort) return fail(BITSPLIT_ERR_ABORTED, "the generation was aborted");
+    if (aborted) return fail(BITSPLIT_ERR_ABORTED, "the generation was aborted");
     return BITSPLIT_OK;
   });
 }
@@ -407,7 +461,7 @@ bitsplit_status bitsplit_session_feed(bitsplit_session* s, const bitsplit_token*
       auto r = prefill(m.loaded.model, *s->cache, std::span<const int32_t>(tokens, n), s->session.options().prefill_chunk,
                        Pass::kDefault, s->session.variant(), true, int32_t(past), &m.batcher);
       if (!r) return fail(BITSPLIT_ERR_INTERNAL, r.status().message());
-      logits = std::move(*r);
+      logits = std::move(r->logits);
     }
     s->history.insert(s->history.end(), tokens, tokens + n);
     s->logits = std::move(logits);

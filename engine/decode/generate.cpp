@@ -42,18 +42,23 @@ Result<GenerationCache> generation_cache(const ModelConfig& c, KvCache* given, i
   return GenerationCache{given, reuse};
 }
 
-Result<std::vector<float>> prefill(const Model& model, KvCache& cache, std::span<const int32_t> tokens, int32_t chunk,
-                                   Pass pass, const Variant* variant, bool last_logits, int32_t start,
-                                   PassBatcher* batcher) {
+Result<Prefilled> prefill(const Model& model, KvCache& cache, std::span<const int32_t> tokens, int32_t chunk, Pass pass,
+                          const Variant* variant, bool last_logits, int32_t start, PassBatcher* batcher,
+                          const StopCallback& stop) {
   if (chunk <= 0) return Status::error("prefill chunk must be positive");
-  std::vector<float> logits;
+  Prefilled done;
   for (size_t i = 0; i < tokens.size(); i += size_t(chunk)) {
+    if (stop && stop()) {
+      done.stopped = true;
+      break;
+    }
     const size_t n = std::min(tokens.size() - i, size_t(chunk));
     Batch batch = Batch::causal(tokens.subspan(i, n), start + int32_t(i));
     if (!last_logits || i + n < tokens.size()) batch.want_logits.assign(n, 0);
-    BITSPLIT_ASSIGN_OR_RETURN(logits, run_forward(batcher, model, cache, batch, pass, variant));
+    BITSPLIT_ASSIGN_OR_RETURN(done.logits, run_forward(batcher, model, cache, batch, pass, variant));
+    done.tokens = i + n;
   }
-  return logits;
+  return done;
 }
 
 bool TokenSink::emit(int32_t token) {
@@ -86,10 +91,16 @@ Result<GenerationStats> generate(const Model& model, std::span<const int32_t> pr
   stats.reused_tokens = reuse;
 
   const auto t0 = Clock::now();
-  BITSPLIT_ASSIGN_OR_RETURN(std::vector<float> logits,
+  BITSPLIT_ASSIGN_OR_RETURN(Prefilled prompt_run,
                             prefill(model, cache, prompt.subspan(size_t(reuse)), options.prefill_chunk, Pass::kDefault,
-                                    options.variant, true, int32_t(reuse), options.batcher));
+                                    options.variant, true, int32_t(reuse), options.batcher, options.stop));
   stats.prompt_seconds = seconds(t0, Clock::now());
+  if (prompt_run.stopped) {
+    stats.stopped = true;
+    stats.prompt_tokens = reuse + int64_t(prompt_run.tokens);
+    return stats;
+  }
+  std::vector<float> logits = std::move(prompt_run.logits);
   if (prompt_logits) *prompt_logits = logits;
 
   const auto t1 = Clock::now();

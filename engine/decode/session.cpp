@@ -98,13 +98,15 @@ Result<SessionResult> Session::generate(std::span<const int32_t> prompt, int32_t
     g.variant = variant_.get();
     g.batcher = options_.batcher;
     g.on_logits = options_.on_logits;
+    g.stop = options_.stop;
     if (reuse) {
       g.reuse = prepare_cache(prompt, positions, positions);
       g.cache = &*kept_.cache;
     }
     BITSPLIT_ASSIGN_OR_RETURN(result.generation, bitsplit::generate(model_, prompt, g, sampler, keep));
-    // Every token but the last generated one went through the model.
-    keep_tokens(int64_t(prompt.size()) + std::max<int64_t>(result.generation.generated_tokens - 1, 0));
+    // Every token but the last generated one went through the model (of a stopped prompt, the
+    // tokens run).
+    keep_tokens(result.generation.prompt_tokens + std::max<int64_t>(result.generation.generated_tokens - 1, 0));
     return result;
   }
   SpeculativeOptions s;
@@ -122,6 +124,7 @@ Result<SessionResult> Session::generate(std::span<const int32_t> prompt, int32_t
   s.batcher = options_.batcher;
   s.draft_max_sequences = options_.draft_max_sequences;
   s.on_logits = options_.on_logits;
+  s.stop = options_.stop;
   KvCache* cache = nullptr;
   if (reuse) {
     s.reuse = prepare_cache(prompt, speculative_cache_slots(s, prompt.size(), sampler.params().greedy()), positions);

@@ -404,15 +404,21 @@ std::unique_ptr<DraftSource> open_draft_source(const Model& draft, KvCache& cach
 }
 
 // All but the last prompt token, past the `reuse` the cache holds already (the last becomes the
-// first check's root); the draft source gets their K/V.
+// first check's root); the draft source gets their K/V. When options.stop stops it, stats say so
+// and how many prompt tokens ran, and the draft gets nothing (no check follows).
 Status prefill_prompt(const Model& target, KvCache& cache, DraftSource& source, std::span<const int32_t> prompt,
                       int64_t reuse, const SpeculativeOptions& options, GenerationStats& stats) {
   const auto t0 = Clock::now();
   const size_t prefix = prompt.size() - 1;
-  BITSPLIT_RETURN_IF_ERROR(prefill(target, cache, prompt.first(prefix).subspan(size_t(reuse)), options.prefill_chunk,
-                                   Pass::kTarget, options.variant, false, int32_t(reuse), options.batcher)
-                               .status());
-  BITSPLIT_RETURN_IF_ERROR(source.committed(cache, 0, int64_t(prefix)));
+  BITSPLIT_ASSIGN_OR_RETURN(const Prefilled run,
+                            prefill(target, cache, prompt.first(prefix).subspan(size_t(reuse)), options.prefill_chunk,
+                                    Pass::kTarget, options.variant, false, int32_t(reuse), options.batcher, options.stop));
+  if (run.stopped) {
+    stats.stopped = true;
+    stats.prompt_tokens = reuse + int64_t(run.tokens);
+  } else {
+    BITSPLIT_RETURN_IF_ERROR(source.committed(cache, 0, int64_t(prefix)));
+  }
   stats.prompt_seconds = seconds_since(t0);
   return Status::ok();
 }
@@ -447,6 +453,10 @@ Result<SpeculativeResult> generate_speculative(const Model& target, const Model&
   PassBatcher::Membership member(options.batcher);
   std::unique_ptr<DraftSource> source = open_draft_source(draft, cache, slots, options, result.draft_pass);
   BITSPLIT_RETURN_IF_ERROR(prefill_prompt(target, cache, *source, prompt, gc.reuse, options, result.generation));
+  if (result.generation.stopped) {
+    result.committed = result.generation.prompt_tokens;
+    return result;
+  }
 
   Decoder dec{.target = target, .options = options, .sampler = sampler, .cache = cache, .draft = *source, .rng = rng,
               .controller = controller, .result = result,

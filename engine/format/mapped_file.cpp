@@ -61,15 +61,34 @@ struct FdGuard {
   }
 };
 
+// What a file that is not a regular one is, for the error that refuses it.
+const char* file_type_name(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a plain file";
+}
+
+// Only a regular file can be mapped: a FIFO or a device would block or be read without end.
+Status require_regular(const std::string& path, const struct stat& st) {
+  if (S_ISREG(st.st_mode)) return Status::ok();
+  return Status::error(path + ": is " + file_type_name(st.st_mode) + ", not a regular file");
+}
+
 }  // namespace
 
 Result<std::shared_ptr<Storage>> map_file(const std::string& path) {
-  FdGuard fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (fd.fd < 0) return Status::error(path + ": cannot open: " + std::strerror(errno));
+  // Checked before opening: opening a FIFO for reading waits for a writer (forever if none
+  // comes), and opening a device can act on it. The descriptor is checked again (the path may
+  // have changed in between), opened without blocking for the same reason.
   struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) BITSPLIT_RETURN_IF_ERROR(require_regular(path, st));
+  FdGuard fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)};
+  if (fd.fd < 0) return Status::error(path + ": cannot open: " + std::strerror(errno));
   if (fstat(fd.fd, &st) != 0) return Status::error(path + ": cannot stat: " + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) return Status::error(path + ": is a directory, not a model file");
-  if (!S_ISREG(st.st_mode)) return Status::error(path + ": is not a regular file");
+  BITSPLIT_RETURN_IF_ERROR(require_regular(path, st));
   const size_t size = size_t(st.st_size);
   if (size == 0) return std::shared_ptr<Storage>(std::make_shared<BufferStorage>(std::vector<uint8_t>{}));
   // Mapped at a 2 MiB-aligned address (so file offset and address agree modulo a huge page) with

@@ -9,7 +9,11 @@
 namespace bitsplit {
 
 Status SamplingParams::validate() const {
-  if (!std::isfinite(temperature)) return Status::error("the temperature must be a finite number (0 for greedy)");
+  // A negative temperature would invert the distribution (the least likely token first) and
+  // overflow exp() to NaN: refused by every front end alike (the C API, the CLI, the server).
+  if (!(std::isfinite(temperature) && temperature >= 0.0f)) {
+    return Status::error("the temperature must be a finite number >= 0 (0 for greedy)");
+  }
   if (top_k < 0) return Status::error("top-k must be >= 0 (0 disables it)");
   if (!(top_p > 0.0f && top_p <= 1.0f)) return Status::error("top-p must be in (0, 1] (1 disables it)");
   if (!(min_p >= 0.0f && min_p < 1.0f)) return Status::error("min-p must be in [0, 1) (0 disables it)");

@@ -11,6 +11,7 @@ namespace bitsplit {
 namespace {
 
 constexpr std::string_view kMetaspace = "\xe2\x96\x81";  // U+2581, SentencePiece's visible space
+constexpr std::string_view kReplacementCharacter = "\xef\xbf\xbd";  // U+FFFD
 constexpr int32_t kNoRank = INT32_MAX;
 constexpr int32_t kDead = -2;         // a symbol merged into its left neighbour
 constexpr size_t kMaxCachedWord = 64;  // longer pieces rarely repeat
@@ -197,6 +198,7 @@ Result<std::unique_ptr<Tokenizer>> BpeTokenizer::create(Vocabulary vocab, BpeOpt
     const char ch = char(c);
     t->ascii_symbol_[size_t(c)] = t->symbol_for(std::string_view(&ch, 1));
   }
+  t->replacement_ = t->replacement_tokens();
   return std::unique_ptr<Tokenizer>(std::move(t));
 }
 
@@ -302,13 +304,14 @@ void BpeTokenizer::encode_word(std::string_view word, Scratch& s, std::vector<in
   }
 }
 
-// A symbol that is not a token. Byte-level: the token of each byte's character where it exists
-// (llama.cpp drops bytes whose character is not in the vocabulary, and so do we). Characters:
-// the <0xXX> byte tokens, or the unknown token when they are missing.
+// A symbol that is not a token. Byte-level: the token of each byte's character, and for a byte
+// whose character the vocabulary lacks, replacement_. Characters: the <0xXX> byte tokens, or the
+// unknown token when they are missing.
 void BpeTokenizer::emit_unknown(std::string_view bytes, std::vector<int32_t>& out) const {
   if (options_.byte_level) {
     for (unsigned char c : bytes) {
       if (byte_token_[c] >= 0) out.push_back(byte_token_[c]);
+      else out.insert(out.end(), replacement_.begin(), replacement_.end());
     }
     return;
   }
@@ -319,6 +322,26 @@ void BpeTokenizer::emit_unknown(std::string_view bytes, std::vector<int32_t>& ou
   } else if (vocab_.unk >= 0) {
     out.push_back(vocab_.unk);
   }
+}
+
+// What a byte-level vocabulary encodes a byte it has no character for as. Vocabularies trained on
+// UTF-8 text can lack the bytes UTF-8 never uses (0xc0, 0xc1, 0xf5..0xff: starcoder's, SmolLM2's,
+// falcon's, mpt's); dropping such a byte (as llama.cpp does) would hide it from the model, so it
+// becomes U+FFFD, the character a UTF-8 decoder shows for it. Not the unknown token: in these
+// vocabularies it is <|endoftext|>, a control token that text must never produce. A vocabulary
+// without U+FFFD's bytes either falls back to a true unknown token, else to nothing.
+std::vector<int32_t> BpeTokenizer::replacement_tokens() const {
+  std::vector<int32_t> ids;
+  if (!options_.byte_level) return ids;
+  const bool encodable = std::all_of(kReplacementCharacter.begin(), kReplacementCharacter.end(),
+                                     [&](char c) { return byte_token_[static_cast<unsigned char>(c)] >= 0; });
+  if (encodable) {
+    Scratch s;
+    encode_word(kReplacementCharacter, s, ids);
+  } else if (vocab_.unk >= 0 && vocab_.types[size_t(vocab_.unk)] == TokenType::kUnknown) {
+    ids.push_back(vocab_.unk);
+  }
+  return ids;
 }
 
 // Short words: keep the rank of each adjacent pair and scan for the lowest (strict `<`, so the

@@ -61,6 +61,7 @@ class BpeTokenizer final : public Tokenizer {
   void merge_linear(Scratch& s) const;
   void merge_heap(Scratch& s) const;
   void emit_unknown(std::string_view bytes, std::vector<int32_t>& out) const;
+  std::vector<int32_t> replacement_tokens() const;
 
   BpeOptions options_;
   PreTokenizer pretok_;
@@ -71,6 +72,7 @@ class BpeTokenizer final : public Tokenizer {
   std::array<int32_t, 256> byte_token_{};   // byte-level: the token of a lone byte (-1: none)
   std::array<int32_t, 256> fallback_token_{};  // character mode: <0xXX>
   std::array<int32_t, 128> ascii_symbol_{};    // character mode: symbols of ASCII characters
+  std::vector<int32_t> replacement_;           // byte-level: what a byte without a token becomes
 };
 
 }  // namespace bitsplit

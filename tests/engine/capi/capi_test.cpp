@@ -7,10 +7,18 @@
 
 #include <cmath>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <tbb/global_control.h>
 
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cstddef>
+#include <cstring>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -334,6 +342,206 @@ TEST(CApi, CallbackStopsAndAbortStopsWithinACheck) {
   Collected again;
   EXPECT_EQ(bitsplit_session_generate(s, ids.data(), ids.size(), 4, collect, &again, nullptr), BITSPLIT_OK);
   EXPECT_EQ(again.tokens.size(), 4u);
+  bitsplit_session_free(s);
+}
+
+// An abort reaches a generation still in its prompt (the prompt polls it between chunks). With
+// this model's context of 256 the prompt is one chunk, so which pass sees the abort depends on
+// timing; whichever it is, the generation says BITSPLIT_ERR_ABORTED and neither generates a
+// token nor hands one to the callback (Session.AStopRequestEndsThePromptBetweenChunks checks the
+// chunks themselves, deterministically). The abort is repeated until the call returns, as the
+// call clears the flag when it starts.
+TEST(CApi, AnAbortDuringThePromptGeneratesNothing) {
+  BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
+  Loaded l;
+  ASSERT_EQ(bitsplit_model_load(converted_base().c_str(), nullptr, &l.model), BITSPLIT_OK);
+  for (int32_t speculative : {1, 0}) {
+    bitsplit_session_params p;
+    bitsplit_session_params_init(&p);
+    p.speculative = speculative;
+    bitsplit_session* s = nullptr;
+    ASSERT_EQ(bitsplit_session_create(l.model, &p, &s), BITSPLIT_OK);
+    const auto ids = tokenize(l.model, "And it came to pass, when the king of Israel was passing by upon the wall, "
+                                       "there cried a woman unto him, saying, Help, my lord, O king.");
+    std::atomic<bool> returned{false};
+    std::thread aborter([&] {
+      while (!returned.load()) {
+        bitsplit_session_abort(s);
+        std::this_thread::yield();
+      }
+    });
+    Collected c;
+    bitsplit_generation_stats st{sizeof st};
+    const bitsplit_status r = bitsplit_session_generate(s, ids.data(), ids.size(), 256 - int32_t(ids.size()), collect, &c, &st);
+    returned = true;
+    aborter.join();
+    EXPECT_EQ(r, BITSPLIT_ERR_ABORTED) << bitsplit_last_error();
+    EXPECT_TRUE(c.tokens.empty());
+    EXPECT_TRUE(c.text.empty());
+    EXPECT_EQ(st.generated_tokens, 0);
+    EXPECT_LE(st.prompt_tokens, int64_t(ids.size()));
+    bitsplit_session_free(s);
+  }
+}
+
+// A FIFO given as the model is refused at once with what it is (opening it for reading would
+// wait for a writer forever). The load runs on another thread so that a hang fails the test
+// instead of hanging it: after the wait a writer opens the FIFO and closes it again, which lets a
+// blocked open return.
+TEST(CApi, AFifoAsTheModelIsRefusedAtOnce) {
+  testing::TempDir dir("capi-fifo");
+  const std::string fifo = dir.file("model.gguf");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  struct Outcome {
+    bitsplit_status status = BITSPLIT_OK;
+    std::string message;
+    bitsplit_model* model = nullptr;
+  };
+  auto load = std::async(std::launch::async, [&] {
+    Outcome o;
+    o.status = bitsplit_model_load(fifo.c_str(), nullptr, &o.model);
+    o.message = bitsplit_last_error();  // (the loading thread's)
+    return o;
+  });
+  const bool in_time = load.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  if (!in_time) {
+    const int writer = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (writer >= 0) ::close(writer);
+  }
+  const Outcome o = load.get();
+  bitsplit_model_free(o.model);
+  EXPECT_TRUE(in_time) << "loading a FIFO blocked";
+  EXPECT_EQ(o.status, BITSPLIT_ERR_LOAD);
+  EXPECT_NE(o.message.find(fifo + ": is a FIFO, not a regular file"), std::string::npos) << o.message;
+}
+
+// The sampling parameters are checked as every front end checks them (SamplingParams::validate):
+// a negative temperature, which the server refuses, is refused here too.
+TEST(CApi, NegativeTemperatureIsRefused) {
+  BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
+  Loaded l;
+  ASSERT_EQ(bitsplit_model_load(converted_base().c_str(), nullptr, &l.model), BITSPLIT_OK);
+  bitsplit_session_params p;
+  bitsplit_session_params_init(&p);
+  p.temperature = -1.0f;
+  bitsplit_session* s = nullptr;
+  EXPECT_EQ(bitsplit_session_create(l.model, &p, &s), BITSPLIT_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(bitsplit_last_error()).find("temperature must be a finite number >= 0"), std::string::npos)
+      << bitsplit_last_error();
+  EXPECT_EQ(s, nullptr);
+}
+
+// Every versioned struct's `size` follows one rule (bitsplit.h, Conventions): a size below the
+// first version's, or one ending inside a field, is refused with a message naming the struct and
+// the size, and nothing is read or written; the first version's size, sizeof and more (a newer
+// caller's struct) are taken, whole fields only. (Size 9 with a variant once copied one byte of
+// the pointer and crashed; sizes 0 to 8 ignored every field; the statistics took 0 as "all".)
+template <typename T>
+struct Oversized {  // a newer caller's struct: 8 more bytes
+  T s;
+  uint64_t newer;
+};
+// Sizes every struct refuses: 0, 1, 8 (size alone), 9 (a byte into the next field), sizeof - 1.
+template <typename T>
+std::vector<size_t> refused_sizes() { return {0, 1, 8, 9, sizeof(T) - 1}; }
+template <typename T>
+std::vector<size_t> taken_sizes(size_t first_version) { return {first_version, sizeof(T), sizeof(T) + 8}; }
+
+TEST(CApi, StructSizesFollowOneRule) {
+  BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
+  Loaded l;
+  ASSERT_EQ(bitsplit_model_load(converted_base().c_str(), nullptr, &l.model), BITSPLIT_OK);
+  auto refused_naming = [](const std::string& name, size_t size) {
+    return std::string(bitsplit_last_error()).find(name + ".size is " + std::to_string(size) + ":") != std::string::npos;
+  };
+
+  // Session parameters: an unknown variant shows they were read (NOT_FOUND).
+  for (size_t size : refused_sizes<bitsplit_session_params>()) {
+    Oversized<bitsplit_session_params> b{};
+    bitsplit_session_params_init(&b.s);
+    b.s.variant = "unknown";
+    b.s.budget = 65;
+    b.s.size = size;
+    bitsplit_session* s = nullptr;
+    EXPECT_EQ(bitsplit_session_create(l.model, &b.s, &s), BITSPLIT_ERR_INVALID_ARGUMENT) << size;
+    EXPECT_TRUE(refused_naming("bitsplit_session_params", size)) << bitsplit_last_error();
+    EXPECT_EQ(s, nullptr);
+  }
+  const size_t session_first = offsetof(bitsplit_session_params, n_ctx) + sizeof(int32_t);
+  for (size_t size : taken_sizes<bitsplit_session_params>(session_first)) {
+    Oversized<bitsplit_session_params> b{};
+    bitsplit_session_params_init(&b.s);
+    b.s.variant = "unknown";
+    b.s.size = size;
+    bitsplit_session* s = nullptr;
+    EXPECT_EQ(bitsplit_session_create(l.model, &b.s, &s), BITSPLIT_ERR_NOT_FOUND) << size << ": " << bitsplit_last_error();
+    // A field past the caller's size is not read: the first version has no lookup.
+    b.s.variant = nullptr;
+    b.s.lookup = 99;
+    EXPECT_EQ(bitsplit_session_create(l.model, &b.s, &s), size == session_first ? BITSPLIT_OK : BITSPLIT_ERR_INVALID_ARGUMENT)
+        << size;
+    bitsplit_session_free(s);
+  }
+
+  // Model parameters: taken sizes reach the (missing) file.
+  for (size_t size : refused_sizes<bitsplit_model_params>()) {
+    Oversized<bitsplit_model_params> b{};
+    bitsplit_model_params_init(&b.s);
+    b.s.size = size;
+    bitsplit_model* m = nullptr;
+    EXPECT_EQ(bitsplit_model_load("/nonexistent/model.gguf", &b.s, &m), BITSPLIT_ERR_INVALID_ARGUMENT) << size;
+    EXPECT_TRUE(refused_naming("bitsplit_model_params", size)) << bitsplit_last_error();
+  }
+  const size_t model_first = offsetof(bitsplit_model_params, progress_user_data) + sizeof(void*);
+  for (size_t size : taken_sizes<bitsplit_model_params>(model_first)) {
+    Oversized<bitsplit_model_params> b{};
+    bitsplit_model_params_init(&b.s);
+    b.s.target_activations = 3;  // out of range: read only from a size that holds it
+    b.s.size = size;
+    bitsplit_model* m = nullptr;
+    EXPECT_EQ(bitsplit_model_load("/nonexistent/model.gguf", &b.s, &m),
+              size == model_first ? BITSPLIT_ERR_LOAD : BITSPLIT_ERR_INVALID_ARGUMENT)
+        << size << ": " << bitsplit_last_error();
+  }
+
+  // Statistics: a refused size is written nothing, and a generation given one does not run.
+  bitsplit_session* s = nullptr;
+  ASSERT_EQ(bitsplit_session_create(l.model, nullptr, &s), BITSPLIT_OK);
+  const auto ids = tokenize(l.model, "The LORD");
+  Collected c;
+  ASSERT_EQ(bitsplit_session_generate(s, ids.data(), ids.size(), 6, collect, &c, nullptr), BITSPLIT_OK);
+  using Stats = Oversized<bitsplit_generation_stats>;
+  auto poisoned = [](size_t size) {
+    Stats b;
+    std::memset(static_cast<void*>(&b), 0x5a, sizeof b);
+    b.s.size = size;
+    return b;
+  };
+  for (size_t size : refused_sizes<bitsplit_generation_stats>()) {
+    Stats b = poisoned(size);
+    const Stats before = b;
+    EXPECT_EQ(bitsplit_session_stats(s, &b.s), BITSPLIT_ERR_INVALID_ARGUMENT) << size;
+    EXPECT_TRUE(refused_naming("bitsplit_generation_stats", size)) << bitsplit_last_error();
+    EXPECT_EQ(std::memcmp(&b, &before, sizeof b), 0) << size << ": written";
+    Collected none;
+    EXPECT_EQ(bitsplit_session_generate(s, ids.data(), ids.size(), 6, collect, &none, &b.s), BITSPLIT_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(none.tokens.empty());
+    EXPECT_EQ(std::memcmp(&b, &before, sizeof b), 0) << size << ": written";
+  }
+  const size_t stats_first = offsetof(bitsplit_generation_stats, tokens_per_check) + sizeof(double);
+  for (size_t size : taken_sizes<bitsplit_generation_stats>(stats_first)) {
+    Stats b = poisoned(size);
+    const Stats before = b;
+    ASSERT_EQ(bitsplit_session_stats(s, &b.s), BITSPLIT_OK) << size;
+    EXPECT_EQ(b.s.size, std::min(size, sizeof(bitsplit_generation_stats))) << "the bytes written";
+    EXPECT_EQ(b.s.generated_tokens, int64_t(c.tokens.size()));
+    // Past the bytes written, nothing changed.
+    const size_t written = b.s.size;
+    EXPECT_EQ(std::memcmp(reinterpret_cast<const char*>(&b) + written, reinterpret_cast<const char*>(&before) + written,
+                          sizeof b - written),
+              0)
+        << size;
+  }
   bitsplit_session_free(s);
 }
 

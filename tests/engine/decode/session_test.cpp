@@ -172,6 +172,54 @@ TEST(Session, StopsWhenTheCallbackSaysSo) {
   }
 }
 
+// A stop request (SessionOptions::stop, the C API's abort) is polled before each prompt chunk:
+// the generation ends there, with the chunks run so far counted and kept like any prompt
+// tokens, and no token generated; the next generation continues from them and gives a fresh
+// session's text. Deterministic: the callback itself says stop at its third poll.
+TEST(Session, AStopRequestEndsThePromptBetweenChunks) {
+  Converted c = tiny_converted();
+  const std::vector<int32_t> prompt = {1, 5, 9, 5, 3, 7, 2, 8, 4, 4, 6, 1, 9, 3};
+  for (bool speculative : {false, true}) {
+    SCOPED_TRACE(speculative ? "speculative" : "plain");
+    int polls = 0, stop_at = 3;
+    SessionOptions o{.speculative = speculative, .prefill_chunk = 4};
+    o.stop = [&] { return ++polls == stop_at; };
+    Session s(c.model, nullptr, o);
+    SamplingParams p;
+    p.temperature = 0;
+    Sampler sampler(p);
+    int tokens = 0;
+    auto r = s.generate(prompt, 8, -1, sampler, [&](int32_t) { return ++tokens > 0; });
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_EQ(polls, 3);
+    EXPECT_TRUE(r->generation.stopped);
+    EXPECT_EQ(r->generation.prompt_tokens, 8) << "two chunks of 4 ran";
+    EXPECT_EQ(r->generation.generated_tokens, 0);
+    EXPECT_EQ(tokens, 0);
+    EXPECT_EQ(s.cached_tokens(), 8);
+
+    stop_at = -1;
+    SessionResult again;
+    const auto out = greedy(s, prompt, 8, &again);
+    EXPECT_FALSE(again.generation.stopped);
+    EXPECT_EQ(again.generation.reused_tokens, 8);
+    EXPECT_EQ(again.generation.prompt_tokens, int64_t(prompt.size()));
+    Session fresh(c.model, nullptr, {.speculative = speculative, .prefill_chunk = 4});
+    EXPECT_EQ(out, greedy(fresh, prompt, 8));
+
+    // Stopped before the first chunk: nothing ran, nothing is kept.
+    polls = 0;
+    stop_at = 1;
+    s.forget();
+    r = s.generate(prompt, 8, -1, sampler, [&](int32_t) { return ++tokens > 0; });
+    ASSERT_TRUE(r.is_ok());
+    EXPECT_TRUE(r->generation.stopped);
+    EXPECT_EQ(r->generation.prompt_tokens, 0);
+    EXPECT_EQ(tokens, 0);
+    EXPECT_EQ(s.cached_tokens(), 0);
+  }
+}
+
 // A session keeps its last sequence's K/V and starts the next prompt from the longest common
 // prefix; the reused K/V are the bits a new prefill computes, so tokens and logits are those of a
 // fresh session, plain and speculative, whether the cache grows (a longer prompt) or not.

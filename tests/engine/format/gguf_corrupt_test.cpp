@@ -4,7 +4,14 @@
 // tests/engine/model/corrupt_gguf_loading_test.cpp). Also runs under ASan/UBSan in CI.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <future>
 #include <random>
 
 #include "bitsplit/gguf.h"
@@ -139,6 +146,34 @@ TEST(GgufCorrupt, MissingFileAndDirectory) {
   auto d = File::open("/tmp");
   ASSERT_FALSE(d.is_ok());
   EXPECT_NE(d.status().message().find("is a directory"), std::string::npos);
+}
+
+// A FIFO, a device or a directory given as a model is refused at once with what it is: opening
+// a FIFO for reading would wait for a writer forever. The open runs on another thread so that a
+// hang fails the test instead of hanging it: after the wait, a writer opens the FIFO and closes
+// it again, which lets a blocked open (and its read, at end of file) return.
+TEST(GgufCorrupt, NonRegularFilesAreRefusedAtOnce) {
+  testing::TempDir dir("gguf-fifo");
+  const std::string fifo = dir.file("model.gguf");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  auto opened = std::async(std::launch::async, [&] { return File::open(fifo).status(); });
+  const bool in_time = opened.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  if (!in_time) {
+    const int writer = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (writer >= 0) ::close(writer);
+  }
+  const Status st = opened.get();
+  EXPECT_TRUE(in_time) << "opening a FIFO blocked";
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find(fifo + ": is a FIFO, not a regular file"), std::string::npos) << st.message();
+
+  for (const auto& [path, what] : {std::pair<std::string, std::string>{"/dev/null", "a character device"},
+                                   {dir.path().string(), "a directory"}}) {
+    auto f = File::open(path);
+    ASSERT_FALSE(f.is_ok()) << path;
+    EXPECT_NE(f.status().message().find(path + ": is " + what + ", not a regular file"), std::string::npos)
+        << f.status().message();
+  }
 }
 
 // The header of a real model, cut at every length inside it, and at random lengths after.

@@ -109,5 +109,22 @@ TEST(Sampling, ValidationNamesTheOption) {
   EXPECT_TRUE(SamplingParams{}.validate().is_ok());
 }
 
+// A negative temperature would sample the least likely tokens first (and overflow to NaN on a
+// wide enough row): refused, as the server and the CLI refuse it; 0 (also -0) is greedy.
+TEST(Sampling, NegativeTemperatureIsRefused) {
+  for (float t : {-1.0f, -1e-6f, -INFINITY}) {
+    SamplingParams p;
+    p.temperature = t;
+    const Status st = p.validate();
+    ASSERT_FALSE(st.is_ok()) << t;
+    EXPECT_NE(st.message().find("temperature must be a finite number >= 0"), std::string::npos) << st.message();
+  }
+  for (float t : {0.0f, -0.0f, 1e-6f, 100.0f}) {
+    SamplingParams p;
+    p.temperature = t;
+    EXPECT_TRUE(p.validate().is_ok()) << t;
+  }
+}
+
 }  // namespace
 }  // namespace bitsplit

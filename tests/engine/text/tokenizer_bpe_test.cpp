@@ -345,6 +345,33 @@ TEST(BpeFuzz, Gpt2RoundTripsEvenInvalidUtf8) {
   EXPECT_EQ(t->decode(t->encode(big, {.add_special = false})), big);
 }
 
+// Bytes that cannot occur in UTF-8 (and a sequence cut short) are never dropped: a byte-level
+// vocabulary with every byte character (gpt-2) gives them back unchanged; one trained without the
+// bytes UTF-8 never uses (starcoder, as SmolLM2) encodes such a byte as U+FFFD, never as its
+// unknown token (<|endoftext|> there, a control token) and never as nothing.
+TEST(BpeTokenizer, BytesOutsideUtf8AreKept) {
+  auto gpt2 = shared_tokenizer("gpt-2");
+  auto starcoder = shared_tokenizer("starcoder");
+  if (gpt2 == nullptr || starcoder == nullptr) GTEST_SKIP() << "test data not found: ../shared/models/vocab";
+  const std::string replaced = "\xef\xbf\xbd";  // U+FFFD
+  const struct {
+    std::string text, starcoder_decoded;
+  } cases[] = {
+      {"a\xfe" "b", "a" + replaced + "b"},
+      {"\xff", replaced},
+      {"\xc3", "\xc3"},  // a lead byte without its continuation: starcoder has its character
+      {"ok\xe2\x82", "ok\xe2\x82"},
+      {"\xfe\xff x", replaced + replaced + " x"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(::testing::PrintToString(c.text));
+    EXPECT_EQ(gpt2->decode(gpt2->encode(c.text, {.add_special = false})), c.text);
+    const auto ids = starcoder->encode(c.text, {.add_special = false});
+    EXPECT_EQ(starcoder->decode(ids), c.starcoder_decoded);
+    for (int32_t id : ids) EXPECT_NE(starcoder->vocab().types[size_t(id)], TokenType::kControl) << id;
+  }
+}
+
 TEST(BpeTokenizer, Gpt2SpecialTokensAndDescribe) {
   auto t = shared_tokenizer("gpt-2");
   if (t == nullptr) GTEST_SKIP() << "test data not found: ../shared/models/vocab/ggml-vocab-gpt-2.gguf";

@@ -7,8 +7,13 @@
  *   next failing call on that thread). No C++ exception ever crosses this interface.
  * - Objects are opaque handles made by *_create / *_load and released by the matching *_free
  *   (NULL is accepted and ignored). Output pointers are written only on success.
- * - Parameter structs start with `size` (set it with the *_init function): a library built for
- *   a later minor version reads only the fields the caller's struct has.
+ * - Parameter and statistics structs start with `size`: sizeof(the struct) as the caller's
+ *   header declares it (the *_init functions set it). A library built for a later minor version
+ *   reads (or writes) only the fields the caller's struct has; one built for an earlier version
+ *   ignores the fields it does not know. A size below the struct's first version (whose last
+ *   field is marked "the end of the first version"), or one that ends inside a field or its
+ *   padding, is refused with BITSPLIT_ERR_INVALID_ARGUMENT, a message naming the struct and the
+ *   size, and nothing read or written (size 0 too).
  * - Strings are UTF-8 and NUL-terminated unless a length is given.
  *
  * Threads
@@ -89,7 +94,7 @@ typedef struct bitsplit_model_params {
   uint64_t vram_budget;  /* bytes of VRAM for the draft planes; 0: free memory minus a margin */
   int32_t use_gpu;       /* 1 (default): a CUDA device when there is one; 0: the CPU only */
   bitsplit_progress_callback progress;
-  void* progress_user_data;
+  void* progress_user_data; /* the end of the first version (API 0.1) */
   /* How a bit-split target rounds its activations (`--target-activations`, docs/FORMAT.md steps 1
    * and 1b): BITSPLIT_TARGET_ACTIVATIONS_DRAFT_REMAINDER (default) or one of the others. */
   int32_t target_activations;
@@ -154,7 +159,7 @@ BITSPLIT_API bitsplit_status bitsplit_detokenize(const bitsplit_model* model, co
 typedef struct bitsplit_session_params {
   size_t size;            /* sizeof(bitsplit_session_params) */
   const char* variant;    /* a registered variant's name, or NULL for the base */
-  float temperature;      /* 0.8; 0 = greedy */
+  float temperature;      /* 0.8; 0 = greedy; >= 0 */
   int32_t top_k;          /* 40; 0 = off */
   float top_p;            /* 0.95; 1 = off */
   float min_p;            /* 0.05; 0 = off */
@@ -164,7 +169,8 @@ typedef struct bitsplit_session_params {
   int32_t speculative;    /* 1 (default): speculative decoding on a bit-split model; 0: plain */
   int32_t budget;         /* drafted nodes per check, 1..64; 0 (default): chosen online */
   int32_t draft_chain;    /* 1: draft a chain of `budget` tokens; 0 (default): a dynamic tree */
-  int32_t n_ctx;          /* context of the step-by-step API (bitsplit_session_feed); 0: the model's */
+  int32_t n_ctx;          /* context of the step-by-step API (bitsplit_session_feed); 0: the model's;
+                             the end of the first version (API 0.1) */
   int32_t lookup;         /* context lookup (greedy decoding): also propose up to N tokens that followed an
                              earlier occurrence of the text's last tokens, verified in the same pass;
                              0..64, 0 = off; -1 (default): 8 with an online budget, off with a fixed one */
@@ -186,8 +192,8 @@ BITSPLIT_API void bitsplit_session_free(bitsplit_session* session);
 typedef int (*bitsplit_token_callback)(void* user_data, bitsplit_token token, const char* text, size_t length);
 
 typedef struct bitsplit_generation_stats {
-  size_t size;                   /* sizeof(bitsplit_generation_stats) */
-  int64_t prompt_tokens;
+  size_t size;                   /* sizeof(bitsplit_generation_stats); set to the bytes written */
+  int64_t prompt_tokens;         /* aborted during the prompt: the prompt tokens run before */
   double prompt_seconds;
   int64_t generated_tokens;
   double generate_seconds;
@@ -196,7 +202,8 @@ typedef struct bitsplit_generation_stats {
   int64_t checks;                /* target verification passes */
   int64_t drafted_tokens;        /* drafted tree nodes */
   int64_t accepted_tokens;       /* drafted tokens accepted */
-  double tokens_per_check;       /* accepted + the target's own token, per check */
+  double tokens_per_check;       /* accepted + the target's own token, per check; the end of the first
+                                    version (API 0.1) */
   int64_t reused_tokens;         /* prompt tokens whose K/V came from the last generation (reuse_prefix) */
 } bitsplit_generation_stats;
 
@@ -205,13 +212,15 @@ typedef struct bitsplit_generation_stats {
  * not run again),
  * handing each to `callback` (may be NULL); stops at the end-of-sequence token, when the
  * callback returns nonzero, or when bitsplit_session_abort is called (BITSPLIT_ERR_ABORTED,
- * after at most one more verification pass). stats (may be NULL; set its size) receives the
- * counts, also on abort. */
+ * after at most one more forward pass: a chunk of the prompt, which runs in chunks of 256
+ * tokens, or a verification pass). stats (may be NULL; set its size, checked before anything
+ * runs) receives the counts, also on abort. */
 BITSPLIT_API bitsplit_status bitsplit_session_generate(bitsplit_session* session, const bitsplit_token* prompt,
                                                        size_t n_prompt, int32_t n_predict,
                                                        bitsplit_token_callback callback, void* user_data,
                                                        bitsplit_generation_stats* stats);
-/* Statistics of the session's last generation. */
+/* Statistics of the session's last generation (the fields `stats->size` holds; size set to the
+ * bytes written). */
 BITSPLIT_API bitsplit_status bitsplit_session_stats(const bitsplit_session* session, bitsplit_generation_stats* stats);
 /* Asks a running bitsplit_session_generate to stop; safe from any thread, also when nothing
  * runs (the flag is cleared when the next generation starts). */

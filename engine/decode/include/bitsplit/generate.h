@@ -23,6 +23,10 @@ using TokenCallback = std::function<bool(int32_t token)>;
 // [n_vocab] at the position that chose it (the raw logits: before temperature, penalties and
 // filters), for log-probabilities. The span is valid during the call only.
 using LogitsCallback = std::function<void(int32_t token, std::span<const float> logits)>;
+// Polled before each prompt chunk's forward pass; true stops the generation there, before the
+// chunk (GenerationStats::stopped). A long prompt runs in many chunks, so an abort (the C API's
+// bitsplit_session_abort) takes effect within one pass instead of after the whole prompt.
+using StopCallback = std::function<bool()>;
 
 struct GenerateOptions {
   int32_t n_predict = 64;
@@ -32,6 +36,7 @@ struct GenerateOptions {
   // Concurrent generations on the model: passes combined with theirs (pass_batcher.h); null: alone.
   PassBatcher* batcher = nullptr;
   LogitsCallback on_logits;  // optional
+  StopCallback stop;         // optional
   // A cache to decode in (null: one of prompt + n_predict slots made for the run), at least
   // prompt + n_predict slots, whose first `reuse` slots already hold this model's (and
   // variant's) K/V of the prompt's first `reuse` tokens at positions 0.. (an earlier generation's:
@@ -49,6 +54,9 @@ struct GenerationStats {
   int64_t generated_tokens = 0;
   double generate_seconds = 0.0;
   bool stopped_at_eos = false;
+  // The stop callback ended the generation in its prompt: prompt_tokens then counts the tokens
+  // whose K/V were written (the reused ones included), and no token was generated.
+  bool stopped = false;
   // Of the prompt tokens run (the reused ones took no time).
   double prompt_tokens_per_second() const {
     return prompt_seconds > 0 ? double(prompt_tokens - reused_tokens) / prompt_seconds : 0.0;
@@ -75,12 +83,21 @@ struct GenerationCache {
 Result<GenerationCache> generation_cache(const ModelConfig& config, KvCache* given, int64_t reuse, int64_t slots,
                                          int64_t positions, size_t prompt_tokens, std::optional<KvCache>& own);
 
+// What prefill ran: its first `tokens` tokens (all of them unless stopped), and with last_logits
+// the logits of the last token when it ran.
+struct Prefilled {
+  std::vector<float> logits;
+  size_t tokens = 0;
+  bool stopped = false;  // `stop` said so before a chunk
+};
+
 // Runs `tokens` through the model at positions and cache slots start.. in batches of `chunk`
 // tokens (each sees every slot before it). With last_logits, returns the logits of the last
 // token; otherwise computes none. With a batcher, each chunk's pass joins other generations'.
-Result<std::vector<float>> prefill(const Model& model, KvCache& cache, std::span<const int32_t> tokens, int32_t chunk,
-                                   Pass pass, const Variant* variant, bool last_logits, int32_t start = 0,
-                                   PassBatcher* batcher = nullptr);
+// `stop` (optional) is polled before each chunk; the chunks run before it said stop keep their K/V.
+Result<Prefilled> prefill(const Model& model, KvCache& cache, std::span<const int32_t> tokens, int32_t chunk, Pass pass,
+                          const Variant* variant, bool last_logits, int32_t start = 0, PassBatcher* batcher = nullptr,
+                          const StopCallback& stop = {});
 
 // Hands generated tokens to the callback and counts them; says when generation stops.
 class TokenSink {

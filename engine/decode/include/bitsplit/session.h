@@ -56,6 +56,10 @@ struct SessionOptions {
   // Keep the last generation's KV cache (prompt and generated tokens: about
   // 2 x layers x kv width x 4 bytes per token) and start the next from the longest common prefix.
   bool reuse_prefix = true;
+  // Polled before each prompt chunk of every generation (generate.h's StopCallback): true ends
+  // the generation there (SessionResult::generation.stopped); the prompt tokens run so far are
+  // kept for the next generation as any others. Null: never stops in the prompt.
+  StopCallback stop;
 };
 
 // How many of `prompt`'s first tokens a generation can take from a cache holding the K/V of

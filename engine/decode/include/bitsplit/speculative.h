@@ -74,6 +74,8 @@ struct SpeculativeOptions {
   int32_t draft_max_sequences = 0;
   // Each emitted token's target logits (generate.h), from the verify pass that chose it.
   LogitsCallback on_logits;
+  // Polled before each prompt chunk (generate.h's StopCallback); optional.
+  StopCallback stop;
 };
 
 struct SpeculativeResult {

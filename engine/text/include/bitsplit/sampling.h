@@ -16,7 +16,7 @@ inline constexpr float kMinRepeatPenalty = 1e-3f;
 inline constexpr float kMaxRepeatPenalty = 1e3f;
 
 struct SamplingParams {
-  float temperature = 0.8f;  // <= 0: greedy (argmax)
+  float temperature = 0.8f;  // 0: greedy (argmax); >= 0 (validate)
   int32_t top_k = 40;        // <= 0: off
   float top_p = 0.95f;       // >= 1: off
   float min_p = 0.05f;       // <= 0: off
@@ -25,7 +25,8 @@ struct SamplingParams {
   uint64_t seed = 0;
 
   bool greedy() const { return temperature <= 0.0f; }
-  // Errors name the option and the allowed range.
+  // Errors name the option and the allowed range. The one check of these values: every front
+  // end (CLI, server, C API) reaches it through generation_config (generation_args.h).
   Status validate() const;
 };
 
