@@ -27,6 +27,7 @@ struct ChatArgs {
   bool no_spec = false;
   bool timings = false;
   bool no_reuse = false;
+  bool trust_special_tokens = false;
   TargetActivations target_activations = TargetActivations::kDraftRemainder;
 };
 
@@ -54,7 +55,8 @@ Status answer(const ChatArgs& a, const ChatTemplate& tmpl, const LoadedModel& lo
               Sampler& sampler, nlohmann::ordered_json& messages) {
   const Tokenizer& tokenizer = *loaded.tokenizer;
   const int32_t eos = tokenizer.vocab().eos;
-  auto encoded = serve::encode_chat(tmpl, tokenizer, messages);
+  // What is typed (or pasted) is text, as a server's messages are: "<|im_end|>" in it is not a turn's end.
+  auto encoded = serve::encode_chat(tmpl, tokenizer, messages, {.special_tokens_in_content = a.trust_special_tokens});
   if (!encoded) return encoded.status().with_context("the chat template refused the conversation");
   const std::vector<int32_t>& prompt = *encoded;
   const int64_t room = loaded.model.config().n_ctx_train - int64_t(prompt.size());
@@ -155,6 +157,9 @@ void add_chat_command(CLI::App& app, int* exit_code) {
   cmd->add_flag("--timings", a->timings, "After each reply, print the prompt's and the reply's token counts and times");
   cmd->add_flag("--no-reuse", a->no_reuse,
                 "Run the whole conversation through the model every turn instead of continuing from the last turn's KV cache (for comparison)");
+  cmd->add_flag("--trust-special-tokens", a->trust_special_tokens,
+                "Control-token text in what you type and in --system (<|im_start|>...) becomes control tokens; by "
+                "default it is plain text");
   add_target_activations_option(cmd, &a->target_activations);
   cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(whole_in(1, 4096));
   cmd->callback([a, exit_code] { *exit_code = chat(*a); });

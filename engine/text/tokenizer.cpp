@@ -114,6 +114,13 @@ struct Fragment {
   std::string_view text;
 };
 
+// Whether [begin, end) lies inside one of `ranges` (EncodeOptions::special_ranges).
+bool inside_ranges(const std::vector<std::pair<size_t, size_t>>& ranges, size_t begin, size_t end) {
+  auto after = std::upper_bound(ranges.begin(), ranges.end(), begin,
+                                [](size_t at, const std::pair<size_t, size_t>& r) { return at < r.first; });
+  return after != ranges.begin() && std::prev(after)->second >= end;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::from_metadata(const gguf::Metadata& metadata) {
@@ -147,7 +154,8 @@ Tokenizer::Tokenizer(Vocabulary vocab) : vocab_(std::move(vocab)) {
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, EncodeOptions options) const {
   // Split the text around special tokens, longest first. Control and unknown tokens are only
-  // recognised with parse_special; user-defined tokens always are (as in llama.cpp).
+  // recognised with parse_special (and inside special_ranges when given); user-defined tokens
+  // always are (as in llama.cpp).
   // Empty text has no fragment at all (so SentencePiece adds no leading space to it).
   std::vector<Fragment> fragments;
   if (!text.empty()) fragments.push_back({false, -1, text});
@@ -195,10 +203,17 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, EncodeOptions opti
         continue;
       }
       std::string_view rest = f.text;
-      for (size_t at; (at = rest.find(special)) != std::string_view::npos;) {
+      for (size_t at, from = 0; (at = rest.find(special, from)) != std::string_view::npos;) {
+        const size_t begin = size_t(rest.data() - text.data()) + at;
+        if (type != TokenType::kUserDefined && options.special_ranges &&
+            !inside_ranges(*options.special_ranges, begin, begin + special.size())) {
+          from = at + 1;  // plain text here
+          continue;
+        }
         if (at > 0) next.push_back({false, -1, rest.substr(0, at)});
         next.push_back({true, id, {}});
         rest.remove_prefix(at + special.size());
+        from = 0;
       }
       if (!rest.empty()) next.push_back({false, -1, rest});
     }

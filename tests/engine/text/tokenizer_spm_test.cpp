@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <utility>
+#include <vector>
 
 #include "bitsplit/gguf.h"
 #include "bitsplit/tokenizer.h"
@@ -61,6 +63,23 @@ TEST(SpmTokenizer, SpecialTokensOnlyWhenAsked) {
   EXPECT_EQ(user.back(), 3);
   EXPECT_EQ(t->token_to_piece(1), "");
   EXPECT_EQ(t->token_to_piece(1, /*render_special=*/true), "<s>");
+}
+
+// EncodeOptions::special_ranges (a chat prompt's template markup): control text not wholly inside
+// them stays plain text, exactly as without parse_special; user-defined tokens are tokens anyway.
+TEST(SpmTokenizer, SpecialTokensOnlyInsideTheGivenRanges) {
+  auto t = small_tokenizer(false);
+  const std::string text = "<s>hello<s>world<|user|>";  // the second <s> is bytes [8, 11)
+  auto with_ranges = [&](const std::vector<std::pair<size_t, size_t>>& ranges) {
+    return t->encode(text, {.add_special = false, .parse_special = true, .special_ranges = &ranges});
+  };
+  std::vector<int32_t> first_only = {1};
+  for (int32_t id : t->encode("hello<s>world<|user|>", {.add_special = false})) first_only.push_back(id);
+  EXPECT_EQ(with_ranges({{0, 5}}), first_only);
+  EXPECT_EQ(with_ranges({{0, 3}, {9, 24}}), first_only) << "a range holding part of a control token's text";
+  EXPECT_EQ(with_ranges({{0, 3}, {8, 11}}), t->encode(text, {.add_special = false, .parse_special = true}));
+  EXPECT_EQ(with_ranges({{0, text.size()}}), t->encode(text, {.add_special = false, .parse_special = true}));
+  EXPECT_EQ(with_ranges({}), t->encode(text, {.add_special = false}));
 }
 
 TEST(SpmTokenizer, EmptyAndWhitespaceInputs) {

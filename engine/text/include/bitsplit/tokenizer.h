@@ -52,6 +52,11 @@ struct Vocabulary {
 struct EncodeOptions {
   bool add_special = true;     // BOS/EOS as the vocabulary asks for
   bool parse_special = false;  // text like "<s>" becomes the control token instead of plain text
+  // With parse_special, when set: a control or unknown token's text becomes the token only where
+  // it lies inside one of these byte ranges [first, second) of the text (sorted by first, not
+  // overlapping), and stays plain text elsewhere — so a chat prompt's template markup is special
+  // while the messages' text inside it is not.
+  const std::vector<std::pair<size_t, size_t>>* special_ranges = nullptr;
 };
 
 class Tokenizer {
