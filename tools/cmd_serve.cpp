@@ -18,9 +18,11 @@ namespace bitsplit::cli {
 namespace {
 
 struct ServeArgs {
-  std::string model, host = "127.0.0.1", api_key, api_key_file, chat_template, vram_budget, budget = "auto",
+  std::string model, host = "127.0.0.1", api_key_file, chat_template, vram_budget, budget = "auto",
                      max_body = "8M", name;
-  int port = 8080, parallel = 4, queue = 64, threads = 0;
+  std::vector<std::string> api_keys;
+  int port = 8080, parallel = 4, queue = 64, threads = 0, max_connections = 512;
+  bool trust_special_tokens = false;
   int prompt_cache = -1;  // -1: --parallel's number, as many as fit in RAM
   int64_t ctx = 0;
   int spec_max_sequences = 2;
@@ -89,6 +91,35 @@ int check_serve_memory(const ServeArgs& a, int* prompt_cache) {
   }
 }
 
+// The API keys: --api-key (repeatable) or --api-key-file (one per line; blank lines and lines
+// starting with # skipped). A key given but empty is refused: it must never mean "no
+// authentication".
+Result<std::vector<std::string>> api_keys(const ServeArgs& a) {
+  std::vector<std::string> keys = a.api_keys;
+  if (!a.api_key_file.empty()) {
+    BITSPLIT_ASSIGN_OR_RETURN(std::string text, read_text_file(a.api_key_file));
+    size_t start = 0;
+    while (start < text.size()) {
+      size_t end = text.find('\n', start);
+      if (end == std::string::npos) end = text.size();
+      std::string line = text.substr(start, end - start);
+      start = end + 1;
+      while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
+      if (!line.empty() && line[0] != '#') keys.push_back(std::move(line));
+    }
+    if (keys.empty()) return Status::error("--api-key-file: " + a.api_key_file + " has no key");
+  }
+  for (const auto& k : keys) {
+    if (k.empty()) return Status::error("--api-key is empty: give a key, or leave the option out to serve without authentication");
+    for (char c : k) {
+      if (uint8_t(c) <= 0x20 || uint8_t(c) >= 0x7f) {
+        return Status::error("an API key may only hold visible ASCII characters (no spaces or control characters)");
+      }
+    }
+  }
+  return keys;
+}
+
 int serve(const ServeArgs& a) {
   serve::ServerOptions so;
   so.host = a.host;
@@ -96,18 +127,14 @@ int serve(const ServeArgs& a) {
   so.parallel = a.parallel;
   so.queue = a.queue;
   so.model_name = a.name;
-  if (!a.api_key.empty() && !a.api_key_file.empty()) return report_error("--api-key and --api-key-file exclude each other");
-  so.api_key = a.api_key;
-  if (!a.api_key_file.empty()) {
-    auto key = read_text_file(a.api_key_file);
-    if (!key) return report_error("--api-key-file: " + key.status().message());
-    so.api_key = *key;
-    while (!so.api_key.empty() && (so.api_key.back() == '\n' || so.api_key.back() == '\r')) so.api_key.pop_back();
-    if (so.api_key.empty()) return report_error("--api-key-file: " + a.api_key_file + " is empty");
-  }
+  auto keys = api_keys(a);
+  if (!keys) return report_error(keys.status().message());
+  so.api_keys = std::move(*keys);
   auto body = parse_byte_size(a.max_body);
   if (!body || *body == 0) return report_error("--max-body: " + (body ? std::string("must be positive") : body.status().message()));
-  so.max_body_bytes = size_t(*body);
+  so.http.max_body_bytes = size_t(*body);
+  so.http.max_connections = a.max_connections;
+  so.special_tokens_in_chat = a.trust_special_tokens;
   GenerationArgs defaults;  // the session options of a request that sets none
   defaults.speculative = !a.no_spec;
   auto budget = spec::parse_budget(a.budget);
@@ -126,7 +153,7 @@ int serve(const ServeArgs& a) {
   serve::Server server(so);
   if (Status st = server.bind(); !st) return report_error(st.message());
   std::fprintf(stderr, "listening on http://%s:%d%s\n", a.host.c_str(), server.port(),
-               so.api_key.empty() ? "" : " (API key required)");
+               so.api_keys.empty() ? "" : (" (API key required; " + std::to_string(so.api_keys.size()) + " key(s))").c_str());
   Status served = Status::ok();
   std::thread http([&] { served = server.serve(); });
   // SIGINT / SIGTERM stop the server (requests in flight end with the connection).
@@ -180,8 +207,16 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   cli::add_variant_options(cmd, &a->variant_specs, "served as model NAME");
   cmd->add_option("--host", a->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", a->port, "Port to listen on (0: any free port)")->capture_default_str()->check(whole_in(0, 65535));
-  auto* key = cmd->add_option("--api-key", a->api_key, "Require Authorization: Bearer KEY on every route but /health");
-  cmd->add_option("--api-key-file", a->api_key_file, "Read the API key from a file")->check(CLI::ExistingFile)->excludes(key);
+  auto* key = cmd->add_option("--api-key", a->api_keys,
+                              "Require Authorization: Bearer KEY on every route but /health (repeat for several "
+                              "keys: each is a tenant, whose kept prompt caches no other key's requests use)");
+  cmd->add_option("--api-key-file", a->api_key_file, "Read the API keys from a file, one per line")
+      ->check(CLI::ExistingFile)->excludes(key);
+  cmd->add_option("--max-connections", a->max_connections, "Connections open at once; more are answered 503 and closed")
+      ->capture_default_str()->check(whole_in(1, 65536));
+  cmd->add_flag("--trust-special-tokens", a->trust_special_tokens,
+                "Chat content may carry control tokens as text (<|im_start|>...): only for trusted clients; by default "
+                "such text in a message is plain text");
   cmd->add_option("--parallel", a->parallel,
                   "Requests decoding at once (their passes combined: one pass over the weights for all of them)")
       ->capture_default_str()->check(whole_in(1, 256));

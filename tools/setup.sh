@@ -11,6 +11,7 @@ BUILD_PKGS=(
   libtbb-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers libhwloc-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libpcre2-dev libssl-dev
+  libboost-dev  # Asio and Beast (header-only): the HTTP server of bitsplit serve
   liblapacke-dev libblas-dev libopenblas0-pthread  # LAPACKE: merge's truncated SVD, GPTQ's Cholesky; CBLAS (OpenBLAS behind it): GPTQ, imatrix --covariance
   clang libclang-rt-dev  # libFuzzer and its sanitizers: tools/fuzz.sh
   python3-jinja2  # the reference for the chat-template test (tests/engine/chat/chat_template_reference.py)

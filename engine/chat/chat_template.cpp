@@ -19,8 +19,10 @@ Result<ChatTemplate> ChatTemplate::parse(std::string_view source, ChatTemplateLi
 template <typename Json>
 Result<std::string> ChatTemplate::render_json(const Json& context) const {
   if (!context.is_object()) return Status::error("chat template: the render context must be a JSON object");
+  auto value = chat::Value::from_json(context);
+  if (!value.is_ok()) return value.status().with_context("chat template");
   chat::Interpreter interpreter(program_, limits_);
-  auto text = interpreter.render(chat::Value::from_json(context));
+  auto text = interpreter.render(std::move(value).value());
   if (!text.is_ok()) return text.status().with_context("chat template");
   return text;
 }

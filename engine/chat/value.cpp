@@ -95,6 +95,20 @@ Value Value::function(std::string name, std::function<Result<Value>(Interpreter&
 }
 
 namespace {
+// How deep a JSON value nests (iteratively: the value may be deeper than the stack allows).
+template <typename Json>
+bool nests_deeper_than(const Json& root, int limit) {
+  std::vector<std::pair<const Json*, int>> todo{{&root, 0}};
+  while (!todo.empty()) {
+    auto [j, depth] = todo.back();
+    todo.pop_back();
+    if (!j->is_structured()) continue;
+    if (depth >= limit) return true;
+    for (const auto& child : *j) todo.emplace_back(&child, depth + 1);
+  }
+  return false;
+}
+
 template <typename Json>
 Value value_from_json(const Json& j) {
   switch (j.type()) {
@@ -122,10 +136,18 @@ Value value_from_json(const Json& j) {
   }
 }
 
+template <typename Json>
+Result<Value> checked_from_json(const Json& j) {
+  if (nests_deeper_than(j, Value::kMaxJsonDepth)) {
+    return Status::error("a value is nested more than " + std::to_string(Value::kMaxJsonDepth) + " levels deep");
+  }
+  return value_from_json(j);
+}
+
 }  // namespace
 
-Value Value::from_json(const nlohmann::json& j) { return value_from_json(j); }
-Value Value::from_json(const nlohmann::ordered_json& j) { return value_from_json(j); }
+Result<Value> Value::from_json(const nlohmann::json& j) { return checked_from_json(j); }
+Result<Value> Value::from_json(const nlohmann::ordered_json& j) { return checked_from_json(j); }
 
 double Value::as_double() const {
   switch (kind) {

@@ -67,8 +67,11 @@ struct Value {
   static Value new_list(std::vector<Value> items = {}, bool tuple = false);
   static Value new_dict(DictKind kind = DictKind::kPlain);
   static Value function(std::string name, std::function<Result<Value>(Interpreter&, const CallArgs&)> fn);
-  static Value from_json(const nlohmann::json& j);          // object keys come sorted
-  static Value from_json(const nlohmann::ordered_json& j);  // object keys keep their order
+  // A JSON value as a template value; refused when nested deeper than kMaxJsonDepth (a deep
+  // value would take the conversion, and the value's destruction, deep into the stack).
+  static constexpr int kMaxJsonDepth = 128;
+  static Result<Value> from_json(const nlohmann::json& j);          // object keys come sorted
+  static Result<Value> from_json(const nlohmann::ordered_json& j);  // object keys keep their order
 
   bool is_undefined() const { return kind == Kind::kUndefined; }
   bool is_none() const { return kind == Kind::kNone; }

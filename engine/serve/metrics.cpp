@@ -115,6 +115,11 @@ void Metrics::set_forward_passes(int64_t passes, int64_t sequences, int64_t rows
   pass_shared_ = shared;
 }
 
+void Metrics::set_http(const HttpCounts& c) {
+  std::lock_guard<std::mutex> lock(mu_);
+  http_ = c;
+}
+
 std::string Metrics::render() const {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string model = "model_name=\"" + escape(model_) + "\"";
@@ -154,6 +159,15 @@ std::string Metrics::render() const {
   sample("bitsplit:forward_pass_sequences_total", "counter", "Sequence passes run inside those forward passes.", std::to_string(pass_sequences_));
   sample("bitsplit:forward_pass_rows_total", "counter", "Token rows run through those forward passes.", std::to_string(pass_rows_));
   sample("bitsplit:forward_pass_shared_sequences_total", "counter", "Sequence passes that shared a forward pass (one stream of the weights) with another sequence.", std::to_string(pass_shared_));
+  sample("bitsplit:http_connections_total", "counter", "Connections accepted.", std::to_string(http_.connections));
+  sample("bitsplit:http_connections_open", "gauge", "Connections open now.", std::to_string(http_.open_connections));
+  sample("bitsplit:http_connections_refused_total", "counter", "Connections over the limit (answered 503, closed).",
+         std::to_string(http_.connections_refused));
+  sample("bitsplit:http_timeouts_total", "counter", "Connections closed at a deadline (slow to send a request or to read a reply).",
+         std::to_string(http_.timeouts));
+  sample("bitsplit:http_bad_requests_total", "counter", "Requests the HTTP layer refused (malformed, over a limit, wrong route or type).",
+         std::to_string(http_.bad_requests));
+  sample("bitsplit:http_busy_total", "counter", "Requests answered 503 because every worker was busy.", std::to_string(http_.busy));
   sample("vllm:kv_cache_usage_perc", "gauge", "Fraction of the KV cache in use (1 = full).", number(kv_usage_));
   sample("vllm:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the kept KV caches (--prompt-cache).",
          std::to_string(prefix_queries_));

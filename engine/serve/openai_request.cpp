@@ -89,13 +89,21 @@ std::string content_text(const json& content, const std::string& param) {
   return text;
 }
 
-// The body: a JSON object.
+// The body: a JSON object, nested at most kMaxJsonDepth deep (a deeper value is refused while it
+// is parsed: copying, converting or freeing it would recurse as deep).
 json parse_body(std::string_view body) {
+  struct TooDeep {};
+  const json::parser_callback_t depth_limit = [](int depth, json::parse_event_t, json&) {
+    if (depth > kMaxJsonDepth) throw TooDeep{};
+    return true;
+  };
   json o;
   try {
-    o = json::parse(body);
+    o = json::parse(body, depth_limit);
   } catch (const json::parse_error& e) {
     fail("", std::string("the body is not valid JSON: ") + e.what());
+  } catch (const TooDeep&) {
+    fail("", "the body nests JSON values more than " + std::to_string(kMaxJsonDepth) + " levels deep");
   }
   if (!o.is_object()) fail("", std::string("the body must be a JSON object, not ") + type_name(o));
   return o;

@@ -11,7 +11,8 @@ size_t PromptCachePool::size() const {
   return entries_.size();
 }
 
-Session::Kept PromptCachePool::take(const std::shared_ptr<const Variant>& variant, std::span<const int32_t> prompt) {
+Session::Kept PromptCachePool::take(int tenant, const std::shared_ptr<const Variant>& variant,
+                                    std::span<const int32_t> prompt) {
   std::vector<Entry> gone;  // freed after the lock
   std::lock_guard<std::mutex> lock(mu_);
   // Caches of variants that no longer exist can never be taken.
@@ -25,7 +26,7 @@ Session::Kept PromptCachePool::take(const std::shared_ptr<const Variant>& varian
   int64_t best = 0;
   for (size_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = entries_[i];
-    const bool same = variant ? !e.base && e.variant.lock() == variant : e.base;
+    const bool same = e.tenant == tenant && (variant ? !e.base && e.variant.lock() == variant : e.base);
     const int64_t shared = same ? reusable_prefix(e.kept.tokens, prompt) : 0;
     if (shared > best) best = shared, pick = i;
   }
@@ -35,7 +36,7 @@ Session::Kept PromptCachePool::take(const std::shared_ptr<const Variant>& varian
   return k;
 }
 
-void PromptCachePool::give_back(const std::shared_ptr<const Variant>& variant, Session::Kept kept) {
+void PromptCachePool::give_back(int tenant, const std::shared_ptr<const Variant>& variant, Session::Kept kept) {
   if (!kept.cache || kept.tokens.empty()) return;  // (a failed generation keeps no tokens)
   std::optional<Entry> gone;  // freed after the lock
   std::lock_guard<std::mutex> lock(mu_);
@@ -46,7 +47,7 @@ void PromptCachePool::give_back(const std::shared_ptr<const Variant>& variant, S
     gone.emplace(std::move(*oldest));
     entries_.erase(oldest);
   }
-  entries_.push_back({variant == nullptr, variant, std::move(kept), ++clock_});
+  entries_.push_back({tenant, variant == nullptr, variant, std::move(kept), ++clock_});
 }
 
 }  // namespace bitsplit::serve

@@ -15,7 +15,8 @@
 namespace bitsplit::serve {
 
 // A request takes the kept cache whose tokens share the longest prefix with its prompt
-// (reusable_prefix) among those made under the same variant (or the base, for the base), and
+// (reusable_prefix) among those made by the same tenant (the server's API key; server.h,
+// "Tenants") under the same variant (or the base, for the base), and
 // gives its own back when it ends. At most `capacity` caches are kept: a cache given back to a
 // full pool pushes out the one given back longest ago. Caches of a variant that no longer exists
 // (its registry evicted it and no request holds it) are dropped. The pool and the running
@@ -32,14 +33,16 @@ class PromptCachePool {
   size_t capacity() const { return capacity_; }
   size_t size() const;
 
-  // The kept cache sharing the longest prefix with `prompt` under `variant` (null: the base),
-  // moved out of the pool; an empty Kept when none shares a token.
-  Session::Kept take(const std::shared_ptr<const Variant>& variant, std::span<const int32_t> prompt);
-  // Keeps `kept`, made under `variant`; a cache without tokens (a failed generation) is dropped.
-  void give_back(const std::shared_ptr<const Variant>& variant, Session::Kept kept);
+  // The kept cache of `tenant` sharing the longest prefix with `prompt` under `variant` (null: the
+  // base), moved out of the pool; an empty Kept when none shares a token.
+  Session::Kept take(int tenant, const std::shared_ptr<const Variant>& variant, std::span<const int32_t> prompt);
+  // Keeps `kept`, made by `tenant` under `variant`; a cache without tokens (a failed generation)
+  // is dropped.
+  void give_back(int tenant, const std::shared_ptr<const Variant>& variant, Session::Kept kept);
 
  private:
   struct Entry {
+    int tenant = 0;
     bool base = true;                      // made by the base model (no variant)
     std::weak_ptr<const Variant> variant;  // else by this one (expired: it is gone)
     Session::Kept kept;

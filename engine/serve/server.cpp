@@ -1,10 +1,9 @@
-// The OpenAI-compatible server (server.h) on cpp-httplib. A generation request is authorised,
-// prepared (parsed; its model, prompt and limits resolved and checked), admitted to a slot
-// (admission.h), run on a session that starts from a kept cache of the pool
-// (prompt_cache_pool.h), and answered whole or streamed in its endpoint's format (responses.h).
+// The OpenAI-compatible server (server.h) on the HTTP layer of http_server.h. A generation
+// request is authorised on its head, parsed (its model resolved, its prompt's size bounded),
+// admitted to a slot (admission.h), tokenized and checked, run on a session that starts from a
+// kept cache of its tenant (prompt_cache_pool.h), and answered whole or streamed in its
+// endpoint's format (responses.h).
 #include "bitsplit/server.h"
-
-#include <httplib.h>
 
 #include <algorithm>
 #include <chrono>
@@ -38,12 +37,30 @@ int64_t unix_now() {
 // never an exception.
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-void send_json(httplib::Response& res, int status, const json& body) {
+void send_json(http::Response& res, int status, const json& body) {
   res.status = status;
-  res.set_content(dump(body), "application/json");
+  res.content_type = "application/json";
+  res.body = dump(body);
 }
 
-void send_error(httplib::Response& res, const RequestError& e) { send_json(res, e.status, e.to_json()); }
+void send_error(http::Response& res, const RequestError& e) { send_json(res, e.status, e.to_json()); }
+
+// The OpenAI error type of an HTTP status the server answers.
+const char* error_type(int status) {
+  if (status == 401) return "authentication_error";
+  if (status == 404) return "not_found_error";
+  if (status == 503) return "unavailable_error";
+  return status >= 500 ? "server_error" : "invalid_request_error";
+}
+
+// Bytes of text in a request's JSON value (its strings), a bound on what tokenizing it costs.
+size_t text_bytes(const nlohmann::ordered_json& v) {
+  if (v.is_string()) return v.get_ref<const std::string&>().size();
+  size_t n = 0;
+  if (v.is_structured())
+    for (const auto& item : v) n += text_bytes(item);  // depth bounded by the request parser
+  return n;
+}
 
 std::string sse(const json& chunk) { return "data: " + dump(chunk) + "\n\n"; }
 
@@ -54,6 +71,7 @@ using EmitFn = std::function<bool(const std::string& piece, std::span<const Toke
 // A request ready to run: its body parsed, its model and prompt resolved, its limits checked.
 struct PreparedRequest {
   Endpoint endpoint = Endpoint::kCompletions;
+  int tenant = 0;                          // the API key's index (server.h, "Tenants")
   GenerationRequest request;               // the body (sampling.seed drawn when not given)
   std::shared_ptr<const Variant> variant;  // null: the base
   std::string served_name;                 // the model id the response names
@@ -73,17 +91,30 @@ struct Prepared {
 
 struct Server::Impl {
   explicit Impl(ServerOptions o)
-      : options(std::move(o)), admission(options.parallel, options.queue, metrics),
+      : options(std::move(o)),
+        http(http_limits(options), [this](int status, const std::string& message) {
+          metrics.request_rejected(status);
+          return dump(RequestError{status, message, "", error_type(status)}.to_json());
+        }),
+        admission(options.parallel, options.queue, metrics),
         pool(options.prompt_cache < 0 ? std::max(1, options.parallel) : options.prompt_cache) {}
 
+  // The HTTP layer's limits, its workers enough for every slot and queue place (a request waits
+  // for its slot on its worker) and a few for refusals.
+  static http::Limits http_limits(const ServerOptions& o) {
+    http::Limits l = o.http;
+    l.workers = std::max(1, o.parallel) + std::max(0, o.queue) + 4;
+    l.worker_queue = 0;
+    return l;
+  }
+
   ServerOptions options;
-  httplib::Server http;
   Metrics metrics;
-  int bound_port = 0;
+  http::HttpServer http;
 
   // The model, once attached.
-  std::mutex attach_mu;
   LoadedModel* model = nullptr;
+  size_t max_piece_bytes = 1;  // the longest token's text: a prompt of B bytes is >= B / this tokens
   VariantRegistry* variants = nullptr;
   std::optional<ChatTemplate> chat_template;
   std::string model_id;
@@ -107,29 +138,35 @@ struct Server::Impl {
     return m;
   }
 
-  void refuse(httplib::Response& res, const RequestError& e) {
+  void refuse(http::Response& res, const RequestError& e) {
     metrics.request_rejected(e.status);
     send_error(res, e);
   }
 
-  bool authorized(const httplib::Request& req, httplib::Response& res) {
-    if (options.api_key.empty()) return true;
-    const std::string want = "Bearer " + options.api_key;
-    const std::string got = req.get_header_value("Authorization");
-    // Compared in time independent of where they differ.
-    bool same = got.size() == want.size();
-    unsigned diff = 0;
-    for (size_t i = 0; i < want.size(); ++i) diff |= unsigned(uint8_t(want[i]) ^ uint8_t(i < got.size() ? got[i] : 0));
-    if (same && diff == 0) return true;
-    refuse(res, {401, "a valid API key is required (Authorization: Bearer KEY)", "", "authentication_error"});
-    return false;
+  // The tenant (index of the API key) a request's Authorization header names; 0 without keys;
+  // -1: no valid key.
+  int tenant(const http::Request& req) const {
+    if (options.api_keys.empty()) return 0;
+    const std::string got = req.header("authorization");
+    int found = -1;
+    for (size_t k = 0; k < options.api_keys.size(); ++k) {
+      const std::string want = "Bearer " + options.api_keys[k];
+      // Compared in time independent of where they differ.
+      unsigned diff = unsigned(got.size() != want.size());
+      for (size_t i = 0; i < want.size(); ++i) diff |= unsigned(uint8_t(want[i]) ^ uint8_t(i < got.size() ? got[i] : 0));
+      if (diff == 0) found = int(k);
+    }
+    return found;
   }
 
   void setup_routes();
-  void handle_generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+  void handle_generate(const http::Request& req, http::Response& res, Endpoint endpoint);
 
-  // Preparing a request, step by step; each step's error refuses it.
+  // Preparing a request, step by step; each step's error refuses it. The cheap steps come before
+  // the request is admitted to a slot, tokenizing after.
   Prepared prepare_request(std::string_view body, Endpoint endpoint);
+  std::optional<RequestError> bound_prompt(const PreparedRequest& p) const;
+  std::optional<RequestError> finish_preparing(PreparedRequest& p);
   std::optional<RequestError> resolve_model(PreparedRequest& p);
   std::optional<RequestError> tokenize_prompt(PreparedRequest& p);
   std::optional<RequestError> check_context(PreparedRequest& p);
@@ -138,9 +175,9 @@ struct Server::Impl {
   Outcome run(const PreparedRequest& p, Clock::time_point received, const EmitFn& emit);
   void finished(const Outcome& o, Clock::time_point received, Admission::Slot& slot);
   void respond_whole(const PreparedRequest& p, const Responses& responses, Admission::Slot& slot,
-                     Clock::time_point received, httplib::Response& res);
-  bool stream(const PreparedRequest& p, Responses responses, Admission::Slot& slot, Clock::time_point received,
-              httplib::DataSink& sink);
+                     Clock::time_point received, http::Response& res);
+  void stream(const PreparedRequest& p, Responses responses, Admission::Slot& slot, Clock::time_point received,
+              http::ChunkSink& sink);
 };
 
 Prepared Server::Impl::prepare_request(std::string_view body, Endpoint endpoint) {
@@ -150,10 +187,29 @@ Prepared Server::Impl::prepare_request(std::string_view body, Endpoint endpoint)
   p.endpoint = endpoint;
   p.request = std::move(*parsed.request);
   if (auto e = resolve_model(p)) return {std::nullopt, std::move(*e)};
-  if (auto e = tokenize_prompt(p)) return {std::nullopt, std::move(*e)};
-  if (auto e = check_context(p)) return {std::nullopt, std::move(*e)};
-  if (auto e = decoding_options(p)) return {std::nullopt, std::move(*e)};
+  if (auto e = bound_prompt(p)) return {std::nullopt, std::move(*e)};
   return {std::move(p), {}};
+}
+
+// Once admitted: the prompt tokenized, the context and decoding options checked.
+std::optional<RequestError> Server::Impl::finish_preparing(PreparedRequest& p) {
+  if (auto e = tokenize_prompt(p)) return e;
+  if (auto e = check_context(p)) return e;
+  return decoding_options(p);
+}
+
+// A prompt whose text cannot fit the context whatever its tokens (more bytes than the context
+// times the longest token's) is refused before anything is spent tokenizing it.
+std::optional<RequestError> Server::Impl::bound_prompt(const PreparedRequest& p) const {
+  const GenerationRequest& r = p.request;
+  const size_t bytes = p.endpoint == Endpoint::kChat ? text_bytes(r.messages) : r.prompt.size();
+  const int64_t model_ctx = model->model.config().n_ctx_train;
+  const int64_t n_ctx = options.ctx > 0 ? std::min(options.ctx, model_ctx) : model_ctx;
+  if (double(bytes) / double(max_piece_bytes) < double(n_ctx)) return std::nullopt;
+  return RequestError{400, "the prompt's text is " + std::to_string(bytes) + " bytes, at least " +
+                               std::to_string(bytes / max_piece_bytes) + " tokens; the context is " +
+                               std::to_string(n_ctx) + " tokens",
+                      p.endpoint == Endpoint::kChat ? "messages" : "prompt"};
 }
 
 // The base, or the registered variant the request names.
@@ -181,7 +237,8 @@ std::optional<RequestError> Server::Impl::tokenize_prompt(PreparedRequest& p) {
       return RequestError{400, "this model has no chat template (tokenizer.chat_template); use /v1/completions, or "
                                "start the server with --chat-template FILE", "messages"};
     }
-    auto encoded = encode_chat(*chat_template, *model->tokenizer, r.messages);
+    auto encoded = encode_chat(*chat_template, *model->tokenizer, r.messages,
+                               {.special_tokens_in_content = options.special_tokens_in_chat});
     if (!encoded) return RequestError{400, "the chat template refused the messages: " + encoded.status().message(), "messages"};
     p.prompt = std::move(*encoded);
   } else if (r.prompt_tokens) {
@@ -272,7 +329,7 @@ Outcome Server::Impl::run(const PreparedRequest& p, Clock::time_point received, 
   so.reuse_prefix = pooled;
   so.controller_memory = controller_memory(p.variant.get());
   Session session(model->model, p.variant, so);
-  if (pooled) session.adopt_cache(pool.take(p.variant, p.prompt));
+  if (pooled) session.adopt_cache(pool.take(p.tenant, p.variant, p.prompt));
   Sampler sampler(r.sampling);
   auto on_token = [&](int32_t token) {
     const auto now = Clock::now();
@@ -304,7 +361,7 @@ Outcome Server::Impl::run(const PreparedRequest& p, Clock::time_point received, 
     return true;
   };
   Result<SessionResult> result = session.generate(p.prompt, p.max_tokens, eos, sampler, on_token);
-  if (pooled) pool.give_back(p.variant, session.release_cache());
+  if (pooled) pool.give_back(p.tenant, p.variant, session.release_cache());
   if (!result) {
     out.status = result.status();
     return out;
@@ -336,24 +393,24 @@ void Server::Impl::finished(const Outcome& o, Clock::time_point received, Admiss
 }
 
 void Server::Impl::respond_whole(const PreparedRequest& p, const Responses& responses, Admission::Slot& slot,
-                                 Clock::time_point received, httplib::Response& res) {
+                                 Clock::time_point received, http::Response& res) {
   const Outcome o = run(p, received, nullptr);
   finished(o, received, slot);
   if (!o.status) return refuse(res, {500, o.status.message(), "", "server_error"});
   send_json(res, 200, responses.whole(o));
 }
 
-// A streamed response, written as the generation goes: one event per piece of text; false when
-// the client went away.
-bool Server::Impl::stream(const PreparedRequest& p, Responses responses, Admission::Slot& slot,
-                          Clock::time_point received, httplib::DataSink& sink) {
-  auto write = [&](const std::string& s) { return sink.is_writable() && sink.write(s.data(), s.size()); };
-  if (auto opening = responses.opening_chunk(); opening && !write(sse(*opening))) return false;
+// A streamed response, written as the generation goes: one event per piece of text; it stops
+// when the client goes away or stops reading.
+void Server::Impl::stream(const PreparedRequest& p, Responses responses, Admission::Slot& slot,
+                          Clock::time_point received, http::ChunkSink& sink) {
+  auto write = [&](const std::string& s) { return sink.write(s); };
+  if (auto opening = responses.opening_chunk(); opening && !write(sse(*opening))) return slot.release_kv();
   const Outcome o = run(p, received, [&](const std::string& piece, std::span<const TokenLogprob> logprobs) {
     return write(sse(responses.piece_chunk(piece, logprobs)));
   });
   finished(o, received, slot);
-  if (o.cancelled) return false;  // the client went away
+  if (o.cancelled) return;  // the client went away
   if (!o.status) {
     write(sse(RequestError{500, o.status.message(), "", "server_error"}.to_json()));
   } else {
@@ -363,27 +420,26 @@ bool Server::Impl::stream(const PreparedRequest& p, Responses responses, Admissi
     if (p.request.include_usage) write(sse(responses.usage_chunk(o)));
   }
   write("data: [DONE]\n\n");
-  sink.done();
-  return true;
 }
 
-// Authorised, the model ready, the request prepared, a slot admitted: it runs, answered whole or
-// streamed.
-void Server::Impl::handle_generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+// Authorised (on its head), the model ready, the request parsed and bounded, a slot admitted, the
+// prompt tokenized and checked: it runs, answered whole or streamed.
+void Server::Impl::handle_generate(const http::Request& req, http::Response& res, Endpoint endpoint) {
   const Clock::time_point received = Clock::now();
-  if (!authorized(req, res)) return;
   if (!ready.load()) {
-    res.set_header("Retry-After", "5");
+    res.headers.emplace_back("Retry-After", "5");
     return refuse(res, {503, "the model is still loading", "", "unavailable_error"});
   }
   Prepared prepared = prepare_request(req.body, endpoint);
   if (!prepared.request) return refuse(res, prepared.error);
+  prepared.request->tenant = std::max(0, tenant(req));
   std::shared_ptr<Admission::Slot> slot = admission.acquire();
   if (!slot) {
-    res.set_header("Retry-After", "1");
+    res.headers.emplace_back("Retry-After", "1");
     return refuse(res, {503, "the server is busy: every slot is decoding and the queue is full; retry later", "",
                         "unavailable_error"});
   }
+  if (auto e = finish_preparing(*prepared.request)) return refuse(res, *e);
   auto p = std::make_shared<const PreparedRequest>(std::move(*prepared.request));
   slot->reserve_kv(int64_t(p->prompt.size()) + p->max_tokens, p->context);
   const ResponseFormat& format = ResponseFormat::of(endpoint);
@@ -391,35 +447,40 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
                             p->request.logprobs.has_value(),
                             [this](int32_t token) { return model->tokenizer->token_to_piece(token); });
   if (!p->request.stream) return respond_whole(*p, responses, *slot, received, res);
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider("text/event-stream", [this, p, responses, slot, received](size_t, httplib::DataSink& sink) {
-    return stream(*p, responses, *slot, received, sink);
-  });
+  res.content_type = "text/event-stream";
+  res.headers.emplace_back("Cache-Control", "no-cache");
+  res.stream = [this, p, responses, slot, received](http::ChunkSink& sink) {
+    stream(*p, responses, *slot, received, sink);
+  };
 }
 
 void Server::Impl::setup_routes() {
-  http.set_payload_max_length(options.max_body_bytes);
-  const int threads = std::max(1, options.parallel) + std::max(0, options.queue) + 4;
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
-  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (ready.load()) return send_json(res, 200, {{"status", "ok"}});
-    res.set_header("Retry-After", "5");
-    send_json(res, 503, {{"status", "loading"}});
+  // Every route but /health needs a key (when there are keys), checked before the body is read.
+  http.set_head_check([this](const http::Request& head, http::Response& res) {
+    if (head.path == "/health" || tenant(head) >= 0) return true;
+    refuse(res, {401, "a valid API key is required (Authorization: Bearer KEY)", "", "authentication_error"});
+    return false;
   });
-  http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
-    if (!authorized(req, res)) return;
+  http.route("GET", "/health", [this](const http::Request&, http::Response& res) {
+    if (ready.load()) return send_json(res, 200, {{"status", "ok"}});
+    res.headers.emplace_back("Retry-After", "5");
+    send_json(res, 503, {{"status", "loading"}});
+  }, http::Dispatch::kInline);
+  http.route("GET", "/metrics", [this](const http::Request&, http::Response& res) {
     const PassBatcher::Stats passes = batcher.stats();
     metrics.set_forward_passes(passes.passes, passes.sequences, passes.rows, passes.shared);
+    const http::Counters c = http.counters();
+    metrics.set_http({c.connections, c.connections_refused, c.bad_requests, c.timeouts, c.busy, c.open_connections});
     if (ready.load()) {
       std::vector<std::string> names = variants->names(), resident;
       for (const auto& n : names)
         if (variants->resident(n)) resident.push_back(n);
       metrics.set_variants(std::move(resident), std::move(names));
     }
-    res.set_content(metrics.render(), "text/plain; version=0.0.4");
-  });
-  http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
-    if (!authorized(req, res)) return;
+    res.content_type = "text/plain; version=0.0.4";
+    res.body = metrics.render();
+  }, http::Dispatch::kInline);
+  http.route("GET", "/v1/models", [this](const http::Request&, http::Response& res) {
     json data = json::array();
     if (ready.load()) {
       data.push_back({{"id", model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "bitsplit"}});
@@ -428,34 +489,13 @@ void Server::Impl::setup_routes() {
       }
     }
     send_json(res, 200, {{"object", "list"}, {"data", data}});
-  });
-  http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  }, http::Dispatch::kInline);
+  http.route("POST", "/v1/completions", [this](const http::Request& req, http::Response& res) {
     handle_generate(req, res, Endpoint::kCompletions);
-  });
-  http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  }, http::Dispatch::kWorker, /*json_body=*/true);
+  http.route("POST", "/v1/chat/completions", [this](const http::Request& req, http::Response& res) {
     handle_generate(req, res, Endpoint::kChat);
-  });
-  // Errors httplib answers itself (unknown route, body over the limit) get an OpenAI error body.
-  http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    std::string message = "HTTP " + std::to_string(res.status);
-    std::string type = "invalid_request_error";
-    if (res.status == 404) message = "no route " + req.method + " " + req.path;
-    if (res.status == 413) message = "the request body is over the limit of " + std::to_string(options.max_body_bytes) + " bytes";
-    if (res.status >= 500) type = "server_error";
-    metrics.request_rejected(res.status);
-    res.set_content(dump(RequestError{res.status, message, "", type}.to_json()), "application/json");
-  });
-  http.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "internal error";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    refuse(res, {500, what, "", "server_error"});
-  });
+  }, http::Dispatch::kWorker, /*json_body=*/true);
 }
 
 Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) { impl_->setup_routes(); }
@@ -473,30 +513,18 @@ void Server::attach(LoadedModel& model, VariantRegistry& variants, std::optional
     m.model_id = m.options.model_name;
   }
   m.metrics.set_model_name(m.model_id);
+  // The longest token's text bounds how few tokens a prompt's bytes can be (bound_prompt).
+  const Tokenizer& tok = *model.tokenizer;
+  for (int32_t t = 0; t < int32_t(tok.vocab().size()); ++t)
+    m.max_piece_bytes = std::max(m.max_piece_bytes, tok.token_to_piece(t).size());
   m.ready.store(true);
 }
 
-Status Server::bind() {
-  Impl& m = *impl_;
-  if (m.options.port == 0) {
-    m.bound_port = m.http.bind_to_any_port(m.options.host);
-    if (m.bound_port <= 0) return Status::error("cannot listen on " + m.options.host + " (any port)");
-  } else {
-    if (!m.http.bind_to_port(m.options.host, m.options.port)) {
-      return Status::error("cannot listen on " + m.options.host + ":" + std::to_string(m.options.port) +
-                           " (in use, or not an address of this machine)");
-    }
-    m.bound_port = m.options.port;
-  }
-  return Status::ok();
-}
+Status Server::bind() { return impl_->http.bind(impl_->options.host, impl_->options.port); }
 
-int Server::port() const { return impl_->bound_port; }
+int Server::port() const { return impl_->http.port(); }
 
-Status Server::serve() {
-  if (!impl_->http.listen_after_bind()) return Status::error("the server stopped with an error");
-  return Status::ok();
-}
+Status Server::serve() { return impl_->http.serve(); }
 
 void Server::stop() {
   if (impl_) impl_->http.stop();

@@ -7,6 +7,7 @@
 #include "harness_chat_template.h"
 #include "harness_delta.h"
 #include "harness_gguf.h"
+#include "harness_http_request.h"
 #include "harness_imatrix.h"
 #include "harness_lora.h"
 #include "harness_model.h"
@@ -33,6 +34,7 @@ inline Harness harness(const std::string& target) {
   if (target == "openai_request") return run_openai_request;
   if (target == "split_set") return run_split_set;
   if (target == "lora") return run_lora;
+  if (target == "http_request") return run_http_request;
   return nullptr;
 }
 

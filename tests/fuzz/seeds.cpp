@@ -588,6 +588,13 @@ std::vector<Seed> chat_template_seeds() {
   };
 }
 
+// {"a": {"a": ... 1 ...}}, `depth` objects deep.
+std::string deep_object(int depth) {
+  std::string s;
+  for (int i = 0; i < depth; ++i) s += "{\"a\": ";
+  return s + "1" + std::string(size_t(depth), '}');
+}
+
 // Request bodies for both endpoints (first byte 0: completions, 1: chat) and stop-string
 // inputs (2: stops, NUL, text chunks separated by \x01).
 std::vector<Seed> openai_request_seeds() {
@@ -602,6 +609,30 @@ std::vector<Seed> openai_request_seeds() {
                            {"role": "assistant", "content": null, "tool_calls": []}], "max_completion_tokens": 8})")},
       {"chat-bad", body(1, R"({"messages": [{"role": "robot"}], "logprobs": true})")},
       {"stops", body(2, std::string("END\x01\n\n") + '\0' + "hello E\x01N\x01" "D and more\x01\n\ntail")},
+      // Nesting past the parser's depth limit (kMaxJsonDepth), in a message and at the top.
+      {"chat-deep", body(1, R"({"messages": [{"role": "user", "content": "x", "extra": )" + std::string(200, '[') +
+                                std::string(200, ']') + "}]}")},
+      {"completion-deep", body(0, deep_object(100))},
+  };
+}
+
+// Whole HTTP requests: routed, keyed, chunked, pipelined, conflicting framing, a header flood.
+std::vector<Seed> http_request_seeds() {
+  auto seed = [](std::string_view text) { return std::vector<uint8_t>(text.begin(), text.end()); };
+  const std::string post = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n"
+                           "Content-Type: application/json\r\n";
+  std::string flood = "GET /health HTTP/1.1\r\n";
+  for (int i = 0; i < 40; ++i) flood += "X-" + std::to_string(i) + ": y\r\n";
+  return {
+      {"get", seed("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")},
+      {"post-length", seed(post + "Content-Length: 2\r\n\r\n{}")},
+      {"post-chunked", seed(post + "Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n")},
+      {"post-chunked-ext", seed(post + "Transfer-Encoding: chunked\r\n\r\n1;x=y\r\n{\r\n1\r\n}\r\n0\r\nT: v\r\n\r\n")},
+      {"post-no-key", seed("POST /v1/completions HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")},
+      {"post-conflict", seed(post + "Content-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}")},
+      {"pipelined", seed("GET /health HTTP/1.1\r\n\r\n" + post + "Content-Length: 2\r\n\r\n{}GET /stream HTTP/1.1\r\n\r\n")},
+      {"expect", seed(post + "Expect: 100-continue\r\nContent-Length: 2\r\n\r\n{}")},
+      {"flood", seed(flood + "\r\n")},
   };
 }
 
@@ -649,7 +680,8 @@ std::vector<Seed> split_set_seeds() {
 const std::vector<std::string>& fuzz_targets() {
   static const std::vector<std::string> targets = {"gguf", "model", "delta", "imatrix", "tokenizer_encode",
                                                    "tokenizer_metadata", "tokenizer_json", "options",
-                                                   "chat_template", "openai_request", "split_set", "lora"};
+                                                   "chat_template", "openai_request", "split_set", "lora",
+                                                   "http_request"};
   return targets;
 }
 
@@ -670,6 +702,7 @@ std::vector<Seed> make_seeds(const std::string& target, const std::string& share
   if (target == "options") return option_seeds();
   if (target == "chat_template") return chat_template_seeds();
   if (target == "openai_request") return openai_request_seeds();
+  if (target == "http_request") return http_request_seeds();
   if (target == "split_set") return split_set_seeds();
   if (target == "gguf") {
     std::vector<Seed> out = {{"every-type", every_type_gguf()},

@@ -4,6 +4,7 @@
 // disks leave no partial output and never touch an existing file.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -47,6 +48,8 @@ class CliBadInput : public ::testing::Test {
     f["MISSING"] = dir_->file("missing.gguf");
     f["OUT"] = dir_->file("out.gguf");
     fs::create_directory(f["DIR"]);
+    f["FIFO"] = dir_->file("model.fifo");  // opening it for reading would block until a writer comes
+    (void)::mkfifo(f["FIFO"].c_str(), 0600);
     {
       std::ifstream in(f["TEXT"]);
       std::string head(3000, '\0');
@@ -127,6 +130,12 @@ const Case kCases[] = {
     {"serve -m {BASE} --ctx 0", "below the minimum 1"},
     {"serve -m {BASE} --parallel 0", "below the minimum 1"},
     {"serve -m {BASE} --spec-max-sequences -1", "below the minimum 0"},
+    {"serve -m {BASE} --api-key ''", "--api-key is empty"},  // never "no authentication"
+    {"serve -m {BASE} --api-key 'two words'", "visible ASCII"},
+    {"serve -m {BASE} --api-key-file {EMPTY}", "has no key"},
+    {"serve -m {BASE} --max-connections 0", "below the minimum 1"},
+    {"info {FIFO}", "is a FIFO, not a regular file"},
+    {"serve -m {FIFO}", "is a FIFO, not a regular file"},
     {"run -m {BASE} -p hi --temp -1", "below the minimum 0"},
     {"run -m {BASE} -p hi --temp nan", "not a finite number"},
     {"run -m {BASE} -p hi --top-p 2", "above the maximum 1"},

@@ -209,7 +209,8 @@ with tempfile.TemporaryDirectory() as TMP:
         # A client that goes away mid-stream frees its slot.
         req = urllib.request.Request(server.url + "/v1/completions", method="POST",
                                      data=json.dumps({"prompt": prompt, "max_tokens": 200, "temperature": 0,
-                                                      "stream": True, "bitsplit": {"speculative": False}}).encode())
+                                                      "stream": True, "bitsplit": {"speculative": False}}).encode(),
+                                     headers={"Content-Type": "application/json"})
         resp = urllib.request.urlopen(req, timeout=60)
         resp.readline()
         resp.close()
@@ -239,6 +240,11 @@ with tempfile.TemporaryDirectory() as TMP:
             ("/v1/completions", '{"prompt": [1, 999999999], "max_tokens": 2}', 400),
             ("/v1/chat/completions", '{"messages": []}', 400),
             ("/v1/completions", '{"prompt": "' + "x" * (9 << 20) + '"}', 413),
+            # Nested past the parser's limit: refused while parsing, not a crash.
+            ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "x", "x": ' + "[" * 20000 +
+             "]" * 20000 + "}]}", 400),
+            # More text than the context can hold whatever its tokens: refused before tokenizing.
+            ("/v1/completions", '{"prompt": "' + "And God said " * 40000 + '"}', 400),
             ("/v1/nothing", "{}", 404)]:
             got, text, _ = server.http("POST", path, body, {"Content-Type": "application/json"})
             ok = got == status
@@ -247,6 +253,11 @@ with tempfile.TemporaryDirectory() as TMP:
             except (ValueError, KeyError, TypeError):
                 ok = False
             check(ok, f"POST {path} {body[:40]!r}: {got} {text[:120]!r}, expected {status} with an error object")
+        # A body that is not sent as JSON (what a web page can post without a CORS preflight): 415.
+        for ctype in ("text/plain", "application/x-www-form-urlencoded"):
+            got, text, _ = server.http("POST", "/v1/completions", '{"prompt": "x"}', {"Content-Type": ctype})
+            check(got == 415 and "application/json" in json.loads(text)["error"]["message"], f"{ctype}: {got} {text[:120]!r}")
+        check(server.http("GET", "/v1/completions")[0] == 405, "GET on a POST route: 405")
         check(server.http("GET", "/health")[0] == 200, "still healthy after the bad requests")
         # A prompt of token ids is taken as given (its usage counts exactly those ids).
         got, text, _ = server.http("POST", "/v1/completions", json.dumps({"prompt": [1, 2, 3], "max_tokens": 3,
@@ -256,8 +267,8 @@ with tempfile.TemporaryDirectory() as TMP:
     finally:
         server.stop()
 
-    # An API key guards everything but /health.
-    keyed = Server("-m", conv, "--api-key", "sekrit")
+    # An API key guards everything but /health; each key is a tenant of the prompt cache.
+    keyed = Server("-m", conv, "--api-key", "sekrit", "--api-key", "other", "--parallel", "1", "--prompt-cache", "4")
     try:
         check(keyed.http("GET", "/health")[0] == 200, "/health needs no key")
         check(keyed.http("GET", "/v1/models")[0] == 401, "/v1/models without a key: 401")
@@ -266,6 +277,18 @@ with tempfile.TemporaryDirectory() as TMP:
         good = openai.OpenAI(base_url=keyed.url + "/v1", api_key="sekrit", max_retries=0,
                              default_headers={"Accept-Encoding": "identity"})
         check(good.completions.create(model="base.bitsplit.gguf", prompt="And God", max_tokens=4, temperature=0).choices[0].text != "", "with the key")
+        # The same long prompt under the other key reuses nothing of the first key's cache; under
+        # the first key again it does.
+        long_prompt = "And God said, Let there be light: and there was light. And God saw the light"
+        first = good.completions.create(model="base.bitsplit.gguf", prompt=long_prompt, max_tokens=2, temperature=0)
+        other = openai.OpenAI(base_url=keyed.url + "/v1", api_key="other", max_retries=0,
+                              default_headers={"Accept-Encoding": "identity"})
+        cached = lambda c: (c.usage.prompt_tokens_details.cached_tokens if c.usage.prompt_tokens_details else 0) or 0
+        across = other.completions.create(model="base.bitsplit.gguf", prompt=long_prompt, max_tokens=2, temperature=0)
+        again = good.completions.create(model="base.bitsplit.gguf", prompt=long_prompt, max_tokens=2, temperature=0)
+        check(cached(across) == 0, f"another key's request reuses nothing: cached_tokens {cached(across)}")
+        check(cached(again) > 0, f"the same key's next request reuses its cache: cached_tokens {cached(again)}")
+        check(first.choices[0].text == across.choices[0].text == again.choices[0].text, "same text under each key")
     finally:
         keyed.stop()
 

@@ -67,6 +67,20 @@ TEST(ChatTemplate, GoldenLlamaStyleWithSystemExtraction) {
             "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
+// A context nested deeper than the template values may be (a request's message carrying a
+// value 20,000 deep overflowed the stack converting it) is refused with an error; one at the
+// limit renders.
+TEST(ChatTemplate, AContextNestedTooDeeplyIsRefused) {
+  auto nested = [](int depth) {
+    Json v = "leaf";
+    for (int i = 0; i < depth; ++i) v = Json::array({std::move(v)});
+    return v;
+  };
+  EXPECT_EQ(render("{{ x | length }}", {{"x", nested(100)}}), "1");
+  const std::string deep = render("{{ x | length }}", {{"x", nested(20000)}});
+  EXPECT_NE(deep.find("nested more than 128 levels"), std::string::npos) << deep;
+}
+
 TEST(ChatTemplate, WhitespaceControlLikeHuggingFace) {
   // trim_blocks: the newline after a block tag goes; lstrip_blocks: the indentation before it.
   EXPECT_EQ(render("a\n  {% if true %}\n  b\n  {% endif %}\nc"), "a\n  b\nc");

@@ -169,50 +169,62 @@ class PromptCachePoolTest : public ::testing::Test {
 
 TEST_F(PromptCachePoolTest, TakesTheLongestPrefixUnderTheSameVariantOnly) {
   PromptCachePool pool(8);
-  pool.give_back(nullptr, kept({1, 2, 9}));
-  pool.give_back(nullptr, kept({1, 2, 3, 4}));
-  pool.give_back(a_, kept({1, 2, 3, 4, 5}));
+  pool.give_back(0, nullptr, kept({1, 2, 9}));
+  pool.give_back(0, nullptr, kept({1, 2, 3, 4}));
+  pool.give_back(0, a_, kept({1, 2, 3, 4, 5}));
   const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6};
-  EXPECT_EQ(pool.take(b_, prompt).tokens, Tokens{}) << "no cache of b";
-  EXPECT_EQ(pool.take(nullptr, Tokens{7, 8}).tokens, Tokens{}) << "no shared prefix";
+  EXPECT_EQ(pool.take(0, b_, prompt).tokens, Tokens{}) << "no cache of b";
+  EXPECT_EQ(pool.take(0, nullptr, Tokens{7, 8}).tokens, Tokens{}) << "no shared prefix";
   EXPECT_EQ(pool.size(), 3u);
   // The base takes its own longest match, not a's longer one.
-  Session::Kept base = pool.take(nullptr, prompt);
+  Session::Kept base = pool.take(0, nullptr, prompt);
   EXPECT_EQ(base.tokens, (Tokens{1, 2, 3, 4}));
   EXPECT_TRUE(base.cache.has_value());
-  EXPECT_EQ(pool.take(a_, prompt).tokens, (Tokens{1, 2, 3, 4, 5}));
-  EXPECT_EQ(pool.take(nullptr, prompt).tokens, (Tokens{1, 2, 9}));
+  EXPECT_EQ(pool.take(0, a_, prompt).tokens, (Tokens{1, 2, 3, 4, 5}));
+  EXPECT_EQ(pool.take(0, nullptr, prompt).tokens, (Tokens{1, 2, 9}));
   EXPECT_EQ(pool.size(), 0u) << "a taken cache leaves the pool";
+}
+
+// A tenant (API key) never gets another's cache: cached_tokens would tell it what the other sent.
+TEST_F(PromptCachePoolTest, TakesOnlyTheTenantsOwnCaches) {
+  PromptCachePool pool(8);
+  pool.give_back(1, nullptr, kept({1, 2, 3, 4}));
+  pool.give_back(2, nullptr, kept({1, 2}));
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
+  EXPECT_EQ(pool.take(3, nullptr, prompt).tokens, Tokens{}) << "a third tenant shares nothing";
+  EXPECT_EQ(pool.take(2, nullptr, prompt).tokens, (Tokens{1, 2})) << "its own, not tenant 1's longer one";
+  EXPECT_EQ(pool.take(2, nullptr, prompt).tokens, Tokens{});
+  EXPECT_EQ(pool.take(1, nullptr, prompt).tokens, (Tokens{1, 2, 3, 4}));
 }
 
 TEST_F(PromptCachePoolTest, AFullPoolPushesOutTheCacheGivenBackLongestAgo) {
   PromptCachePool pool(2);
-  pool.give_back(nullptr, kept({1, 1}));
-  pool.give_back(nullptr, kept({2, 2}));
+  pool.give_back(0, nullptr, kept({1, 1}));
+  pool.give_back(0, nullptr, kept({2, 2}));
   // {1, 1} goes back after {2, 2}: {2, 2} is now the one given back longest ago.
-  pool.give_back(nullptr, pool.take(nullptr, Tokens{1, 1, 5}));
-  pool.give_back(nullptr, kept({3, 3}));
+  pool.give_back(0, nullptr, pool.take(0, nullptr, Tokens{1, 1, 5}));
+  pool.give_back(0, nullptr, kept({3, 3}));
   EXPECT_EQ(pool.size(), 2u);
-  EXPECT_EQ(pool.take(nullptr, Tokens{2, 2, 5}).tokens, Tokens{}) << "pushed out";
-  EXPECT_EQ(pool.take(nullptr, Tokens{1, 1, 5}).tokens, (Tokens{1, 1}));
-  EXPECT_EQ(pool.take(nullptr, Tokens{3, 3, 5}).tokens, (Tokens{3, 3}));
+  EXPECT_EQ(pool.take(0, nullptr, Tokens{2, 2, 5}).tokens, Tokens{}) << "pushed out";
+  EXPECT_EQ(pool.take(0, nullptr, Tokens{1, 1, 5}).tokens, (Tokens{1, 1}));
+  EXPECT_EQ(pool.take(0, nullptr, Tokens{3, 3, 5}).tokens, (Tokens{3, 3}));
 }
 
 TEST_F(PromptCachePoolTest, KeepsNothingUselessOrGone) {
   PromptCachePool off(0);
   EXPECT_FALSE(off.enabled());
-  off.give_back(nullptr, kept({1, 2}));
+  off.give_back(0, nullptr, kept({1, 2}));
   EXPECT_EQ(off.size(), 0u);
 
   PromptCachePool pool(4);
-  pool.give_back(nullptr, kept({}));            // a failed generation's: no tokens
-  pool.give_back(nullptr, {std::nullopt, {1}});  // no cache
+  pool.give_back(0, nullptr, kept({}));            // a failed generation's: no tokens
+  pool.give_back(0, nullptr, {std::nullopt, {1}});  // no cache
   EXPECT_EQ(pool.size(), 0u);
   // A variant that no longer exists: its cache is dropped, never handed to another.
-  pool.give_back(b_, kept({1, 2, 3}));
+  pool.give_back(0, b_, kept({1, 2, 3}));
   b_.reset();
   EXPECT_EQ(pool.size(), 1u);
-  EXPECT_EQ(pool.take(nullptr, Tokens{1, 2, 3, 4}).tokens, Tokens{});
+  EXPECT_EQ(pool.take(0, nullptr, Tokens{1, 2, 3, 4}).tokens, Tokens{});
   EXPECT_EQ(pool.size(), 0u);
 }
 
@@ -228,9 +240,9 @@ TEST_F(PromptCachePoolTest, ConcurrentRequests) {
       const int32_t mark = t % 2 ? 100 : 200;  // the first token of this variant's prompts
       for (int i = 0; i < 50; ++i) {
         const std::vector<int32_t> prompt = {mark, int32_t(i % 5), 7};
-        Session::Kept k = pool.take(variant, prompt);
+        Session::Kept k = pool.take(0, variant, prompt);
         if (!k.tokens.empty() && k.tokens[0] != mark) ++wrong;
-        pool.give_back(variant, kept(prompt));
+        pool.give_back(0, variant, kept(prompt));
       }
     });
   }

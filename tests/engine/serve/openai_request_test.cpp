@@ -108,6 +108,22 @@ TEST(ServeRequest, BadRequestsNameTheField) {
   }
 }
 
+// JSON nested past kMaxJsonDepth is refused while it is parsed (a message carrying a value
+// 20,000 deep crashed the server); nesting within it parses.
+TEST(ServeRequest, DeepNestingIsRefusedWhileParsing) {
+  auto nested = [](int depth) { return std::string(size_t(depth), '[') + std::string(size_t(depth), ']'); };
+  auto body = [&](int depth) {
+    return R"({"messages": [{"role": "user", "content": "hi", "extra": )" + nested(depth) + "}]}";
+  };
+  EXPECT_TRUE(chat(body(kMaxJsonDepth - 4)).request.has_value());
+  for (int depth : {kMaxJsonDepth + 1, 20000, 1000000}) {
+    auto p = chat(body(depth));
+    ASSERT_FALSE(p.request.has_value()) << depth;
+    EXPECT_EQ(p.error.status, 400);
+    EXPECT_NE(p.error.message.find("levels deep"), std::string::npos) << p.error.message;
+  }
+}
+
 TEST(ServeRequest, TokenArrayPrompts) {
   auto p = completions(R"({"prompt": [1, 2, 3]})");
   ASSERT_TRUE(p.request.has_value()) << p.error.message;

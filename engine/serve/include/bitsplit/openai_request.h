@@ -58,6 +58,8 @@ ParsedRequest parse_generation_request(std::string_view body, Endpoint endpoint)
 
 // Limits the parser applies.
 inline constexpr int32_t kMaxTokensLimit = 1 << 20;
+// JSON nesting a request may use (chat messages with structured content need a handful).
+inline constexpr int kMaxJsonDepth = 64;
 inline constexpr size_t kMaxStopStrings = 4;
 inline constexpr size_t kMaxStopLength = 256;
 

@@ -2,8 +2,19 @@
 // variants (the request's `model` field picks the base or a variant).
 //
 // Routes: POST /v1/completions, POST /v1/chat/completions (both streamed as server-sent events
-// with "stream": true), GET /v1/models, GET /health (503 until ready), GET /metrics (Prometheus).
-// With an API key every route but /health needs "Authorization: Bearer KEY".
+// with "stream": true; their bodies must be sent as Content-Type: application/json), GET
+// /v1/models, GET /health (503 until ready), GET /metrics (Prometheus). With API keys every route
+// but /health needs "Authorization: Bearer KEY", checked on the request's head before its body is
+// read. The HTTP layer (http_server.h) bounds what a client controls: head and body size however
+// framed, header count, connections, and how long a client may take to send or to read.
+//
+// Tenants: each API key is one; kept prompt caches are only reused within the tenant that made
+// them, so `cached_tokens` (and the time a request takes) never tell one key's client what another
+// key's client sent. Without keys every client is the one tenant.
+//
+// Chat content is text: special-token text inside a message (<|im_start|>, ...) is tokenized as
+// plain text, unless special_tokens_in_chat (trusted clients only) says otherwise; the chat
+// template's own markup still becomes control tokens.
 //
 // Scheduling: `parallel` requests hold a slot at once and up to `queue` more wait for one; a
 // request beyond that gets 503 with Retry-After. The requests holding slots decode at once, each
@@ -19,9 +30,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "bitsplit/chat_template.h"
 #include "bitsplit/generation_args.h"
+#include "bitsplit/http_server.h"
 #include "bitsplit/loaded_model.h"
 #include "bitsplit/metrics.h"
 #include "bitsplit/session.h"
@@ -32,11 +45,14 @@ namespace bitsplit::serve {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;              // 0: any free port (see Server::port())
-  std::string api_key;          // empty: no authentication
+  std::vector<std::string> api_keys;  // empty: no authentication; else each key is a tenant
   int parallel = 4;             // requests decoding at once
   int64_t ctx = 0;              // a request's context (prompt + max_tokens); 0: the model's
   int queue = 64;               // requests waiting for a slot
-  size_t max_body_bytes = size_t(8) << 20;
+  // The HTTP layer's bounds (body size, head size, header count, connections, deadlines); its
+  // worker threads are set from parallel and queue.
+  http::Limits http;
+  bool special_tokens_in_chat = false;  // special-token text in chat content becomes control tokens
   std::string model_name;       // the base model's id in /v1/models (default: the file name)
   // Decoding defaults (speculative, budget, lookup, ...); a request may override `speculative`
   // and `budget`, and its session options then come from generation_config as a front end's do
