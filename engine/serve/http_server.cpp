@@ -601,13 +601,20 @@ Status HttpServer::serve() {
   m.accept();
   m.ioc.run();
   m.workers->shutdown();
+  // What the workers posted while they finished (answers to connections closed by now) runs
+  // here, so that no handler is left in the context holding a connection, which holds the server.
+  m.ioc.restart();
+  m.ioc.run();
   return Status::ok();
 }
 
 void HttpServer::stop() {
   if (!impl_) return;
   impl_->stopping.store(true);
-  net::post(impl_->ioc, [impl = impl_] { impl->close_all(); });
+  // (A weak reference: a handler that never runs must not keep the server alive.)
+  net::post(impl_->ioc, [weak = std::weak_ptr<Impl>(impl_)] {
+    if (auto impl = weak.lock()) impl->close_all();
+  });
 }
 
 Counters HttpServer::counters() const {

@@ -117,7 +117,7 @@ with tempfile.TemporaryDirectory() as TMP:
                     "--delta", f"psalms={os.path.join(TMP, 'psalms.delta.gguf')}")
     try:
         # identity: Debian's python3-brotli is older than the brotli API httpx's decoder calls, and the
-        # server (cpp-httplib) compresses for clients that accept br.
+        # server once (cpp-httplib) compressed for clients that accept br; it no longer compresses.
         plain = {"Accept-Encoding": "identity"}
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120,
                                default_headers=plain)

@@ -10,7 +10,8 @@ One server (--parallel 2 --queue 4, an API key, --max-body 1M) is driven at once
                    garbage request lines, conflicting framing, streams dropped mid-way and streams
                    never read, each in a loop of its own.
 The server's RSS must stay within RSS_BOUND_MIB of what it was after the warm-up. Prints the
-load held and the faults survived (the figures in docs/PERFORMANCE.md). Exits 77 (skipped)
+load held and the faults survived (the figures in docs/PERFORMANCE.md). SOAK_MODEL=FILE serves
+that model (a converted real one, say) instead of converting the fixture. Exits 77 (skipped)
 without the fixture model. Usage: serve_soak_test.py BITSPLIT_BINARY SOURCE_DIR
 """
 import json
@@ -215,9 +216,11 @@ def hostile(port, deadline):
 
 
 with tempfile.TemporaryDirectory() as tmp:
-    conv = os.path.join(tmp, "base.bitsplit.gguf")
-    r = subprocess.run([BIN, "convert", BASE, conv, "-t", "2"], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
+    conv = os.environ.get("SOAK_MODEL", "")
+    if not conv:
+        conv = os.path.join(tmp, "base.bitsplit.gguf")
+        r = subprocess.run([BIN, "convert", BASE, conv, "-t", "2"], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
     proc = subprocess.Popen([BIN, "serve", "-m", conv, "--port", "0", "-t", "2", "--parallel", "2", "--queue", "4",
                              "--api-key", KEY, "--max-body", "1M"], stderr=subprocess.PIPE, text=True)
     port = None
