@@ -15,6 +15,7 @@ BUILD_PKGS=(
   liblapacke-dev libblas-dev libopenblas0-pthread  # LAPACKE: merge's truncated SVD, GPTQ's Cholesky; CBLAS (OpenBLAS behind it): GPTQ, imatrix --covariance
   clang libclang-rt-dev  # libFuzzer and its sanitizers: tools/fuzz.sh
   python3-jinja2  # the reference for the chat-template test (tests/engine/chat/chat_template_reference.py)
+  python3-pytest  # the Python package's tests (tests/python/, ctest: PythonPackage)
 )
 # Only for tools/fixtures (training the test models) and reference checks; not for the C++ build.
 FIXTURE_PKGS=(

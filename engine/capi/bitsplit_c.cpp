@@ -16,6 +16,10 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "bitsplit/chat_prompt.h"
+#include "bitsplit/chat_template.h"
 #include "bitsplit/generation_args.h"
 #include "bitsplit/loaded_model.h"
 #include "bitsplit/session.h"
@@ -84,6 +88,11 @@ Status check_size(const bitsplit_generation_stats& s) {
                            {BITSPLIT_END_OF(T, tokens_per_check), BITSPLIT_END_OF(T, reused_tokens)});
 }
 
+Status check_size(const bitsplit_chat_params& p) {
+  using T = bitsplit_chat_params;
+  return check_struct_size("bitsplit_chat_params", p.size, sizeof(T), {BITSPLIT_END_OF(T, special_tokens_in_content)});
+}
+
 // A caller's parameters over the defaults: the whole fields its struct has (checked by size).
 template <typename T>
 Result<T> read_params(const T* given, const T& defaults) {
@@ -93,6 +102,18 @@ Result<T> read_params(const T* given, const T& defaults) {
   std::memcpy(static_cast<void*>(&out), given, std::min(given->size, sizeof(T)));
   out.size = sizeof(T);
   return out;
+}
+
+// Copies `items` into the caller's buffer of `capacity`, or fails with the size needed in *count.
+template <typename T>
+bitsplit_status copy_out(const std::vector<T>& items, T* out, size_t capacity, size_t* count, const char* what) {
+  *count = items.size();
+  if (items.size() > capacity) {
+    return fail(BITSPLIT_ERR_BUFFER_TOO_SMALL, std::string(what) + " needs room for " + std::to_string(items.size()) +
+                                                   ", the buffer has " + std::to_string(capacity));
+  }
+  std::copy(items.begin(), items.end(), out);
+  return BITSPLIT_OK;
 }
 
 }  // namespace
@@ -303,6 +324,90 @@ bitsplit_status bitsplit_detokenize(const bitsplit_model* m, const bitsplit_toke
     }
     std::memcpy(buf, text.data(), text.size());
     return BITSPLIT_OK;
+  });
+}
+
+void bitsplit_chat_params_init(bitsplit_chat_params* p) {
+  if (!p) return;
+  *p = bitsplit_chat_params{};
+  p->size = sizeof(*p);
+  p->add_generation_prompt = 1;
+}
+
+}  // extern "C"
+
+namespace {
+
+// What both chat entry points share: the parameters, the template and the messages, checked.
+struct ChatInput {
+  bitsplit_chat_params params;
+  std::optional<ChatTemplate> chat_template;
+  nlohmann::ordered_json messages;
+};
+
+bitsplit_status read_chat_input(const bitsplit_model* m, const char* messages_json, size_t length,
+                                const bitsplit_chat_params* given, const char* fn, ChatInput& in) {
+  if (!m || (!messages_json && length > 0)) return invalid(std::string(fn) + ": model and messages_json must not be NULL");
+  bitsplit_chat_params defaults;
+  bitsplit_chat_params_init(&defaults);
+  const Result<bitsplit_chat_params> read = read_params(given, defaults);
+  if (!read) return invalid(read.status().message());
+  in.params = *read;
+  std::string source;
+  if (in.params.chat_template) {
+    source = in.params.chat_template;
+  } else if (const char* own = bitsplit_model_chat_template(m)) {
+    source = own;
+  } else {
+    return fail(BITSPLIT_ERR_NOT_FOUND, "the model has no chat template (tokenizer.chat_template): give one in "
+                                        "bitsplit_chat_params.chat_template");
+  }
+  auto parsed = ChatTemplate::parse(source);
+  if (!parsed) return invalid("the chat template cannot be used: " + parsed.status().message());
+  in.chat_template.emplace(std::move(*parsed));
+  in.messages = nlohmann::ordered_json::parse(std::string_view(messages_json ? messages_json : "", length), nullptr,
+                                              /*allow_exceptions=*/false);
+  if (in.messages.is_discarded()) return invalid("messages_json is not valid JSON");
+  if (!in.messages.is_array()) return invalid("messages_json must be a JSON array of messages");
+  for (size_t i = 0; i < in.messages.size(); ++i) {
+    if (!in.messages[i].is_object()) return invalid("message " + std::to_string(i) + " is not a JSON object");
+  }
+  return BITSPLIT_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+bitsplit_status bitsplit_chat_render(const bitsplit_model* m, const char* messages_json, size_t length,
+                                     const bitsplit_chat_params* params, char* buf, size_t capacity, size_t* length_out) {
+  return guarded([&] {
+    if (!length_out || (!buf && capacity > 0)) return invalid("bitsplit_chat_render: length_out must not be NULL");
+    ChatInput in;
+    if (bitsplit_status st = read_chat_input(m, messages_json, length, params, "bitsplit_chat_render", in); st) return st;
+    // The BOS and EOS texts as encode_chat (the server's) hands them to the template.
+    const Tokenizer& tokenizer = *m->loaded.tokenizer;
+    const auto& vocab = tokenizer.vocab();
+    const std::string bos = vocab.bos >= 0 ? tokenizer.token_to_piece(vocab.bos) : "";
+    const std::string eos = vocab.eos >= 0 ? tokenizer.token_to_piece(vocab.eos) : "";
+    auto text = in.chat_template->render_chat(in.messages, in.params.add_generation_prompt != 0, bos, eos);
+    if (!text) return invalid("the chat template refused the conversation: " + text.status().message());
+    return copy_out(std::vector<char>(text->begin(), text->end()), buf, capacity, length_out, "the rendered conversation");
+  });
+}
+
+bitsplit_status bitsplit_chat_tokenize(const bitsplit_model* m, const char* messages_json, size_t length,
+                                       const bitsplit_chat_params* params, bitsplit_token* tokens, size_t capacity,
+                                       size_t* n_tokens) {
+  return guarded([&] {
+    if (!n_tokens || (!tokens && capacity > 0)) return invalid("bitsplit_chat_tokenize: n_tokens must not be NULL");
+    ChatInput in;
+    if (bitsplit_status st = read_chat_input(m, messages_json, length, params, "bitsplit_chat_tokenize", in); st) return st;
+    auto ids = serve::encode_chat(*in.chat_template, *m->loaded.tokenizer, in.messages,
+                                  {.add_generation_prompt = in.params.add_generation_prompt != 0,
+                                   .special_tokens_in_content = in.params.special_tokens_in_content != 0});
+    if (!ids) return invalid("the chat template refused the conversation: " + ids.status().message());
+    return copy_out(*ids, tokens, capacity, n_tokens, "the conversation's tokens");
   });
 }
 

@@ -13,6 +13,7 @@
 
 #include <tbb/global_control.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -613,6 +614,102 @@ TEST(CApi, LoraAdaptersAsVariants) {
   EXPECT_EQ(bitsplit_model_add_lora(l.model, "base", fixture("bible-base.gguf").c_str(), 1.0f), BITSPLIT_ERR_LOAD);
   EXPECT_NE(std::string(bitsplit_last_error()).find("not a LoRA adapter"), std::string::npos);
   EXPECT_EQ(bitsplit_model_add_lora(l.model, nullptr, lora.c_str(), 1.0f), BITSPLIT_ERR_INVALID_ARGUMENT);
+}
+
+// Chat prompts through the C API: the template's text as Jinja defines it, the tokens the server
+// feeds (the template's BOS as a control token, the same text inside a message as plain text),
+// and every bad input a status with a message.
+TEST(CApi, ChatPromptsRenderAndTokenize) {
+  BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
+  Loaded l;
+  ASSERT_EQ(bitsplit_model_load(fixture("bible-base.gguf").c_str(), nullptr, &l.model), BITSPLIT_OK) << bitsplit_last_error();
+  const std::string messages = R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "<s>Who begat Enos?"}])";
+  std::vector<char> buf(1024);
+  size_t length = 0;
+  // The fixture has no template of its own.
+  EXPECT_EQ(bitsplit_model_chat_template(l.model), nullptr);
+  EXPECT_EQ(bitsplit_chat_render(l.model, messages.data(), messages.size(), nullptr, buf.data(), buf.size(), &length),
+            BITSPLIT_ERR_NOT_FOUND);
+  EXPECT_NE(std::string(bitsplit_last_error()).find("no chat template"), std::string::npos);
+
+  bitsplit_chat_params p;
+  bitsplit_chat_params_init(&p);
+  EXPECT_EQ(p.add_generation_prompt, 1);
+  EXPECT_EQ(p.special_tokens_in_content, 0);
+  p.chat_template =
+      "{{ bos_token }}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+      "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+  char bos_text[64];
+  size_t bos_length = 0;
+  const bitsplit_token bos = bitsplit_model_bos(l.model);
+  ASSERT_GE(bos, 0);
+  ASSERT_EQ(bitsplit_detokenize(l.model, &bos, 1, bos_text, sizeof(bos_text), &bos_length), BITSPLIT_OK);
+  const std::string bos_piece(bos_text, bos_length);
+  const std::string expected = bos_piece + "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n<s>Who begat Enos?"
+                               "<|im_end|>\n<|im_start|>assistant\n";
+  ASSERT_EQ(bitsplit_chat_render(l.model, messages.data(), messages.size(), &p, buf.data(), buf.size(), &length), BITSPLIT_OK)
+      << bitsplit_last_error();
+  EXPECT_EQ(std::string(buf.data(), length), expected);
+  // Too small a buffer gives the size needed.
+  size_t needed = 0;
+  EXPECT_EQ(bitsplit_chat_render(l.model, messages.data(), messages.size(), &p, buf.data(), 3, &needed),
+            BITSPLIT_ERR_BUFFER_TOO_SMALL);
+  EXPECT_EQ(needed, expected.size());
+  p.add_generation_prompt = 0;
+  ASSERT_EQ(bitsplit_chat_render(l.model, messages.data(), messages.size(), &p, buf.data(), buf.size(), &length), BITSPLIT_OK);
+  EXPECT_EQ(std::string(buf.data(), length), expected.substr(0, expected.size() - std::strlen("<|im_start|>assistant\n")));
+  p.add_generation_prompt = 1;
+
+  // Tokens: the template's BOS is the one control token; the "<s>" a user wrote stays text.
+  std::vector<bitsplit_token> ids(512);
+  size_t n = 0;
+  ASSERT_EQ(bitsplit_chat_tokenize(l.model, messages.data(), messages.size(), &p, ids.data(), ids.size(), &n), BITSPLIT_OK)
+      << bitsplit_last_error();
+  ids.resize(n);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), bos), 1);
+  EXPECT_EQ(ids.front(), bos);
+  std::vector<bitsplit_token> as_text(512);
+  size_t n_text = 0;
+  const std::string rest = expected.substr(bos_piece.size());
+  ASSERT_EQ(bitsplit_tokenize(l.model, rest.data(), rest.size(), 0, 0, as_text.data(), as_text.size(), &n_text), BITSPLIT_OK);
+  as_text.resize(n_text);
+  as_text.insert(as_text.begin(), bos);
+  EXPECT_EQ(ids, as_text);
+  // Trusted content: the user's "<s>" becomes the control token too.
+  p.special_tokens_in_content = 1;
+  std::vector<bitsplit_token> trusted(512);
+  ASSERT_EQ(bitsplit_chat_tokenize(l.model, messages.data(), messages.size(), &p, trusted.data(), trusted.size(), &n), BITSPLIT_OK);
+  trusted.resize(n);
+  EXPECT_EQ(std::count(trusted.begin(), trusted.end(), bos), 2);
+  p.special_tokens_in_content = 0;
+  EXPECT_EQ(bitsplit_chat_tokenize(l.model, messages.data(), messages.size(), &p, ids.data(), 2, &n),
+            BITSPLIT_ERR_BUFFER_TOO_SMALL);
+  EXPECT_EQ(n, as_text.size());
+
+  // Bad inputs.
+  auto status_of = [&](const std::string& json, const bitsplit_chat_params* params) {
+    return bitsplit_chat_render(l.model, json.data(), json.size(), params, buf.data(), buf.size(), &length);
+  };
+  EXPECT_EQ(status_of("[{\"role\": ", &p), BITSPLIT_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(bitsplit_last_error()).find("not valid JSON"), std::string::npos);
+  EXPECT_EQ(status_of("{\"role\": \"user\"}", &p), BITSPLIT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(status_of("[1]", &p), BITSPLIT_ERR_INVALID_ARGUMENT);
+  bitsplit_chat_params raising = p;
+  raising.chat_template = "{{ raise_exception('only user turns') }}";
+  EXPECT_EQ(status_of(messages, &raising), BITSPLIT_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(bitsplit_last_error()).find("only user turns"), std::string::npos);
+  bitsplit_chat_params broken = p;
+  broken.chat_template = "{% for m in messages %}";
+  EXPECT_EQ(status_of(messages, &broken), BITSPLIT_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(bitsplit_last_error()).find("chat template"), std::string::npos);
+  bitsplit_chat_params sized = p;
+  sized.size = 0;
+  EXPECT_EQ(status_of(messages, &sized), BITSPLIT_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(bitsplit_last_error()).find("bitsplit_chat_params.size"), std::string::npos);
+  EXPECT_EQ(bitsplit_chat_render(nullptr, messages.data(), messages.size(), &p, buf.data(), buf.size(), &length),
+            BITSPLIT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(bitsplit_chat_tokenize(l.model, messages.data(), messages.size(), &p, ids.data(), ids.size(), nullptr),
+            BITSPLIT_ERR_INVALID_ARGUMENT);
 }
 
 }  // namespace

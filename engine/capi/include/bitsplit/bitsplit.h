@@ -54,7 +54,8 @@ extern "C" {
 #endif
 
 #define BITSPLIT_API_VERSION_MAJOR 0
-#define BITSPLIT_API_VERSION_MINOR 3  /* 2: bitsplit_model_add_lora; 3: bitsplit_model_params.target_activations */
+#define BITSPLIT_API_VERSION_MINOR 4  /* 2: bitsplit_model_add_lora; 3: bitsplit_model_params.target_activations;
+                                         4: chat prompts (bitsplit_chat_render, bitsplit_chat_tokenize) */
 #define BITSPLIT_API_VERSION ((BITSPLIT_API_VERSION_MAJOR << 16) | BITSPLIT_API_VERSION_MINOR)
 
 typedef enum bitsplit_status {
@@ -153,6 +154,39 @@ BITSPLIT_API bitsplit_status bitsplit_tokenize(const bitsplit_model* model, cons
  * small a buffer: BITSPLIT_ERR_BUFFER_TOO_SMALL and *length is the size needed. */
 BITSPLIT_API bitsplit_status bitsplit_detokenize(const bitsplit_model* model, const bitsplit_token* tokens, size_t n,
                                                  char* buf, size_t capacity, size_t* length);
+
+/* ---- Chat prompts (API 0.4) ----------------------------------------------------------------- */
+
+/* A conversation is a JSON array of messages ({"role": ..., "content": ...}, and whatever else the
+ * template reads), rendered by the engine's chat-template interpreter (docs/CHAT_TEMPLATES.md) the
+ * way `bitsplit chat` and `bitsplit serve` render it. */
+typedef struct bitsplit_chat_params {
+  size_t size;                       /* sizeof(bitsplit_chat_params) */
+  const char* chat_template;         /* a Jinja template to use; NULL (default): the model's own */
+  int32_t add_generation_prompt;     /* 1 (default): end with the opening of the assistant's turn */
+  int32_t special_tokens_in_content; /* bitsplit_chat_tokenize: 0 (default): control-token text inside the
+                                        messages is tokenized as plain text, so a message cannot forge a
+                                        turn; only the template's own markup becomes control tokens. 1: it
+                                        becomes control tokens too (trusted input only); the end of the first
+                                        version (API 0.4) */
+} bitsplit_chat_params;
+
+BITSPLIT_API void bitsplit_chat_params_init(bitsplit_chat_params* params);
+/* The conversation messages_json[0..length) rendered by the template into buf[0..capacity) (not
+ * NUL-terminated; *length_out bytes). With too small a buffer: BITSPLIT_ERR_BUFFER_TOO_SMALL and
+ * *length_out is the size needed. BITSPLIT_ERR_NOT_FOUND when params gives no template and the
+ * model has none; BITSPLIT_ERR_INVALID_ARGUMENT for JSON that is not an array of objects, or a
+ * template that fails to parse or refuses the conversation (the message says where and why).
+ * params may be NULL (the defaults). */
+BITSPLIT_API bitsplit_status bitsplit_chat_render(const bitsplit_model* model, const char* messages_json, size_t length,
+                                                  const bitsplit_chat_params* params, char* buf, size_t capacity,
+                                                  size_t* length_out);
+/* The rendered conversation as the prompt's tokens (what `bitsplit serve` feeds the model for
+ * /v1/chat/completions: the BOS token added unless the template wrote it, control tokens as
+ * special_tokens_in_content says). Buffer and statuses as bitsplit_tokenize and bitsplit_chat_render. */
+BITSPLIT_API bitsplit_status bitsplit_chat_tokenize(const bitsplit_model* model, const char* messages_json, size_t length,
+                                                    const bitsplit_chat_params* params, bitsplit_token* tokens,
+                                                    size_t capacity, size_t* n_tokens);
 
 /* ---- Sessions ------------------------------------------------------------------------------ */
 
