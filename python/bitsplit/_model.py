@@ -442,8 +442,11 @@ class Session:
             return self.model.tokenize(prompt)
         return list(prompt)
 
-    def _run(self, prompt: Prompt, max_tokens: int | None, stop: str | Sequence[str] | None) -> Iterator[str]:
-        """Yields the generated text's pieces; sets self._last at the end."""
+    def _run(self, prompt: Prompt, max_tokens: int | None, stop: str | Sequence[str] | None, *,
+             stop_token: int | None = None, token_ids: list[int] | None = None) -> Iterator[str]:
+        """Yields the generated text's pieces; sets self._last at the end. stop_token: the
+        generation ends after that token (its text is not yielded); token_ids: receives the
+        generated token ids (used by bench_accept)."""
         tokens = self._prompt_tokens(prompt)
         if max_tokens is None:
             max_tokens = max(self.model.n_ctx - len(tokens), 0)
@@ -458,10 +461,15 @@ class Session:
         if not self._busy.acquire(blocking=False):
             raise _invalid("the session is already generating (a session is used by one thread at a time)")
         pieces: queue.SimpleQueue = queue.SimpleQueue()
-        state = {"stopped": False, "status": _capi.OK, "error": ""}
+        state = {"stopped": False, "token_stop": False, "status": _capi.OK, "error": ""}
 
         def on_token(_user, _token, text, length):
-            if state["stopped"]:
+            if state["stopped"] or state["token_stop"]:
+                return 1
+            if _token >= 0 and token_ids is not None:
+                token_ids.append(_token)
+            if stop_token is not None and _token == stop_token:
+                state["token_stop"] = True  # text held back for stop strings is still flushed
                 return 1
             piece, hit = stops.push(ctypes.string_at(text, length).decode("utf-8", "replace") if length else "")
             if piece:
@@ -511,7 +519,7 @@ class Session:
         tail = stops.flush() if not state["stopped"] else ""
         if tail:
             yield tail
-        reason = "stop" if state["stopped"] or stats.stopped_at_eos else "length"
+        reason = "stop" if state["stopped"] or state["token_stop"] or stats.stopped_at_eos else "length"
         self._last = Stats._from_c(stats, reason)
 
     def generate(self, prompt: Prompt, max_tokens: int | None = 256, *,
