@@ -8,12 +8,15 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <mutex>
 #include <new>
 #include <optional>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -22,6 +25,7 @@
 #include "bitsplit/chat_template.h"
 #include "bitsplit/generation_args.h"
 #include "bitsplit/loaded_model.h"
+#include "bitsplit/logprobs.h"
 #include "bitsplit/session.h"
 #include "bitsplit/file_kind.h"
 #include "bitsplit/variant.h"
@@ -85,7 +89,11 @@ Status check_size(const bitsplit_session_params& p) {
 Status check_size(const bitsplit_generation_stats& s) {
   using T = bitsplit_generation_stats;
   return check_struct_size("bitsplit_generation_stats", s.size, sizeof(T),
-                           {BITSPLIT_END_OF(T, tokens_per_check), BITSPLIT_END_OF(T, reused_tokens)});
+                           {BITSPLIT_END_OF(T, tokens_per_check), BITSPLIT_END_OF(T, reused_tokens),
+                            BITSPLIT_END_OF(T, draft_seconds), BITSPLIT_END_OF(T, verify_seconds),
+                            BITSPLIT_END_OF(T, lookup_drafted_tokens), BITSPLIT_END_OF(T, lookup_accepted_tokens),
+                            BITSPLIT_END_OF(T, n_depths), BITSPLIT_END_OF(T, reserved1),
+                            BITSPLIT_END_OF(T, accepted_at_depth), BITSPLIT_END_OF(T, drafted_at_depth)});
 }
 
 Status check_size(const bitsplit_chat_params& p) {
@@ -137,6 +145,9 @@ struct bitsplit_session {
   Session session;  // the variant and decoding options
   SamplingParams sampling;
   bitsplit_generation_stats last{};
+  std::vector<std::pair<std::string, int64_t>> last_settings;  // the last generation's checks per setting
+  // Set during a generation that reports log-probabilities: each generated token's raw logits.
+  std::function<void(int32_t, std::span<const float>)> on_logits;
   // The step-by-step API's sequence.
   int64_t n_ctx = 0;
   std::optional<KvCache> cache;
@@ -149,6 +160,9 @@ struct bitsplit_session {
   // passes, and an abort must not wait for all of them.
   SessionOptions stopping_on_abort(SessionOptions options) {
     options.stop = [this] { return abort.load(); };
+    options.on_logits = [this](int32_t token, std::span<const float> logits) {
+      if (on_logits) on_logits(token, logits);
+    };
     return options;
   }
 };
@@ -482,11 +496,35 @@ bitsplit_status bitsplit_session_stats(const bitsplit_session* s, bitsplit_gener
   return BITSPLIT_OK;
 }
 
+bitsplit_status bitsplit_session_setting_checks(const bitsplit_session* s, int32_t index, const char** name,
+                                                int64_t* checks) {
+  if (!s || !name || !checks) return invalid("bitsplit_session_setting_checks: no argument may be NULL");
+  if (index < 0 || size_t(index) >= s->last_settings.size()) {
+    return fail(BITSPLIT_ERR_NOT_FOUND, "the last generation checked with " + std::to_string(s->last_settings.size()) +
+                                            " draft settings; there is none at index " + std::to_string(index));
+  }
+  *name = s->last_settings[size_t(index)].first.c_str();
+  *checks = s->last_settings[size_t(index)].second;
+  return BITSPLIT_OK;
+}
+
 bitsplit_status bitsplit_session_generate(bitsplit_session* s, const bitsplit_token* prompt, size_t n_prompt,
                                           int32_t n_predict, bitsplit_token_callback callback, void* user_data,
                                           bitsplit_generation_stats* stats) {
+  return bitsplit_session_generate_logprobs(s, prompt, n_prompt, n_predict, 0, nullptr, callback, user_data, stats);
+}
+
+bitsplit_status bitsplit_session_generate_logprobs(bitsplit_session* s, const bitsplit_token* prompt, size_t n_prompt,
+                                                   int32_t n_predict, int32_t top_logprobs,
+                                                   bitsplit_logprob_callback logprob_callback,
+                                                   bitsplit_token_callback callback, void* user_data,
+                                                   bitsplit_generation_stats* stats) {
   return guarded([&] {
     if (!s || (!prompt && n_prompt > 0)) return invalid("bitsplit_session_generate: session and prompt must not be NULL");
+    if (top_logprobs < 0 || top_logprobs > BITSPLIT_MAX_TOP_LOGPROBS) {
+      return invalid("top_logprobs must be 0.." + std::to_string(BITSPLIT_MAX_TOP_LOGPROBS) + ", not " +
+                     std::to_string(top_logprobs));
+    }
     if (stats) {  // refused before anything runs, not after the generation
       if (Status st = check_size(*stats); !st) return invalid(st.message());
     }
@@ -505,10 +543,35 @@ bitsplit_status bitsplit_session_generate(bitsplit_session* s, const bitsplit_to
     const int32_t eos = m.loaded.tokenizer->vocab().eos;
     Utf8StreamDecoder stream;
     bool stopped_by_abort = false;
+    // The token's log-probability, computed from its logits (which come just before the token)
+    // and handed over with the token, so that a token refused on abort reports none.
+    std::optional<serve::TokenLogprob> pending;
+    struct Unhook {
+      bitsplit_session* s;
+      ~Unhook() { s->on_logits = nullptr; }
+    } unhook{s};
+    if (logprob_callback) {
+      s->on_logits = [&](int32_t token, std::span<const float> logits) {
+        pending = serve::token_logprob(logits, token, top_logprobs);
+      };
+    }
+    std::vector<bitsplit_token> top_tokens;
+    std::vector<float> top_values;
     auto on_token = [&](int32_t token) {
       if (s->abort.load()) {
         stopped_by_abort = true;
         return false;
+      }
+      if (logprob_callback && pending && pending->token == token) {
+        top_tokens.clear();
+        top_values.clear();
+        for (const auto& [id, lp] : pending->top) {
+          top_tokens.push_back(id);
+          top_values.push_back(lp);
+        }
+        logprob_callback(user_data, token, pending->logprob, top_tokens.data(), top_values.data(),
+                         int32_t(top_tokens.size()));
+        pending.reset();
       }
       if (!callback) return true;
       const std::string text = token == eos ? std::string() : stream.push(m.loaded.tokenizer->token_to_piece(token));
@@ -537,6 +600,17 @@ bitsplit_status bitsplit_session_generate(bitsplit_session* s, const bitsplit_to
       st.drafted_tokens = a.drafted;
       st.accepted_tokens = a.accepted;
       st.tokens_per_check = a.tokens_per_check();
+      st.draft_seconds = a.draft_seconds;
+      st.verify_seconds = a.verify_seconds;
+      st.lookup_drafted_tokens = a.lookup_drafted;
+      st.lookup_accepted_tokens = a.lookup_accepted;
+      const size_t depths = std::min({a.accepted_at_depth.size(), a.drafted_at_depth.size(), size_t(BITSPLIT_MAX_DRAFT_DEPTH)});
+      st.n_depths = int32_t(depths);
+      std::copy_n(a.accepted_at_depth.begin(), depths, st.accepted_at_depth);
+      std::copy_n(a.drafted_at_depth.begin(), depths, st.drafted_at_depth);
+      s->last_settings = r->speculative->checks_per_setting;
+    } else {
+      s->last_settings.clear();
     }
     s->last = st;
     if (stats) (void)bitsplit_session_stats(s, stats);

@@ -26,7 +26,10 @@ ERR_INTERNAL = 9
 
 # The C API version this module declares (structs are passed with this header's sizes).
 API_VERSION_MAJOR = 0
-API_VERSION_MINOR = 4
+API_VERSION_MINOR = 5
+
+MAX_DRAFT_DEPTH = 64  # BITSPLIT_MAX_DRAFT_DEPTH
+MAX_TOP_LOGPROBS = 20  # BITSPLIT_MAX_TOP_LOGPROBS
 
 
 class Error(Exception):
@@ -114,7 +117,13 @@ class GenerationStats(ctypes.Structure):
                 ("generated_tokens", ctypes.c_int64), ("generate_seconds", ctypes.c_double),
                 ("stopped_at_eos", ctypes.c_int32), ("speculative", ctypes.c_int32), ("checks", ctypes.c_int64),
                 ("drafted_tokens", ctypes.c_int64), ("accepted_tokens", ctypes.c_int64),
-                ("tokens_per_check", ctypes.c_double), ("reused_tokens", ctypes.c_int64)]
+                ("tokens_per_check", ctypes.c_double), ("reused_tokens", ctypes.c_int64),
+                # API 0.5
+                ("draft_seconds", ctypes.c_double), ("verify_seconds", ctypes.c_double),
+                ("lookup_drafted_tokens", ctypes.c_int64), ("lookup_accepted_tokens", ctypes.c_int64),
+                ("n_depths", ctypes.c_int32), ("reserved1", ctypes.c_int32),
+                ("accepted_at_depth", ctypes.c_int64 * MAX_DRAFT_DEPTH),
+                ("drafted_at_depth", ctypes.c_int64 * MAX_DRAFT_DEPTH)]
 
 
 class ChatParams(ctypes.Structure):
@@ -125,6 +134,8 @@ class ChatParams(ctypes.Structure):
 PROGRESS_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 TOKEN_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, c_token, ctypes.POINTER(ctypes.c_char),
                                   ctypes.c_size_t)
+LOGPROB_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, c_token, ctypes.c_float, c_token_p,
+                                    ctypes.POINTER(ctypes.c_float), ctypes.c_int32)
 
 _SIGNATURES = {
     # name: (restype, argtypes)
@@ -163,6 +174,12 @@ _SIGNATURES = {
     "bitsplit_session_generate": (ctypes.c_int, [ctypes.c_void_p, c_token_p, ctypes.c_size_t, ctypes.c_int32,
                                                  TOKEN_CALLBACK, ctypes.c_void_p, ctypes.POINTER(GenerationStats)]),
     "bitsplit_session_stats": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(GenerationStats)]),
+    "bitsplit_session_setting_checks": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int32,
+                                                       ctypes.POINTER(ctypes.c_char_p),
+                                                       ctypes.POINTER(ctypes.c_int64)]),
+    "bitsplit_session_generate_logprobs": (ctypes.c_int, [ctypes.c_void_p, c_token_p, ctypes.c_size_t, ctypes.c_int32,
+                                                          ctypes.c_int32, LOGPROB_CALLBACK, TOKEN_CALLBACK,
+                                                          ctypes.c_void_p, ctypes.POINTER(GenerationStats)]),
     "bitsplit_session_abort": (None, [ctypes.c_void_p]),
     "bitsplit_session_feed": (ctypes.c_int, [ctypes.c_void_p, c_token_p, ctypes.c_size_t]),
     "bitsplit_session_logits": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_float)),

@@ -12,7 +12,7 @@ import queue
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
 from . import _capi
@@ -38,18 +38,51 @@ class Stats:
     tokens_per_check: float  # accepted + the target's own token, per check
     reused_tokens: int  # prompt tokens whose K/V came from the session's last generation
     finish_reason: str  # "stop" (end of sequence or a stop string) or "length"
+    # Where a speculative generation's time went and how deep its drafts were accepted (C API 0.5;
+    # zeros and empty when it did not decode speculatively).
+    draft_seconds: float = 0.0  # drafting (the draft model's passes and the context lookup)
+    verify_seconds: float = 0.0  # the target's verification passes
+    lookup_drafted_tokens: int = 0  # drafted nodes that came from the context lookup
+    lookup_accepted_tokens: int = 0  # accepted tokens that came from the lookup's chain
+    # Index d - 1 for draft depth d: checks whose accepted path reached depth d (the sum is
+    # accepted_tokens), and checks whose draft had a node at depth d.
+    accepted_per_depth: tuple[int, ...] = ()
+    drafted_per_depth: tuple[int, ...] = ()
+    # Checks per draft setting ("plain", "chain-4", "tree-16+lookup", ...), in the order first used.
+    checks_per_setting: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def acceptance_per_depth(self) -> tuple[float, ...]:
+        """The acceptance rate at each draft depth: accepted_per_depth / drafted_per_depth."""
+        return tuple(a / d if d else 0.0 for a, d in zip(self.accepted_per_depth, self.drafted_per_depth))
 
     @property
     def tokens_per_second(self) -> float:
         return self.generated_tokens / self.generate_seconds if self.generate_seconds > 0 else 0.0
 
     @classmethod
-    def _from_c(cls, s: _capi.GenerationStats, finish_reason: str) -> Stats:
+    def _from_c(cls, s: _capi.GenerationStats, finish_reason: str, checks_per_setting: dict[str, int]) -> Stats:
+        n = max(0, min(s.n_depths, _capi.MAX_DRAFT_DEPTH))
         return cls(prompt_tokens=s.prompt_tokens, prompt_seconds=s.prompt_seconds,
                    generated_tokens=s.generated_tokens, generate_seconds=s.generate_seconds,
                    stopped_at_eos=bool(s.stopped_at_eos), speculative=bool(s.speculative), checks=s.checks,
                    drafted_tokens=s.drafted_tokens, accepted_tokens=s.accepted_tokens,
-                   tokens_per_check=s.tokens_per_check, reused_tokens=s.reused_tokens, finish_reason=finish_reason)
+                   tokens_per_check=s.tokens_per_check, reused_tokens=s.reused_tokens, finish_reason=finish_reason,
+                   draft_seconds=s.draft_seconds, verify_seconds=s.verify_seconds,
+                   lookup_drafted_tokens=s.lookup_drafted_tokens, lookup_accepted_tokens=s.lookup_accepted_tokens,
+                   accepted_per_depth=tuple(s.accepted_at_depth[:n]), drafted_per_depth=tuple(s.drafted_at_depth[:n]),
+                   checks_per_setting=checks_per_setting)
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token's log-probability under the model's distribution at its position (the
+    log-softmax of the raw logits: temperature 1, no penalties or filters, as `bitsplit serve`
+    reports them), and the most probable tokens there as (token id, log-probability) pairs."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
 
 
 def _invalid(message: str) -> InvalidArgumentError:
@@ -328,19 +361,27 @@ class Model:
             s.close()
 
     def create_completion(self, prompt: Prompt, max_tokens: int | None = 16, *, stream: bool = False,
-                          stop: str | Sequence[str] | None = None, **options: Any):
-        """An OpenAI-shaped text completion (a dict; with stream=True an iterator of chunks)."""
+                          stop: str | Sequence[str] | None = None, logprobs: int | None = None, **options: Any):
+        """An OpenAI-shaped text completion (a dict; with stream=True an iterator of chunks).
+        logprobs N (0..20): each token's log-probability and the N most probable alternatives, in
+        the completions format (tokens, token_logprobs, top_logprobs, text_offset)."""
         from ._openai import completion
-        return completion(self, prompt, max_tokens, stream, stop, options, chat=False)
+        return completion(self, prompt, max_tokens, stream, stop, options, chat=False, top_logprobs=logprobs)
 
     def create_chat_completion(self, messages: Sequence[Mapping[str, Any]], max_tokens: int | None = None, *,
                                stream: bool = False, stop: str | Sequence[str] | None = None,
-                               chat_template: str | None = None, **options: Any):
+                               chat_template: str | None = None, logprobs: bool = False,
+                               top_logprobs: int | None = None, **options: Any):
         """An OpenAI-shaped chat completion: the messages rendered and tokenized by the engine
-        (as `bitsplit serve` does), the reply a dict (with stream=True, an iterator of chunks)."""
+        (as `bitsplit serve` does), the reply a dict (with stream=True, an iterator of chunks).
+        logprobs=True: each token's log-probability in the chat format (content: token, logprob,
+        bytes, top_logprobs), with top_logprobs (0..20) alternatives."""
         from ._openai import completion
+        if top_logprobs is not None and not logprobs:
+            raise _invalid("top_logprobs needs logprobs=True")
         tokens = self.tokenize_chat(messages, True, chat_template)
-        return completion(self, tokens, max_tokens, stream, stop, options, chat=True)
+        return completion(self, tokens, max_tokens, stream, stop, options, chat=True,
+                          top_logprobs=(top_logprobs or 0) if logprobs else None)
 
 
 def _session_params(model: Model, variant: str | None, temperature: float | None, top_k: int | None,
@@ -447,6 +488,15 @@ class Session:
         """Yields the generated text's pieces; sets self._last at the end. stop_token: the
         generation ends after that token (its text is not yielded); token_ids: receives the
         generated token ids (used by bench_accept)."""
+        for piece, _ in self._run_items(prompt, max_tokens, stop, stop_token=stop_token, token_ids=token_ids):
+            yield piece
+
+    def _run_items(self, prompt: Prompt, max_tokens: int | None, stop: str | Sequence[str] | None, *,
+                   stop_token: int | None = None, token_ids: list[int] | None = None,
+                   top_logprobs: int | None = None) -> Iterator[tuple[str, list[TokenLogprob]]]:
+        """_run's pieces, each with the log-probabilities of the tokens since the last piece (with
+        top_logprobs not None; the end-of-sequence token's are left out, as the server does); a
+        last ("", [...]) carries those of tokens whose text was not yielded (a stop string)."""
         tokens = self._prompt_tokens(prompt)
         if max_tokens is None:
             max_tokens = max(self.model.n_ctx - len(tokens), 0)
@@ -460,8 +510,17 @@ class Session:
         handle = self._ptr()
         if not self._busy.acquire(blocking=False):
             raise _invalid("the session is already generating (a session is used by one thread at a time)")
+        if top_logprobs is not None and (not isinstance(top_logprobs, int) or isinstance(top_logprobs, bool)
+                                         or not 0 <= top_logprobs <= _capi.MAX_TOP_LOGPROBS):
+            raise _invalid(f"logprobs must be 0..{_capi.MAX_TOP_LOGPROBS} alternatives per token, not {top_logprobs!r}")
+        eos = self.model.eos
         pieces: queue.SimpleQueue = queue.SimpleQueue()
         state = {"stopped": False, "token_stop": False, "status": _capi.OK, "error": ""}
+        fresh: list[TokenLogprob] = []  # log-probabilities not yet handed out with a piece
+
+        def on_logprob(_user, token, logprob, top_tokens, top_values, n_top):
+            if token != eos:
+                fresh.append(TokenLogprob(token, logprob, tuple((top_tokens[i], top_values[i]) for i in range(n_top))))
 
         def on_token(_user, _token, text, length):
             if state["stopped"] or state["token_stop"]:
@@ -473,20 +532,22 @@ class Session:
                 return 1
             piece, hit = stops.push(ctypes.string_at(text, length).decode("utf-8", "replace") if length else "")
             if piece:
-                pieces.put(piece)
+                pieces.put((piece, fresh[:]))
+                fresh.clear()
             if hit:
                 state["stopped"] = True
                 return 1
             return 0
 
         callback = _capi.TOKEN_CALLBACK(on_token)
+        logprob_callback = _capi.LOGPROB_CALLBACK(on_logprob) if top_logprobs is not None else _capi.LOGPROB_CALLBACK()
         stats = _capi.GenerationStats()
         stats.size = ctypes.sizeof(stats)
 
         def work():
             try:
-                status = lib().bitsplit_session_generate(handle, arr, len(arr), max_tokens, callback, None,
-                                                         ctypes.byref(stats))
+                status = lib().bitsplit_session_generate_logprobs(handle, arr, len(arr), max_tokens, top_logprobs or 0,
+                                                                  logprob_callback, callback, None, ctypes.byref(stats))
                 state["status"] = status
                 if status != _capi.OK:
                     state["error"] = _capi.last_error()  # the worker's own thread-local message
@@ -517,10 +578,20 @@ class Session:
         if state["status"] != _capi.OK:
             raise _capi.error(state["status"], state["error"])
         tail = stops.flush() if not state["stopped"] else ""
-        if tail:
-            yield tail
+        if tail or fresh:
+            yield tail, fresh[:]
         reason = "stop" if state["stopped"] or state["token_stop"] or stats.stopped_at_eos else "length"
-        self._last = Stats._from_c(stats, reason)
+        self._last = Stats._from_c(stats, reason, self._checks_per_setting(handle))
+
+    @staticmethod
+    def _checks_per_setting(handle: int) -> dict[str, int]:
+        out: dict[str, int] = {}
+        name, checks = ctypes.c_char_p(), ctypes.c_int64()
+        index = 0
+        while lib().bitsplit_session_setting_checks(handle, index, ctypes.byref(name), ctypes.byref(checks)) == _capi.OK:
+            out[(name.value or b"").decode("utf-8", "replace")] = checks.value
+            index += 1
+        return out
 
     def generate(self, prompt: Prompt, max_tokens: int | None = 256, *,
                  stop: str | Sequence[str] | None = None) -> tuple[str, Stats]:

@@ -53,6 +53,24 @@ def test_speculative_equals_plain(model):
         assert stats.speculative
 
 
+def test_stats_per_depth_draft_and_verify_time(model):
+    for options in (dict(speculative="auto"), dict(speculative=4, lookup=0)):
+        _, stats = model.generate(PROMPT, 48, temperature=0, **options)
+        assert stats.speculative and stats.checks > 0
+        assert len(stats.accepted_per_depth) > 0 and len(stats.accepted_per_depth) == len(stats.drafted_per_depth)
+        assert sum(stats.accepted_per_depth) == stats.accepted_tokens, options
+        assert all(a <= d <= stats.checks for a, d in zip(stats.accepted_per_depth, stats.drafted_per_depth))
+        assert all(0.0 <= r <= 1.0 for r in stats.acceptance_per_depth)
+        assert stats.draft_seconds >= 0 and stats.verify_seconds >= 0
+        assert 0 <= stats.lookup_accepted_tokens <= stats.accepted_tokens
+        assert 0 <= stats.lookup_drafted_tokens <= stats.drafted_tokens
+        assert stats.checks_per_setting and sum(stats.checks_per_setting.values()) == stats.checks
+    assert stats.lookup_drafted_tokens == 0  # lookup=0
+    _, plain = model.generate(PROMPT, 8, temperature=0, speculative=False)
+    assert plain.accepted_per_depth == () and plain.checks_per_setting == {}
+    assert plain.draft_seconds == 0 and plain.verify_seconds == 0
+
+
 def test_stream_equals_generate(model):
     text, _ = model.generate(PROMPT, 40, temperature=0)
     pieces = list(model.stream(PROMPT, 40, temperature=0))
@@ -304,6 +322,58 @@ def test_create_completion(model):
     assert chunks[-1]["choices"][0]["finish_reason"] == "length" and chunks[-1]["usage"]["completion_tokens"] == 16
 
 
+def test_completion_logprobs(bitsplit_module, model):
+    import math
+    expected, _ = model.generate(PROMPT, 16, temperature=0)
+    reply = model.create_completion(PROMPT, temperature=0, logprobs=2)
+    assert reply["choices"][0]["text"] == expected
+    lp = reply["choices"][0]["logprobs"]
+    assert "".join(lp["tokens"]) == expected and len(lp["token_logprobs"]) == 16
+    offsets = [0]
+    for t in lp["tokens"][:-1]:
+        offsets.append(offsets[-1] + len(t.encode()))
+    assert lp["text_offset"] == offsets
+    for token, value, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
+        assert value <= 0 and 1 <= len(top) <= 2
+        assert math.isclose(top[token], value, abs_tol=1e-6)  # greedy: the most probable
+        assert value == max(top.values())
+    # Plain decoding gives the same values; a stream the same tokens across its chunks.
+    plain = model.create_completion(PROMPT, temperature=0, logprobs=2, speculative=False)["choices"][0]["logprobs"]
+    assert plain["tokens"] == lp["tokens"]
+    assert all(math.isclose(a, b, abs_tol=2e-3) for a, b in zip(plain["token_logprobs"], lp["token_logprobs"]))
+    chunks = list(model.create_completion(PROMPT, temperature=0, logprobs=2, stream=True))
+    streamed = [t for c in chunks if c["choices"][0]["logprobs"] for t in c["choices"][0]["logprobs"]["tokens"]]
+    assert streamed == lp["tokens"]
+    offsets = [o for c in chunks if c["choices"][0]["logprobs"] for o in c["choices"][0]["logprobs"]["text_offset"]]
+    assert offsets == lp["text_offset"]
+    # Without logprobs: none; sampled: values under the raw logits, whatever the temperature.
+    assert model.create_completion(PROMPT, temperature=0)["choices"][0]["logprobs"] is None
+    sampled = model.create_completion(PROMPT, temperature=1.5, seed=3, logprobs=0)["choices"][0]["logprobs"]
+    assert len(sampled["token_logprobs"]) == 16 and all(v <= 0 for v in sampled["token_logprobs"])
+    assert all(top == {} for top in sampled["top_logprobs"])
+    for bad in (-1, 21, 1.5):
+        with pytest.raises(bitsplit_module.InvalidArgumentError, match="logprobs"):
+            model.create_completion(PROMPT, temperature=0, logprobs=bad)
+    with pytest.raises(bitsplit_module.InvalidArgumentError, match="top_logprobs"):
+        model.create_chat_completion(MESSAGES, 4, chat_template=CHATML, top_logprobs=2)
+
+
+def test_chat_completion_logprobs(model):
+    reply = model.create_chat_completion(MESSAGES, 12, temperature=0, chat_template=CHATML, logprobs=True,
+                                         top_logprobs=3)
+    content = reply["choices"][0]["logprobs"]["content"]
+    text = reply["choices"][0]["message"]["content"]
+    assert "".join(c["token"] for c in content) == text
+    for c in content:
+        assert bytes(c["bytes"]).decode("utf-8", "replace") == c["token"]
+        assert len(c["top_logprobs"]) == 3 and c["top_logprobs"][0]["logprob"] == c["logprob"]
+    chunks = list(model.create_chat_completion(MESSAGES, 12, temperature=0, chat_template=CHATML, logprobs=True,
+                                               stream=True))
+    streamed = [c for ch in chunks if ch["choices"][0]["logprobs"] for c in ch["choices"][0]["logprobs"]["content"]]
+    assert [c["token"] for c in streamed] == [c["token"] for c in content]
+    assert all(c["top_logprobs"] == [] for c in streamed)
+
+
 def test_chat_completion_equals_the_servers(model, cli, converted_path, tmp_path):
     import json
     import re
@@ -347,6 +417,17 @@ def test_chat_completion_equals_the_servers(model, cli, converted_path, tmp_path
         chunks = model.create_chat_completion(MESSAGES, 24, temperature=0, chat_template=CHATML, stream=True)
         assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == served_text
         assert served_text == ours["choices"][0]["message"]["content"]
+        # Log-probabilities: the server's tokens and values (both from the target's raw logits).
+        served = json.loads(post({**request, "logprobs": True, "top_logprobs": 2}))
+        ours = model.create_chat_completion(MESSAGES, 24, temperature=0, chat_template=CHATML, logprobs=True,
+                                            top_logprobs=2)
+        served_lp = served["choices"][0]["logprobs"]["content"]
+        ours_lp = ours["choices"][0]["logprobs"]["content"]
+        assert [c["token"] for c in ours_lp] == [c["token"] for c in served_lp]
+        assert [c["bytes"] for c in ours_lp] == [c["bytes"] for c in served_lp]
+        for a, b in zip(ours_lp, served_lp):
+            assert abs(a["logprob"] - b["logprob"]) < 2e-3
+            assert [t["token"] for t in a["top_logprobs"]] == [t["token"] for t in b["top_logprobs"]]
     finally:
         proc.terminate()
         proc.wait(timeout=30)

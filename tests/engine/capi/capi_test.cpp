@@ -546,6 +546,250 @@ TEST(CApi, StructSizesFollowOneRule) {
   bitsplit_session_free(s);
 }
 
+// API 0.5's speculative statistics: accepted tokens per draft depth (their sum is accepted_tokens;
+// a depth is accepted at most as often as drafted, and no more often than the depth above it),
+// draft and verify time, the lookup's share, and the checks per draft setting.
+TEST(CApi, SpeculativeStatisticsPerDepthAndTime) {
+  BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
+  Loaded l;
+  ASSERT_EQ(bitsplit_model_load(converted_base().c_str(), nullptr, &l.model), BITSPLIT_OK) << bitsplit_last_error();
+  bitsplit_session_params p;
+  bitsplit_session_params_init(&p);
+  p.temperature = 0;
+  for (int32_t budget : {0, 4}) {  // online (with lookup), and a fixed tree budget
+    p.budget = budget;
+    bitsplit_session* s = nullptr;
+    ASSERT_EQ(bitsplit_session_create(l.model, &p, &s), BITSPLIT_OK) << bitsplit_last_error();
+    const auto ids = tokenize(l.model, "And it came to pass");
+    Collected c;
+    bitsplit_generation_stats st{sizeof st};
+    ASSERT_EQ(bitsplit_session_generate(s, ids.data(), ids.size(), 48, collect, &c, &st), BITSPLIT_OK)
+        << bitsplit_last_error();
+    EXPECT_EQ(st.size, sizeof st);
+    ASSERT_EQ(st.speculative, 1);
+    EXPECT_GT(st.checks, 0);
+    EXPECT_GT(st.n_depths, 0) << "budget " << budget;
+    EXPECT_LE(st.n_depths, BITSPLIT_MAX_DRAFT_DEPTH);
+    int64_t sum = 0;
+    for (int32_t d = 0; d < st.n_depths; ++d) {
+      sum += st.accepted_at_depth[d];
+      EXPECT_LE(st.accepted_at_depth[d], st.drafted_at_depth[d]) << "depth " << d + 1;
+      EXPECT_LE(st.drafted_at_depth[d], st.checks) << "depth " << d + 1;
+      if (d > 0) {
+        EXPECT_LE(st.accepted_at_depth[d], st.accepted_at_depth[d - 1]) << "depth " << d + 1;
+      }
+    }
+    for (int32_t d = st.n_depths; d < BITSPLIT_MAX_DRAFT_DEPTH; ++d) {
+      EXPECT_EQ(st.accepted_at_depth[d], 0);
+      EXPECT_EQ(st.drafted_at_depth[d], 0);
+    }
+    EXPECT_EQ(sum, st.accepted_tokens) << "budget " << budget;
+    EXPECT_GE(st.draft_seconds, 0.0);
+    EXPECT_GE(st.verify_seconds, 0.0);
+    // (No timing beyond that: draft + verify is within the generation's time, but clocks are coarse.)
+    EXPECT_GE(st.lookup_drafted_tokens, 0);
+    EXPECT_LE(st.lookup_drafted_tokens, st.drafted_tokens);
+    EXPECT_GE(st.lookup_accepted_tokens, 0);
+    EXPECT_LE(st.lookup_accepted_tokens, st.accepted_tokens);
+    if (budget == 4) {
+      EXPECT_EQ(st.lookup_drafted_tokens, 0) << "a fixed budget drafts no lookup by default";
+    }
+    // The checks per setting add up to the checks.
+    int64_t checks = 0;
+    int32_t settings = 0;
+    const char* name = nullptr;
+    int64_t n = 0;
+    for (; bitsplit_session_setting_checks(s, settings, &name, &n) == BITSPLIT_OK; ++settings) {
+      ASSERT_NE(name, nullptr);
+      EXPECT_GT(std::strlen(name), 0u);
+      EXPECT_GT(n, 0);
+      checks += n;
+    }
+    EXPECT_EQ(bitsplit_session_setting_checks(s, settings, &name, &n), BITSPLIT_ERR_NOT_FOUND);
+    EXPECT_GT(settings, 0);
+    EXPECT_EQ(checks, st.checks);
+    EXPECT_EQ(bitsplit_session_setting_checks(s, -1, &name, &n), BITSPLIT_ERR_NOT_FOUND);
+    EXPECT_EQ(bitsplit_session_setting_checks(s, 0, nullptr, &n), BITSPLIT_ERR_INVALID_ARGUMENT);
+    bitsplit_session_free(s);
+  }
+  // Plain decoding: none of it.
+  p.budget = 0;
+  p.speculative = 0;
+  bitsplit_session* s = nullptr;
+  ASSERT_EQ(bitsplit_session_create(l.model, &p, &s), BITSPLIT_OK);
+  const auto ids = tokenize(l.model, "The LORD");
+  bitsplit_generation_stats st{sizeof st};
+  ASSERT_EQ(bitsplit_session_generate(s, ids.data(), ids.size(), 8, nullptr, nullptr, &st), BITSPLIT_OK);
+  EXPECT_EQ(st.speculative, 0);
+  EXPECT_EQ(st.n_depths, 0);
+  EXPECT_EQ(st.draft_seconds, 0.0);
+  EXPECT_EQ(st.verify_seconds, 0.0);
+  const char* name = nullptr;
+  int64_t n = 0;
+  EXPECT_EQ(bitsplit_session_setting_checks(s, 0, &name, &n), BITSPLIT_ERR_NOT_FOUND);
+  bitsplit_session_free(s);
+}
+
+// A caller built against the API 0.4 header passes the statistics' old size (the struct ended at
+// reused_tokens): it is taken, the old fields are written and nothing past them; sizes ending
+// inside the new fields (inside the per-depth arrays) are refused.
+TEST(CApi, OlderStatisticsSizeStillWorks) {
+  BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
+  Loaded l;
+  ASSERT_EQ(bitsplit_model_load(converted_base().c_str(), nullptr, &l.model), BITSPLIT_OK);
+  bitsplit_session_params p;
+  bitsplit_session_params_init(&p);
+  p.temperature = 0;
+  bitsplit_session* s = nullptr;
+  ASSERT_EQ(bitsplit_session_create(l.model, &p, &s), BITSPLIT_OK);
+  const auto ids = tokenize(l.model, "And it came to pass");
+  using T = bitsplit_generation_stats;
+  const size_t old_size = offsetof(T, reused_tokens) + sizeof(int64_t);
+  EXPECT_EQ(old_size, 88u) << "API 0.4's sizeof(bitsplit_generation_stats) on LP64";
+  EXPECT_EQ(offsetof(T, draft_seconds), old_size) << "the new fields start where the old struct ended";
+  T st;
+  std::memset(static_cast<void*>(&st), 0x5a, sizeof st);
+  st.size = old_size;
+  T before = st;
+  Collected c;
+  ASSERT_EQ(bitsplit_session_generate(s, ids.data(), ids.size(), 24, collect, &c, &st), BITSPLIT_OK) << bitsplit_last_error();
+  EXPECT_EQ(st.size, old_size);
+  EXPECT_EQ(st.generated_tokens, 24);
+  EXPECT_EQ(st.speculative, 1);
+  EXPECT_GT(st.accepted_tokens, 0);
+  EXPECT_EQ(std::memcmp(reinterpret_cast<const char*>(&st) + old_size, reinterpret_cast<const char*>(&before) + old_size,
+                        sizeof st - old_size),
+            0)
+      << "written past the caller's size";
+  // bitsplit_session_stats likewise; every field end of the new version is taken too.
+  for (size_t size : {old_size, offsetof(T, verify_seconds), offsetof(T, n_depths) + sizeof(int32_t),
+                      offsetof(T, drafted_at_depth), sizeof(T)}) {
+    std::memset(static_cast<void*>(&st), 0x5a, sizeof st);
+    st.size = size;
+    before = st;
+    ASSERT_EQ(bitsplit_session_stats(s, &st), BITSPLIT_OK) << size << ": " << bitsplit_last_error();
+    EXPECT_EQ(st.size, size);
+    EXPECT_EQ(st.generated_tokens, 24);
+    EXPECT_EQ(std::memcmp(reinterpret_cast<const char*>(&st) + size, reinterpret_cast<const char*>(&before) + size,
+                          sizeof st - size),
+              0)
+        << size;
+  }
+  // The full size has the new fields.
+  T full{sizeof full};
+  ASSERT_EQ(bitsplit_session_stats(s, &full), BITSPLIT_OK);
+  EXPECT_GT(full.n_depths, 0);
+  EXPECT_GE(full.verify_seconds, 0.0);
+  EXPECT_EQ(full.reserved1, 0);
+  for (size_t size : {old_size + 1, old_size + 4, offsetof(T, accepted_at_depth) + 8, sizeof(T) - 8}) {
+    std::memset(static_cast<void*>(&st), 0x5a, sizeof st);
+    st.size = size;
+    before = st;
+    EXPECT_EQ(bitsplit_session_stats(s, &st), BITSPLIT_ERR_INVALID_ARGUMENT) << size;
+    EXPECT_EQ(std::memcmp(&st, &before, sizeof st), 0) << size;
+  }
+  bitsplit_session_free(s);
+}
+
+struct Logprobs {
+  std::vector<bitsplit_token> tokens;
+  std::vector<float> logprobs;
+  std::vector<std::vector<std::pair<bitsplit_token, float>>> top;
+  Collected collected;
+  int out_of_order = 0;  // a token callback without its log-probability just before
+};
+
+void on_logprob(void* user, bitsplit_token token, float logprob, const bitsplit_token* top_tokens, const float* top_logprobs,
+                int32_t n_top) {
+  auto* l = static_cast<Logprobs*>(user);
+  l->tokens.push_back(token);
+  l->logprobs.push_back(logprob);
+  l->top.emplace_back();
+  for (int32_t i = 0; i < n_top; ++i) l->top.back().push_back({top_tokens[i], top_logprobs[i]});
+}
+
+int on_token_after_logprob(void* user, bitsplit_token token, const char* text, size_t length) {
+  auto* l = static_cast<Logprobs*>(user);
+  if (token >= 0 && (l->tokens.size() != l->collected.tokens.size() + 1 || l->tokens.back() != token)) ++l->out_of_order;
+  return collect(&l->collected, token, text, length);
+}
+
+// API 0.5's log-probabilities: each token's comes right before it, is the log-softmax of the
+// raw logits (what the step-by-step API's logits give), greedy tokens are the most probable, and
+// speculative and plain decoding report the same values.
+TEST(CApi, LogprobsOfGeneratedTokens) {
+  BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
+  Loaded l;
+  ASSERT_EQ(bitsplit_model_load(converted_base().c_str(), nullptr, &l.model), BITSPLIT_OK);
+  bitsplit_session_params p;
+  bitsplit_session_params_init(&p);
+  p.temperature = 0;
+  const auto ids = tokenize(l.model, "And it came to pass");
+  auto run = [&](int32_t speculative, int32_t top) {
+    p.speculative = speculative;
+    bitsplit_session* s = nullptr;
+    EXPECT_EQ(bitsplit_session_create(l.model, &p, &s), BITSPLIT_OK);
+    Logprobs out;
+    EXPECT_EQ(bitsplit_session_generate_logprobs(s, ids.data(), ids.size(), 24, top, on_logprob, on_token_after_logprob, &out,
+                                                 nullptr),
+              BITSPLIT_OK)
+        << bitsplit_last_error();
+    bitsplit_session_free(s);
+    return out;
+  };
+  const Logprobs spec = run(1, 3);
+  const Logprobs plain = run(0, 3);
+  ASSERT_EQ(spec.collected.tokens.size(), 24u);
+  EXPECT_EQ(spec.tokens, spec.collected.tokens);
+  EXPECT_EQ(spec.out_of_order, 0);
+  EXPECT_EQ(plain.tokens, spec.tokens);
+  ASSERT_EQ(plain.logprobs.size(), spec.logprobs.size());
+  for (size_t i = 0; i < spec.tokens.size(); ++i) {
+    EXPECT_LE(spec.logprobs[i], 0.0f);
+    ASSERT_EQ(spec.top[i].size(), 3u);
+    EXPECT_EQ(spec.top[i][0].first, spec.tokens[i]) << "greedy picks the most probable";
+    EXPECT_FLOAT_EQ(spec.top[i][0].second, spec.logprobs[i]);
+    EXPECT_GE(spec.top[i][0].second, spec.top[i][1].second);
+    EXPECT_GE(spec.top[i][1].second, spec.top[i][2].second);
+    EXPECT_NEAR(spec.logprobs[i], plain.logprobs[i], 2e-3) << i;
+  }
+  // The first token's, against the step-by-step logits' log-softmax.
+  p.speculative = 0;
+  bitsplit_session* s = nullptr;
+  ASSERT_EQ(bitsplit_session_create(l.model, &p, &s), BITSPLIT_OK);
+  ASSERT_EQ(bitsplit_session_feed(s, ids.data(), ids.size()), BITSPLIT_OK);
+  const float* logits = nullptr;
+  int32_t n_vocab = 0;
+  ASSERT_EQ(bitsplit_session_logits(s, &logits, &n_vocab), BITSPLIT_OK);
+  double max = logits[0], sum = 0;
+  for (int32_t i = 0; i < n_vocab; ++i) max = std::max(max, double(logits[i]));
+  for (int32_t i = 0; i < n_vocab; ++i) sum += std::exp(double(logits[i]) - max);
+  EXPECT_NEAR(plain.logprobs[0], double(logits[plain.tokens[0]]) - max - std::log(sum), 1e-4);
+  // Sampled: temperature does not change the reported values' meaning (raw logits), and top 0 gives none.
+  p.temperature = 1.5f;
+  p.seed = 3;
+  const Logprobs sampled = run(0, 0);
+  ASSERT_EQ(sampled.tokens.size(), 24u);
+  EXPECT_EQ(sampled.out_of_order, 0);
+  for (size_t i = 0; i < sampled.tokens.size(); ++i) {
+    EXPECT_TRUE(sampled.top[i].empty());
+    EXPECT_LE(sampled.logprobs[i], 0.0f);
+  }
+  // Out-of-range top_logprobs are refused before anything runs.
+  Logprobs none;
+  for (int32_t bad : {-1, BITSPLIT_MAX_TOP_LOGPROBS + 1}) {
+    EXPECT_EQ(bitsplit_session_generate_logprobs(s, ids.data(), ids.size(), 4, bad, on_logprob, on_token_after_logprob, &none,
+                                                 nullptr),
+              BITSPLIT_ERR_INVALID_ARGUMENT);
+  }
+  EXPECT_TRUE(none.tokens.empty() && none.collected.tokens.empty());
+  // A plain generate afterwards reports none (the hook is gone).
+  Collected c;
+  EXPECT_EQ(bitsplit_session_generate(s, ids.data(), ids.size(), 4, collect, &c, nullptr), BITSPLIT_OK);
+  EXPECT_EQ(c.tokens.size(), 4u);
+  bitsplit_session_free(s);
+}
+
 // Two sessions on one model, each in its own thread (one greedy on the base, one sampled on a
 // variant), give the texts they give one after the other.
 TEST(CApi, SessionsOnOneModelFromTwoThreads) {

@@ -54,8 +54,11 @@ extern "C" {
 #endif
 
 #define BITSPLIT_API_VERSION_MAJOR 0
-#define BITSPLIT_API_VERSION_MINOR 4  /* 2: bitsplit_model_add_lora; 3: bitsplit_model_params.target_activations;
-                                         4: chat prompts (bitsplit_chat_render, bitsplit_chat_tokenize) */
+#define BITSPLIT_API_VERSION_MINOR 5  /* 2: bitsplit_model_add_lora; 3: bitsplit_model_params.target_activations;
+                                         4: chat prompts (bitsplit_chat_render, bitsplit_chat_tokenize);
+                                         5: speculative statistics in bitsplit_generation_stats (per depth,
+                                            draft / verify time, lookup), bitsplit_session_setting_checks,
+                                            log-probabilities (bitsplit_session_generate_logprobs) */
 #define BITSPLIT_API_VERSION ((BITSPLIT_API_VERSION_MAJOR << 16) | BITSPLIT_API_VERSION_MINOR)
 
 typedef enum bitsplit_status {
@@ -225,6 +228,9 @@ BITSPLIT_API void bitsplit_session_free(bitsplit_session* session);
  * generation ends inside a character, one last call with token -1 carries its leftover bytes. */
 typedef int (*bitsplit_token_callback)(void* user_data, bitsplit_token token, const char* text, size_t length);
 
+/* The length of bitsplit_generation_stats' per-depth arrays (API 0.5): the deepest a draft goes. */
+#define BITSPLIT_MAX_DRAFT_DEPTH 64
+
 typedef struct bitsplit_generation_stats {
   size_t size;                   /* sizeof(bitsplit_generation_stats); set to the bytes written */
   int64_t prompt_tokens;         /* aborted during the prompt: the prompt tokens run before */
@@ -239,6 +245,20 @@ typedef struct bitsplit_generation_stats {
   double tokens_per_check;       /* accepted + the target's own token, per check; the end of the first
                                     version (API 0.1) */
   int64_t reused_tokens;         /* prompt tokens whose K/V came from the last generation (reuse_prefix) */
+  /* API 0.5: where a speculative generation's time went, and how deep its drafts were accepted
+     (all 0 when it did not decode speculatively). */
+  double draft_seconds;          /* drafting (the draft model's passes and the context lookup) */
+  double verify_seconds;         /* the target's verification passes */
+  int64_t lookup_drafted_tokens; /* drafted nodes that came from the context lookup (of drafted_tokens) */
+  int64_t lookup_accepted_tokens; /* accepted tokens that came from the lookup's chain (of accepted_tokens) */
+  int32_t n_depths;              /* valid entries of the two arrays below: the deepest draft's depth */
+  int32_t reserved1;             /* ignored (keeps the arrays 8-byte aligned) */
+  /* Per draft depth d (index d - 1), as vLLM's num_accepted_tokens_per_pos: checks whose accepted path
+     reached depth d (their sum is accepted_tokens), and checks whose draft had a node at depth d (the
+     ratio of the two is the acceptance rate at that depth). A draft is at most BITSPLIT_MAX_DRAFT_DEPTH
+     deep (the largest budget: drafts of at most 64 nodes). */
+  int64_t accepted_at_depth[BITSPLIT_MAX_DRAFT_DEPTH];
+  int64_t drafted_at_depth[BITSPLIT_MAX_DRAFT_DEPTH];
 } bitsplit_generation_stats;
 
 /* Generates up to n_predict tokens after prompt[0..n_prompt) (a new sequence each call; with
@@ -256,6 +276,30 @@ BITSPLIT_API bitsplit_status bitsplit_session_generate(bitsplit_session* session
 /* Statistics of the session's last generation (the fields `stats->size` holds; size set to the
  * bytes written). */
 BITSPLIT_API bitsplit_status bitsplit_session_stats(const bitsplit_session* session, bitsplit_generation_stats* stats);
+/* API 0.5: the draft settings the session's last generation checked with ("plain", "chain-4",
+ * "tree-16+lookup", ... as `bitsplit run` prints them), in the order first used: *name (owned by the
+ * session, valid until its next generation) and *checks of setting `index`. BITSPLIT_ERR_NOT_FOUND
+ * past the last (index 0 of a generation that did not decode speculatively). */
+BITSPLIT_API bitsplit_status bitsplit_session_setting_checks(const bitsplit_session* session, int32_t index,
+                                                             const char** name, int64_t* checks);
+
+/* API 0.5: log-probabilities. A generated token's log-probability under the target model's
+ * distribution at its position: the log-softmax of its raw logits (temperature 1, no penalties
+ * or filters, as `bitsplit serve` reports them in `logprobs`), whatever the sampling options; and
+ * the n_top most probable tokens there (most probable first; ties: the lower id). top_tokens and
+ * top_logprobs hold n_top entries each and are valid during the call only. */
+typedef void (*bitsplit_logprob_callback)(void* user_data, bitsplit_token token, float logprob,
+                                          const bitsplit_token* top_tokens, const float* top_logprobs, int32_t n_top);
+/* bitsplit_session_generate, and logprob_callback (may be NULL) called with each generated token's
+ * log-probability and top_logprobs (0..BITSPLIT_MAX_TOP_LOGPROBS) alternatives, right before the
+ * token's own callback, with the same user_data (the end-of-sequence token too; not the leftover
+ * bytes' call with token -1). */
+BITSPLIT_API bitsplit_status bitsplit_session_generate_logprobs(bitsplit_session* session, const bitsplit_token* prompt,
+                                                                size_t n_prompt, int32_t n_predict, int32_t top_logprobs,
+                                                                bitsplit_logprob_callback logprob_callback,
+                                                                bitsplit_token_callback callback, void* user_data,
+                                                                bitsplit_generation_stats* stats);
+#define BITSPLIT_MAX_TOP_LOGPROBS 20
 /* Asks a running bitsplit_session_generate to stop; safe from any thread, also when nothing
  * runs (the flag is cleared when the next generation starts). */
 BITSPLIT_API void bitsplit_session_abort(bitsplit_session* session);
