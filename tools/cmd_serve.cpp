@@ -23,6 +23,7 @@ struct ServeArgs {
   std::vector<std::string> api_keys;
   int port = 8080, parallel = 4, queue = 64, threads = 0, max_connections = 512;
   bool trust_special_tokens = false;
+  bool no_webui = false;
   int prompt_cache = -1;  // -1: --parallel's number, as many as fit in RAM
   int64_t ctx = 0;
   int spec_max_sequences = 2;
@@ -135,6 +136,7 @@ int serve(const ServeArgs& a) {
   so.http.max_body_bytes = size_t(*body);
   so.http.max_connections = a.max_connections;
   so.special_tokens_in_chat = a.trust_special_tokens;
+  so.webui = !a.no_webui;
   GenerationArgs defaults;  // the session options of a request that sets none
   defaults.speculative = !a.no_spec;
   auto budget = spec::parse_budget(a.budget);
@@ -214,6 +216,7 @@ void add_serve_command(CLI::App& app, int* exit_code) {
       ->check(CLI::ExistingFile)->excludes(key);
   cmd->add_option("--max-connections", a->max_connections, "Connections open at once; more are answered 503 and closed")
       ->capture_default_str()->check(whole_in(1, 65536));
+  cmd->add_flag("--no-webui", a->no_webui, "Do not serve the chat page at GET /");
   cmd->add_flag("--trust-special-tokens", a->trust_special_tokens,
                 "Chat content may carry control tokens as text (<|im_start|>...): only for trusted clients; by default "
                 "such text in a message is plain text");

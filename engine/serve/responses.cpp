@@ -62,6 +62,13 @@ json extension(const Outcome& o) {
     e["tokens_per_check"] = a.tokens_per_check();
     e["lookup_drafted_tokens"] = a.lookup_drafted;
     e["lookup_accepted_tokens"] = a.lookup_accepted;
+    // Per draft depth d (index d - 1): checks whose accepted path reached it, and checks that
+    // drafted that deep; the time spent drafting and verifying; the setting it ended at.
+    e["accepted_per_depth"] = a.accepted_at_depth;
+    e["drafted_per_depth"] = a.drafted_at_depth;
+    e["draft_seconds"] = a.draft_seconds;
+    e["verify_seconds"] = a.verify_seconds;
+    e["final_setting"] = o.speculative->final_setting;
   }
   return e;
 }

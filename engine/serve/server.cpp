@@ -23,6 +23,11 @@
 #include "prompt_cache_pool.h"
 #include "responses.h"
 
+namespace bitsplit {
+extern const unsigned char kWebUiPage[];  // engine/serve/webui/index.html (CMake: bitsplit_embed_file)
+extern const size_t kWebUiPageSize;
+}  // namespace bitsplit
+
 namespace bitsplit::serve {
 namespace {
 
@@ -457,10 +462,22 @@ void Server::Impl::handle_generate(const http::Request& req, http::Response& res
 void Server::Impl::setup_routes() {
   // Every route but /health needs a key (when there are keys), checked before the body is read.
   http.set_head_check([this](const http::Request& head, http::Response& res) {
-    if (head.path == "/health" || tenant(head) >= 0) return true;
+    if (head.path == "/health" || (head.path == "/" && options.webui) || tenant(head) >= 0) return true;
     refuse(res, {401, "a valid API key is required (Authorization: Bearer KEY)", "", "authentication_error"});
     return false;
   });
+  if (options.webui) {
+    // The page: everything inline, so the policy lets it load nothing from anywhere else.
+    http.route("GET", "/", [](const http::Request&, http::Response& res) {
+      res.content_type = "text/html; charset=utf-8";
+      res.body.assign(reinterpret_cast<const char*>(kWebUiPage), kWebUiPageSize);
+      res.headers = {{"Content-Security-Policy", "default-src 'self'; style-src 'unsafe-inline'; "
+                                                 "script-src 'unsafe-inline'; img-src 'self' data:"},
+                     {"X-Content-Type-Options", "nosniff"},
+                     {"Referrer-Policy", "no-referrer"},
+                     {"Cache-Control", "no-cache"}};
+    }, http::Dispatch::kInline);
+  }
   http.route("GET", "/health", [this](const http::Request&, http::Response& res) {
     if (ready.load()) return send_json(res, 200, {{"status", "ok"}});
     res.headers.emplace_back("Retry-After", "5");

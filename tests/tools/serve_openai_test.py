@@ -259,6 +259,20 @@ with tempfile.TemporaryDirectory() as TMP:
             check(got == 415 and "application/json" in json.loads(text)["error"]["message"], f"{ctype}: {got} {text[:120]!r}")
         check(server.http("GET", "/v1/completions")[0] == 405, "GET on a POST route: 405")
         check(server.http("GET", "/health")[0] == 200, "still healthy after the bad requests")
+        # The chat page: served from the binary with a policy that lets it load nothing else.
+        got, page, headers = server.http("GET", "/")
+        check(got == 200 and page.lstrip().lower().startswith("<!doctype html") and
+              headers.get("Content-Type", "").startswith("text/html") and
+              "default-src 'self'" in headers.get("Content-Security-Policy", ""), f"GET /: {got} {headers}")
+        # The `bitsplit` extension says how speculation went: per depth, times, the final setting.
+        got, text, _ = server.http("POST", "/v1/chat/completions", json.dumps(
+            {"messages": [{"role": "user", "content": "And God said"}], "max_tokens": 16, "temperature": 0}),
+            {"Content-Type": "application/json"})
+        ext = json.loads(text).get("bitsplit", {}) if got == 200 else {}
+        check(ext.get("speculative") is True and sum(ext.get("accepted_per_depth", [-1])) == ext.get("accepted_tokens")
+              and len(ext.get("drafted_per_depth", [])) >= len(ext.get("accepted_per_depth", [])) > 0
+              and ext.get("draft_seconds", -1) >= 0 and ext.get("verify_seconds", -1) >= 0
+              and isinstance(ext.get("final_setting"), str), f"the bitsplit extension: {got} {ext}")
         # A prompt of token ids is taken as given (its usage counts exactly those ids).
         got, text, _ = server.http("POST", "/v1/completions", json.dumps({"prompt": [1, 2, 3], "max_tokens": 3,
                                                                           "temperature": 0}),
@@ -271,6 +285,7 @@ with tempfile.TemporaryDirectory() as TMP:
     keyed = Server("-m", conv, "--api-key", "sekrit", "--api-key", "other", "--parallel", "1", "--prompt-cache", "4")
     try:
         check(keyed.http("GET", "/health")[0] == 200, "/health needs no key")
+        check(keyed.http("GET", "/")[0] == 200, "the page needs no key (it holds no data and asks for one)")
         check(keyed.http("GET", "/v1/models")[0] == 401, "/v1/models without a key: 401")
         check(keyed.http("GET", "/metrics")[0] == 401, "/metrics without a key: 401")
         check(keyed.http("GET", "/v1/models", headers={"Authorization": "Bearer wrong"})[0] == 401, "a wrong key: 401")
@@ -291,6 +306,13 @@ with tempfile.TemporaryDirectory() as TMP:
         check(first.choices[0].text == across.choices[0].text == again.choices[0].text, "same text under each key")
     finally:
         keyed.stop()
+
+    # --no-webui: no page.
+    nopage = Server("-m", conv, "--no-webui")
+    try:
+        check(nopage.http("GET", "/")[0] == 404, "--no-webui: GET / is 404")
+    finally:
+        nopage.stop()
 
 if failures:
     print(f"{len(failures)} failure(s)")

@@ -1,7 +1,8 @@
 // `bitsplit serve`: an OpenAI-compatible HTTP server over one loaded model and its registered
 // variants (the request's `model` field picks the base or a variant).
 //
-// Routes: POST /v1/completions, POST /v1/chat/completions (both streamed as server-sent events
+// Routes: GET / (the chat page, unless ServerOptions::webui is off; it holds no data and asks for
+// the key itself), POST /v1/completions, POST /v1/chat/completions (both streamed as server-sent events
 // with "stream": true; their bodies must be sent as Content-Type: application/json), GET
 // /v1/models, GET /health (503 until ready), GET /metrics (Prometheus). With API keys every route
 // but /health needs "Authorization: Bearer KEY", checked on the request's head before its body is
@@ -53,6 +54,7 @@ struct ServerOptions {
   // worker threads are set from parallel and queue.
   http::Limits http;
   bool special_tokens_in_chat = false;  // special-token text in chat content becomes control tokens
+  bool webui = true;                    // GET / answers the chat page (engine/serve/webui/index.html)
   std::string model_name;       // the base model's id in /v1/models (default: the file name)
   // Decoding defaults (speculative, budget, lookup, ...); a request may override `speculative`
   // and `budget`, and its session options then come from generation_config as a front end's do
