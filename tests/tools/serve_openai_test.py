@@ -16,8 +16,9 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.request
+
+from serve_testing import ServeProcess
 
 try:
     import openai
@@ -60,44 +61,12 @@ def run_text(model, prompt, n, variant=None, parse_special=False):
     return r.stdout[len(prompt):-1]  # run ends the text with a newline
 
 
-class Server:
+class Server(ServeProcess):
     def __init__(self, *args):
-        self.proc = subprocess.Popen([BIN, "serve", "--port", "0", "-t", "2", *args], stderr=subprocess.PIPE, text=True)
-        self.log = []
-        deadline = time.time() + 60
-        self.port = None
-        while time.time() < deadline and self.port is None:
-            line = self.proc.stderr.readline()
-            if not line:
-                break
-            self.log.append(line)
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-            if m:
-                self.port = int(m.group(1))
-        assert self.port, "".join(self.log)
-        while time.time() < deadline:
-            line = self.proc.stderr.readline()
-            self.log.append(line)
-            if line.startswith("ready:") or not line:
-                break
-        assert any(l.startswith("ready:") for l in self.log), "".join(self.log)
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def http(self, method, path, body=None, headers=None):
-        data = body.encode() if isinstance(body, str) else body
-        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers or {})
-        try:
-            with urllib.request.urlopen(req, timeout=60) as r:
-                return r.status, r.read().decode(), dict(r.headers)
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode(), dict(e.headers)
+        super().__init__(BIN, *args)
 
     def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        if not super().stop():
             failures.append("the server did not stop on SIGTERM")
 
 

@@ -24,6 +24,8 @@ import tempfile
 import threading
 import time
 
+from serve_testing import ServeProcess
+
 BIN, SRC = sys.argv[1], sys.argv[2]
 BASE = os.path.join(SRC, "tests", "models", "bible-base.gguf")
 if not os.path.exists(BASE):
@@ -221,20 +223,8 @@ with tempfile.TemporaryDirectory() as tmp:
         conv = os.path.join(tmp, "base.bitsplit.gguf")
         r = subprocess.run([BIN, "convert", BASE, conv, "-t", "2"], capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr
-    proc = subprocess.Popen([BIN, "serve", "-m", conv, "--port", "0", "-t", "2", "--parallel", "2", "--queue", "4",
-                             "--api-key", KEY, "--max-body", "1M"], stderr=subprocess.PIPE, text=True)
-    port = None
-    log = []
-    while port is None or not any(l.startswith("ready:") for l in log):
-        line = proc.stderr.readline()
-        if not line:
-            break
-        log.append(line)
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-    assert port and any(l.startswith("ready:") for l in log), "".join(log)
-    threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()  # drain the log
+    server = ServeProcess(BIN, "-m", conv, "--parallel", "2", "--queue", "4", "--api-key", KEY, "--max-body", "1M")
+    proc, port = server.proc, server.port
 
     prompts = ["And God said", "In the beginning", "The LORD is", "Blessed are"]
     want = {}
@@ -285,8 +275,7 @@ with tempfile.TemporaryDirectory() as tmp:
     rss_end = rss_mib(proc.pid)
     metrics = request(port, "GET", "/metrics", headers={"Authorization": f"Bearer {KEY}"}).decode(errors="replace")
     check(proc.poll() is None, "the server is still running")
-    proc.terminate()
-    proc.wait(timeout=30)
+    check(server.stop(), "the server stops on SIGTERM")
 
     lat = sorted(latencies)
     print(f"soak: {SECONDS:.0f} s; normal requests {len(lat)} (p50 {lat[len(lat) // 2]:.2f} s, max {lat[-1]:.2f} s); "

@@ -23,8 +23,8 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
+
+from serve_testing import ServeProcess
 
 try:
     from selenium import webdriver
@@ -66,33 +66,9 @@ def cli(*args):
     return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=300)
 
 
-class Server:
+class Server(ServeProcess):
     def __init__(self, *args):
-        self.proc = subprocess.Popen([BIN, "serve", "--port", "0", "-t", "2", *args], stderr=subprocess.PIPE, text=True)
-        self.log = []
-        deadline = time.time() + 60
-        self.port = None
-        while time.time() < deadline:
-            line = self.proc.stderr.readline()
-            if not line:
-                break
-            self.log.append(line)
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-            if m:
-                self.port = int(m.group(1))
-            if line.startswith("ready:"):
-                break
-        assert self.port and any(l.startswith("ready:") for l in self.log), "".join(self.log)
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def http(self, method, path, body=None, headers=None):
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers or {})
-        try:
-            with urllib.request.urlopen(req, timeout=60) as r:
-                return r.status, r.read().decode(), dict(r.headers)
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode(), dict(e.headers)
+        super().__init__(BIN, *args)
 
     def chat(self, model, messages, max_tokens, key=None):
         """The non-streamed, greedy reply with the page's parameters."""
@@ -111,11 +87,7 @@ class Server:
         return int(m.group(1)) if m else None
 
     def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        if not super().stop():
             failures.append("the server did not stop on SIGTERM")
 
 
