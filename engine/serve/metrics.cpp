@@ -115,7 +115,7 @@ void Metrics::set_forward_passes(int64_t passes, int64_t sequences, int64_t rows
   pass_shared_ = shared;
 }
 
-void Metrics::set_http(const HttpCounts& c) {
+void Metrics::set_http(const http::Counters& c) {
   std::lock_guard<std::mutex> lock(mu_);
   http_ = c;
 }

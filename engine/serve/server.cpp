@@ -171,6 +171,11 @@ struct Server::Impl {
   // the request is admitted to a slot, tokenizing after.
   Prepared prepare_request(std::string_view body, Endpoint endpoint);
   std::optional<RequestError> bound_prompt(const PreparedRequest& p) const;
+  // A request's context: the server's --ctx, at most the model's.
+  int64_t context() const {
+    const int64_t model_ctx = model->model.config().n_ctx_train;
+    return options.ctx > 0 ? std::min(options.ctx, model_ctx) : model_ctx;
+  }
   std::optional<RequestError> finish_preparing(PreparedRequest& p);
   std::optional<RequestError> resolve_model(PreparedRequest& p);
   std::optional<RequestError> tokenize_prompt(PreparedRequest& p);
@@ -208,8 +213,7 @@ std::optional<RequestError> Server::Impl::finish_preparing(PreparedRequest& p) {
 std::optional<RequestError> Server::Impl::bound_prompt(const PreparedRequest& p) const {
   const GenerationRequest& r = p.request;
   const size_t bytes = p.endpoint == Endpoint::kChat ? text_bytes(r.messages) : r.prompt.size();
-  const int64_t model_ctx = model->model.config().n_ctx_train;
-  const int64_t n_ctx = options.ctx > 0 ? std::min(options.ctx, model_ctx) : model_ctx;
+  const int64_t n_ctx = context();
   if (double(bytes) / double(max_piece_bytes) < double(n_ctx)) return std::nullopt;
   return RequestError{400, "the prompt's text is " + std::to_string(bytes) + " bytes, at least " +
                                std::to_string(bytes / max_piece_bytes) + " tokens; the context is " +
@@ -265,7 +269,7 @@ std::optional<RequestError> Server::Impl::tokenize_prompt(PreparedRequest& p) {
 // model's); max_tokens defaults to OpenAI's 16 for completions, the rest of the context for chat.
 std::optional<RequestError> Server::Impl::check_context(PreparedRequest& p) {
   const int64_t model_ctx = model->model.config().n_ctx_train;
-  const int64_t n_ctx = options.ctx > 0 ? std::min(options.ctx, model_ctx) : model_ctx;
+  const int64_t n_ctx = context();
   const std::string whose = n_ctx < model_ctx ? "the server's context (--ctx)" : "the model's context";
   const std::string prompt_param = p.endpoint == Endpoint::kChat ? "messages" : "prompt";
   const std::vector<int32_t>& prompt = p.prompt;
@@ -486,8 +490,7 @@ void Server::Impl::setup_routes() {
   http.route("GET", "/metrics", [this](const http::Request&, http::Response& res) {
     const PassBatcher::Stats passes = batcher.stats();
     metrics.set_forward_passes(passes.passes, passes.sequences, passes.rows, passes.shared);
-    const http::Counters c = http.counters();
-    metrics.set_http({c.connections, c.connections_refused, c.bad_requests, c.timeouts, c.busy, c.open_connections});
+    metrics.set_http(http.counters());
     if (ready.load()) {
       std::vector<std::string> names = variants->names(), resident;
       for (const auto& n : names)

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "bitsplit/http_server.h"
+
 namespace bitsplit::serve {
 
 class Histogram {
@@ -25,12 +27,6 @@ class Histogram {
   std::vector<uint64_t> counts_;
   double sum_ = 0;
   uint64_t count_ = 0;
-};
-
-// The HTTP layer's connection counts (http::Counters).
-struct HttpCounts {
-  uint64_t connections = 0, connections_refused = 0, bad_requests = 0, timeouts = 0, busy = 0;
-  int64_t open_connections = 0;
 };
 
 struct SpeculativeCounts {
@@ -58,7 +54,7 @@ class Metrics {
   // The combined forward passes so far (PassBatcher::Stats): passes, the sequence passes in them,
   // their rows, and the sequence passes that shared a pass with another sequence.
   void set_forward_passes(int64_t passes, int64_t sequences, int64_t rows, int64_t shared);
-  void set_http(const HttpCounts& c);
+  void set_http(const http::Counters& c);  // the HTTP layer's connection counts
   std::string render() const;
 
  private:
@@ -74,7 +70,7 @@ class Metrics {
   double kv_usage_ = 0;
   std::vector<std::string> resident_, registered_;
   int64_t passes_ = 0, pass_sequences_ = 0, pass_rows_ = 0, pass_shared_ = 0;
-  HttpCounts http_;
+  http::Counters http_;
 };
 
 }  // namespace bitsplit::serve
