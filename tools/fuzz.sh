@@ -5,7 +5,7 @@
 # prints one line per target. Usage:
 #   tools/fuzz.sh [--long] [TARGET...]      (TARGET: gguf model delta imatrix lora tokenizer_encode
 #                                            tokenizer_metadata tokenizer_json options chat_template
-#                                            openai_request split_set lora http_request; default all)
+#                                            openai_request split_set lora http_request safetensors; default all)
 #   --long: FUZZ_SECONDS defaults to 3600 (a long local run).
 # Environment: FUZZ_SECONDS, FUZZ_BUILD_DIR (default build-fuzz), FUZZ_ARTIFACTS (crashing
 # inputs and logs; default $FUZZ_BUILD_DIR/fuzz-artifacts), FUZZ_PARALLEL (targets run at once;
@@ -25,7 +25,7 @@ for arg in "$@"; do
     *) targets+=("$arg") ;;
   esac
 done
-all_targets=(gguf model delta imatrix tokenizer_encode tokenizer_metadata tokenizer_json options chat_template openai_request split_set lora http_request)
+all_targets=(gguf model delta imatrix tokenizer_encode tokenizer_metadata tokenizer_json options chat_template openai_request split_set lora http_request safetensors)
 [[ ${#targets[@]} -eq 0 ]] && targets=("${all_targets[@]}")
 if [[ $long -eq 1 ]]; then seconds=${FUZZ_SECONDS:-3600}; else seconds=${FUZZ_SECONDS:-30}; fi
 build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
@@ -43,7 +43,7 @@ max_len() {
   case "$1" in
     gguf|model|tokenizer_metadata|split_set) echo 65536 ;;
     tokenizer_json) echo 32768 ;;
-    delta|lora) echo 16384 ;;
+    delta|lora|safetensors) echo 16384 ;;
     imatrix) echo 8192 ;;
     tokenizer_encode) echo 2048 ;;
     options) echo 256 ;;

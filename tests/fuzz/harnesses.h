@@ -13,6 +13,7 @@
 #include "harness_model.h"
 #include "harness_openai_request.h"
 #include "harness_options.h"
+#include "harness_safetensors.h"
 #include "harness_split_set.h"
 #include "harness_tokenizer.h"
 
@@ -35,6 +36,7 @@ inline Harness harness(const std::string& target) {
   if (target == "split_set") return run_split_set;
   if (target == "lora") return run_lora;
   if (target == "http_request") return run_http_request;
+  if (target == "safetensors") return run_safetensors;
   return nullptr;
 }
 

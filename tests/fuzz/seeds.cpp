@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "../engine/format/gguf_testing.h"
+#include "../engine/format/safetensors_testing.h"
 #include "bitsplit/gguf.h"
 #include "bitsplit/quant.h"
 #include "bitsplit/split_format.h"
@@ -675,13 +676,31 @@ std::vector<Seed> split_set_seeds() {
   return out;
 }
 
+// Safetensors shards: every dtype read, a 0-element tensor, metadata, and a header padded with spaces.
+std::vector<Seed> safetensors_seeds() {
+  using testing::StTensor;
+  std::vector<float> v(24);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = float(i) * 0.25f - 2.0f;
+  const std::vector<StTensor> tensors = {{"model.embed_tokens.weight", "F32", {4, 6}, testing::f32_bytes(v)},
+                                         {"model.layers.0.self_attn.q_proj.weight", "BF16", {2, 12}, testing::bf16_bytes(v)},
+                                         {"model.norm.weight", "F16", {3}, {0, 0x3c, 0, 0xc0, 0x55, 0x35}},
+                                         {"empty", "F32", {0, 5}, {}}};
+  auto header = testing::safetensors_header(tensors);
+  header["__metadata__"] = {{"format", "pt"}};
+  std::vector<uint8_t> data;
+  for (const auto& t : tensors) data.insert(data.end(), t.bytes.begin(), t.bytes.end());
+  return {{"three-dtypes", testing::safetensors_bytes(tensors)},
+          {"metadata", testing::safetensors_bytes(header.dump(), data)},
+          {"scalar", testing::safetensors_bytes({{"s", "F32", {}, testing::f32_bytes({1.5f})}})}};
+}
+
 }  // namespace
 
 const std::vector<std::string>& fuzz_targets() {
   static const std::vector<std::string> targets = {"gguf", "model", "delta", "imatrix", "tokenizer_encode",
                                                    "tokenizer_metadata", "tokenizer_json", "options",
                                                    "chat_template", "openai_request", "split_set", "lora",
-                                                   "http_request"};
+                                                   "http_request", "safetensors"};
   return targets;
 }
 
@@ -704,6 +723,7 @@ std::vector<Seed> make_seeds(const std::string& target, const std::string& share
   if (target == "openai_request") return openai_request_seeds();
   if (target == "http_request") return http_request_seeds();
   if (target == "split_set") return split_set_seeds();
+  if (target == "safetensors") return safetensors_seeds();
   if (target == "gguf") {
     std::vector<Seed> out = {{"every-type", every_type_gguf()},
                              {"delta", tiny_delta(true)},
