@@ -1,8 +1,6 @@
 // The C API (engine/capi/include/bitsplit/bitsplit.h) over the engine: a model is an opened file with
 // its tokenizer, loaded model and variant registry; a session is a decode::Session plus the
 // state of the step-by-step API. Every entry point catches everything: no exception leaves.
-#include "bitsplit/bitsplit.h"
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -10,56 +8,38 @@
 #include <cstring>
 #include <functional>
 #include <initializer_list>
-#include <map>
-#include <mutex>
-#include <new>
 #include <optional>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "bitsplit/chat_prompt.h"
-#include "bitsplit/chat_template.h"
-#include "bitsplit/generation_args.h"
-#include "bitsplit/loaded_model.h"
-#include "bitsplit/logprobs.h"
-#include "bitsplit/session.h"
 #include "bitsplit/file_kind.h"
-#include "bitsplit/variant.h"
+#include "bitsplit/generation_args.h"
+#include "bitsplit/logprobs.h"
+#include "bitsplit/stop_strings.h"
 #include "bitsplit/version.h"
-
-namespace {
+#include "capi_internal.h"
 
 using namespace bitsplit;
+using namespace bitsplit::capi;
 
-thread_local std::string g_last_error;
+namespace bitsplit::capi {
 
-bitsplit_status fail(bitsplit_status status, const std::string& message) {
-  g_last_error = message;
-  return status;
+std::string& last_error() {
+  thread_local std::string message;
+  return message;
 }
 
-bitsplit_status invalid(const std::string& message) { return fail(BITSPLIT_ERR_INVALID_ARGUMENT, message); }
-
-// Runs `body`, turning exceptions into statuses.
-template <typename Body>
-bitsplit_status guarded(Body&& body) {
-  try {
-    return body();
-  } catch (const std::bad_alloc&) {
-    return fail(BITSPLIT_ERR_OUT_OF_MEMORY, "out of memory");
-  } catch (const std::exception& e) {
-    return fail(BITSPLIT_ERR_INTERNAL, std::string("internal error: ") + e.what());
-  } catch (...) {
-    return fail(BITSPLIT_ERR_INTERNAL, "internal error");
-  }
+const char* keep_string(bitsplit_model& model, const std::string& slot, std::string text) {
+  std::lock_guard<std::mutex> lock(model.strings_mu);
+  return model.strings.try_emplace(slot, std::move(text)).first->second.c_str();
 }
 
 // Where a versioned struct's field ends: the sizes a caller built against an older header has.
 #define BITSPLIT_END_OF(type, field) (offsetof(type, field) + sizeof(type::field))
+
+namespace {
 
 // The sizes a caller's versioned struct may declare (bitsplit.h, Conventions): the end of a field
 // from the last of the struct's first version on (an older header's struct ends at one of them),
@@ -73,17 +53,21 @@ Status check_struct_size(const char* name, size_t size, size_t full, std::initia
                        std::to_string(*ends.begin()) + ", the first version's, and never inside a field)");
 }
 
+}  // namespace
+
 Status check_size(const bitsplit_model_params& p) {
   using T = bitsplit_model_params;
   return check_struct_size("bitsplit_model_params", p.size, sizeof(T),
-                           {BITSPLIT_END_OF(T, progress_user_data), BITSPLIT_END_OF(T, target_activations)});
+                           {BITSPLIT_END_OF(T, progress_user_data), BITSPLIT_END_OF(T, target_activations),
+                            BITSPLIT_END_OF(T, reserved0), BITSPLIT_END_OF(T, mlock)});
 }
 
 Status check_size(const bitsplit_session_params& p) {
   using T = bitsplit_session_params;
   return check_struct_size("bitsplit_session_params", p.size, sizeof(T),
                            {BITSPLIT_END_OF(T, n_ctx), BITSPLIT_END_OF(T, lookup), BITSPLIT_END_OF(T, reserved0),
-                            BITSPLIT_END_OF(T, reuse_prefix)});
+                            BITSPLIT_END_OF(T, reuse_prefix), BITSPLIT_END_OF(T, reserved1),
+                            BITSPLIT_END_OF(T, base_draft), BITSPLIT_END_OF(T, n_stop), BITSPLIT_END_OF(T, stop)});
 }
 
 Status check_size(const bitsplit_generation_stats& s) {
@@ -93,7 +77,8 @@ Status check_size(const bitsplit_generation_stats& s) {
                             BITSPLIT_END_OF(T, draft_seconds), BITSPLIT_END_OF(T, verify_seconds),
                             BITSPLIT_END_OF(T, lookup_drafted_tokens), BITSPLIT_END_OF(T, lookup_accepted_tokens),
                             BITSPLIT_END_OF(T, n_depths), BITSPLIT_END_OF(T, reserved1),
-                            BITSPLIT_END_OF(T, accepted_at_depth), BITSPLIT_END_OF(T, drafted_at_depth)});
+                            BITSPLIT_END_OF(T, accepted_at_depth), BITSPLIT_END_OF(T, drafted_at_depth),
+                            BITSPLIT_END_OF(T, stopped_at_stop), BITSPLIT_END_OF(T, reserved2)});
 }
 
 Status check_size(const bitsplit_chat_params& p) {
@@ -101,40 +86,14 @@ Status check_size(const bitsplit_chat_params& p) {
   return check_struct_size("bitsplit_chat_params", p.size, sizeof(T), {BITSPLIT_END_OF(T, special_tokens_in_content)});
 }
 
-// A caller's parameters over the defaults: the whole fields its struct has (checked by size).
-template <typename T>
-Result<T> read_params(const T* given, const T& defaults) {
-  T out = defaults;
-  if (!given) return out;
-  BITSPLIT_RETURN_IF_ERROR(check_size(*given));
-  std::memcpy(static_cast<void*>(&out), given, std::min(given->size, sizeof(T)));
-  out.size = sizeof(T);
-  return out;
-}
+// The struct layouts the size rule relies on: a field added to a struct whose end was padding
+// would be read from an older caller's padding; a reserved field fills it first.
+static_assert(sizeof(void*) != 8 || (offsetof(bitsplit_model_params, mlock) == 56 && sizeof(bitsplit_model_params) == 64));
+static_assert(sizeof(void*) != 8 ||
+              (offsetof(bitsplit_session_params, base_draft) == 80 && sizeof(bitsplit_session_params) == 96));
+static_assert(sizeof(bitsplit_generation_stats) % 8 == 0);
 
-// Copies `items` into the caller's buffer of `capacity`, or fails with the size needed in *count.
-template <typename T>
-bitsplit_status copy_out(const std::vector<T>& items, T* out, size_t capacity, size_t* count, const char* what) {
-  *count = items.size();
-  if (items.size() > capacity) {
-    return fail(BITSPLIT_ERR_BUFFER_TOO_SMALL, std::string(what) + " needs room for " + std::to_string(items.size()) +
-                                                   ", the buffer has " + std::to_string(capacity));
-  }
-  std::copy(items.begin(), items.end(), out);
-  return BITSPLIT_OK;
-}
-
-}  // namespace
-
-struct bitsplit_model {
-  LoadedModel loaded;
-  std::unique_ptr<VariantRegistry> variants;
-  // Sessions generating at once on the model: their forward passes run combined (one pass over
-  // the weights for all their rows; the model's CpuContext is driven by one thread at a time).
-  PassBatcher batcher;
-  std::mutex strings_mu;
-  std::map<std::string, std::string> strings;  // metadata values handed out (stable addresses)
-};
+}  // namespace bitsplit::capi
 
 struct bitsplit_session {
   bitsplit_session(bitsplit_model* m, std::shared_ptr<const Variant> variant, SessionOptions options,
@@ -146,6 +105,7 @@ struct bitsplit_session {
   SamplingParams sampling;
   bitsplit_generation_stats last{};
   std::vector<std::pair<std::string, int64_t>> last_settings;  // the last generation's checks per setting
+  std::vector<std::string> stops;  // stop strings (bitsplit_session_set_stop), none empty
   // Set during a generation that reports log-probabilities: each generated token's raw logits.
   std::function<void(int32_t, std::span<const float>)> on_logits;
   // The step-by-step API's sequence.
@@ -167,13 +127,48 @@ struct bitsplit_session {
   }
 };
 
+namespace {
+
+// bitsplit_model_params.mlock: the planes pinned in RAM, or the engine's error naming the
+// locked-memory limit (its advice worded for this API rather than the CLI's --mlock).
+bitsplit_status lock_planes(bitsplit_model& m) {
+  if (!m.loaded.model.has_planes()) {
+    return invalid("mlock pins a bit-split model's planes; this model has none (convert it with `bitsplit convert` "
+                   "first, or load it without mlock)");
+  }
+  auto locked = m.loaded.model.lock_planes();
+  if (!locked) {
+    std::string message = locked.status().message();
+    const std::string cli_advice = "or run without --mlock";
+    if (const size_t at = message.rfind(cli_advice); at != std::string::npos) {
+      message.replace(at, cli_advice.size(), "or load without mlock");
+    }
+    return fail(BITSPLIT_ERR_LOAD, "mlock: " + message);
+  }
+  m.locked_bytes = *locked;
+  return BITSPLIT_OK;
+}
+
+// Stop strings from the caller's array (copied; empty ones dropped), or an error for a NULL entry.
+Result<std::vector<std::string>> read_stops(const char* const* stop, size_t n) {
+  std::vector<std::string> out;
+  if (n > 0 && !stop) return Status::error("stop is NULL with " + std::to_string(n) + " stop strings");
+  for (size_t i = 0; i < n; ++i) {
+    if (!stop[i]) return Status::error("stop string " + std::to_string(i) + " is NULL");
+    if (*stop[i]) out.emplace_back(stop[i]);
+  }
+  return out;
+}
+
+}  // namespace
+
 extern "C" {
 
 uint32_t bitsplit_api_version(void) { return BITSPLIT_API_VERSION; }
 
 const char* bitsplit_version_string(void) { return BITSPLIT_VERSION_STRING; }
 
-const char* bitsplit_last_error(void) { return g_last_error.c_str(); }
+const char* bitsplit_last_error(void) { return last_error().c_str(); }
 
 const char* bitsplit_status_name(bitsplit_status status) {
   switch (status) {
@@ -230,6 +225,9 @@ bitsplit_status bitsplit_model_load(const char* path, const bitsplit_model_param
     if (!loaded) return fail(cancelled ? BITSPLIT_ERR_CANCELLED : BITSPLIT_ERR_LOAD, loaded.status().message());
     auto m = std::make_unique<bitsplit_model>();
     m->loaded = std::move(*loaded);
+    if (p.mlock) {
+      if (bitsplit_status st = lock_planes(*m); st != BITSPLIT_OK) return st;
+    }
     m->variants = std::make_unique<VariantRegistry>(m->loaded.model, *m->loaded.source,
                                                     VariantCacheOptions{.budget_bytes = UINT64_MAX});
     *out = m.release();
@@ -270,10 +268,6 @@ bitsplit_status bitsplit_model_remove_variant(bitsplit_model* model, const char*
   });
 }
 
-int32_t bitsplit_model_variant_count(const bitsplit_model* model) {
-  return model ? int32_t(model->variants->names().size()) : 0;
-}
-
 int32_t bitsplit_model_n_vocab(const bitsplit_model* m) { return m ? int32_t(m->loaded.model.config().n_vocab) : 0; }
 int32_t bitsplit_model_n_ctx_train(const bitsplit_model* m) {
   return m ? int32_t(m->loaded.model.config().n_ctx_train) : 0;
@@ -282,148 +276,6 @@ int32_t bitsplit_model_n_layers(const bitsplit_model* m) { return m ? int32_t(m-
 int32_t bitsplit_model_is_bitsplit(const bitsplit_model* m) { return m && m->loaded.model.has_planes() ? 1 : 0; }
 bitsplit_token bitsplit_model_bos(const bitsplit_model* m) { return m ? m->loaded.tokenizer->vocab().bos : -1; }
 bitsplit_token bitsplit_model_eos(const bitsplit_model* m) { return m ? m->loaded.tokenizer->vocab().eos : -1; }
-
-const char* bitsplit_model_meta_string(const bitsplit_model* cm, const char* key) {
-  if (!cm || !key) return nullptr;
-  try {
-    auto* m = const_cast<bitsplit_model*>(cm);
-    auto value = m->loaded.source->metadata().get_string(key);
-    if (!value) return nullptr;
-    std::lock_guard<std::mutex> lock(m->strings_mu);
-    return m->strings.try_emplace(key, std::move(*value)).first->second.c_str();  // handed out once, kept
-  } catch (...) {
-    return nullptr;
-  }
-}
-
-const char* bitsplit_model_chat_template(const bitsplit_model* m) {
-  return bitsplit_model_meta_string(m, "tokenizer.chat_template");
-}
-
-bitsplit_status bitsplit_tokenize(const bitsplit_model* m, const char* text, size_t length, int32_t add_special,
-                                  int32_t parse_special, bitsplit_token* tokens, size_t capacity, size_t* n_tokens) {
-  return guarded([&] {
-    if (!m || (!text && length > 0) || !n_tokens || (!tokens && capacity > 0)) {
-      return invalid("bitsplit_tokenize: model, text and n_tokens must not be NULL");
-    }
-    const std::vector<int32_t> ids = m->loaded.tokenizer->encode(
-        std::string_view(text ? text : "", length), {.add_special = add_special != 0, .parse_special = parse_special != 0});
-    *n_tokens = ids.size();
-    if (ids.size() > capacity) {
-      return fail(BITSPLIT_ERR_BUFFER_TOO_SMALL, "the text has " + std::to_string(ids.size()) + " tokens, the buffer room for " +
-                                                     std::to_string(capacity));
-    }
-    std::copy(ids.begin(), ids.end(), tokens);
-    return BITSPLIT_OK;
-  });
-}
-
-bitsplit_status bitsplit_detokenize(const bitsplit_model* m, const bitsplit_token* tokens, size_t n, char* buf,
-                                    size_t capacity, size_t* length) {
-  return guarded([&] {
-    if (!m || (!tokens && n > 0) || !length || (!buf && capacity > 0)) {
-      return invalid("bitsplit_detokenize: model, tokens and length must not be NULL");
-    }
-    const int64_t vocab = m->loaded.model.config().n_vocab;
-    std::string text;
-    for (size_t i = 0; i < n; ++i) {
-      if (tokens[i] < 0 || tokens[i] >= vocab) {
-        return invalid("token " + std::to_string(tokens[i]) + " is outside the vocabulary (0.." + std::to_string(vocab - 1) + ")");
-      }
-      text += m->loaded.tokenizer->token_to_piece(tokens[i]);
-    }
-    *length = text.size();
-    if (text.size() > capacity) {
-      return fail(BITSPLIT_ERR_BUFFER_TOO_SMALL, "the text needs " + std::to_string(text.size()) + " bytes");
-    }
-    std::memcpy(buf, text.data(), text.size());
-    return BITSPLIT_OK;
-  });
-}
-
-void bitsplit_chat_params_init(bitsplit_chat_params* p) {
-  if (!p) return;
-  *p = bitsplit_chat_params{};
-  p->size = sizeof(*p);
-  p->add_generation_prompt = 1;
-}
-
-}  // extern "C"
-
-namespace {
-
-// What both chat entry points share: the parameters, the template and the messages, checked.
-struct ChatInput {
-  bitsplit_chat_params params;
-  std::optional<ChatTemplate> chat_template;
-  nlohmann::ordered_json messages;
-};
-
-bitsplit_status read_chat_input(const bitsplit_model* m, const char* messages_json, size_t length,
-                                const bitsplit_chat_params* given, const char* fn, ChatInput& in) {
-  if (!m || (!messages_json && length > 0)) return invalid(std::string(fn) + ": model and messages_json must not be NULL");
-  bitsplit_chat_params defaults;
-  bitsplit_chat_params_init(&defaults);
-  const Result<bitsplit_chat_params> read = read_params(given, defaults);
-  if (!read) return invalid(read.status().message());
-  in.params = *read;
-  std::string source;
-  if (in.params.chat_template) {
-    source = in.params.chat_template;
-  } else if (const char* own = bitsplit_model_chat_template(m)) {
-    source = own;
-  } else {
-    return fail(BITSPLIT_ERR_NOT_FOUND, "the model has no chat template (tokenizer.chat_template): give one in "
-                                        "bitsplit_chat_params.chat_template");
-  }
-  auto parsed = ChatTemplate::parse(source);
-  if (!parsed) return invalid("the chat template cannot be used: " + parsed.status().message());
-  in.chat_template.emplace(std::move(*parsed));
-  in.messages = nlohmann::ordered_json::parse(std::string_view(messages_json ? messages_json : "", length), nullptr,
-                                              /*allow_exceptions=*/false);
-  if (in.messages.is_discarded()) return invalid("messages_json is not valid JSON");
-  if (!in.messages.is_array()) return invalid("messages_json must be a JSON array of messages");
-  for (size_t i = 0; i < in.messages.size(); ++i) {
-    if (!in.messages[i].is_object()) return invalid("message " + std::to_string(i) + " is not a JSON object");
-  }
-  return BITSPLIT_OK;
-}
-
-}  // namespace
-
-extern "C" {
-
-bitsplit_status bitsplit_chat_render(const bitsplit_model* m, const char* messages_json, size_t length,
-                                     const bitsplit_chat_params* params, char* buf, size_t capacity, size_t* length_out) {
-  return guarded([&] {
-    if (!length_out || (!buf && capacity > 0)) return invalid("bitsplit_chat_render: length_out must not be NULL");
-    ChatInput in;
-    if (bitsplit_status st = read_chat_input(m, messages_json, length, params, "bitsplit_chat_render", in); st) return st;
-    // The BOS and EOS texts as encode_chat (the server's) hands them to the template.
-    const Tokenizer& tokenizer = *m->loaded.tokenizer;
-    const auto& vocab = tokenizer.vocab();
-    const std::string bos = vocab.bos >= 0 ? tokenizer.token_to_piece(vocab.bos) : "";
-    const std::string eos = vocab.eos >= 0 ? tokenizer.token_to_piece(vocab.eos) : "";
-    auto text = in.chat_template->render_chat(in.messages, in.params.add_generation_prompt != 0, bos, eos);
-    if (!text) return invalid("the chat template refused the conversation: " + text.status().message());
-    return copy_out(std::vector<char>(text->begin(), text->end()), buf, capacity, length_out, "the rendered conversation");
-  });
-}
-
-bitsplit_status bitsplit_chat_tokenize(const bitsplit_model* m, const char* messages_json, size_t length,
-                                       const bitsplit_chat_params* params, bitsplit_token* tokens, size_t capacity,
-                                       size_t* n_tokens) {
-  return guarded([&] {
-    if (!n_tokens || (!tokens && capacity > 0)) return invalid("bitsplit_chat_tokenize: n_tokens must not be NULL");
-    ChatInput in;
-    if (bitsplit_status st = read_chat_input(m, messages_json, length, params, "bitsplit_chat_tokenize", in); st) return st;
-    auto ids = serve::encode_chat(*in.chat_template, *m->loaded.tokenizer, in.messages,
-                                  {.add_generation_prompt = in.params.add_generation_prompt != 0,
-                                   .special_tokens_in_content = in.params.special_tokens_in_content != 0});
-    if (!ids) return invalid("the chat template refused the conversation: " + ids.status().message());
-    return copy_out(*ids, tokens, capacity, n_tokens, "the conversation's tokens");
-  });
-}
 
 void bitsplit_session_params_init(bitsplit_session_params* p) {
   if (!p) return;
@@ -459,6 +311,10 @@ bitsplit_status bitsplit_session_create(bitsplit_model* model, const bitsplit_se
     if (p.lookup != -1) args.lookup = p.lookup;  // -1: the default
     args.shape = p.draft_chain ? spec::DraftShape::kChain : spec::DraftShape::kTree;
     args.reuse_prefix = p.reuse_prefix != 0;
+    args.base_draft = p.base_draft != 0;
+    if (p.n_stop < 0) return invalid("n_stop must be >= 0, not " + std::to_string(p.n_stop));
+    auto stops = read_stops(p.stop, size_t(p.n_stop));
+    if (!stops) return invalid(stops.status().message());
     auto config = generation_config(args);
     if (!config) return invalid(config.status().message());
     std::shared_ptr<const Variant> variant;
@@ -475,6 +331,7 @@ bitsplit_status bitsplit_session_create(bitsplit_model* model, const bitsplit_se
     }
     auto s = std::make_unique<bitsplit_session>(model, std::move(variant), options, config->sampling);
     s->n_ctx = p.n_ctx > 0 ? p.n_ctx : ctx_train;
+    s->stops = std::move(*stops);
     if (Status st = s->session.validate(); !st) return invalid(st.message());
     *out = s.release();
     return BITSPLIT_OK;
@@ -482,6 +339,16 @@ bitsplit_status bitsplit_session_create(bitsplit_model* model, const bitsplit_se
 }
 
 void bitsplit_session_free(bitsplit_session* session) { delete session; }
+
+bitsplit_status bitsplit_session_set_stop(bitsplit_session* session, const char* const* stop, size_t n) {
+  return guarded([&] {
+    if (!session) return invalid("bitsplit_session_set_stop: session must not be NULL");
+    auto stops = read_stops(stop, n);
+    if (!stops) return invalid(stops.status().message());
+    session->stops = std::move(*stops);
+    return BITSPLIT_OK;
+  });
+}
 
 void bitsplit_session_abort(bitsplit_session* session) {
   if (session) session->abort.store(true);
@@ -542,6 +409,8 @@ bitsplit_status bitsplit_session_generate_logprobs(bitsplit_session* s, const bi
     s->abort.store(false);
     const int32_t eos = m.loaded.tokenizer->vocab().eos;
     Utf8StreamDecoder stream;
+    // Text that could begin a stop string waits in the matcher until it cannot.
+    serve::StopMatcher stop_matcher(s->stops);
     bool stopped_by_abort = false;
     // The token's log-probability, computed from its logits (which come just before the token)
     // and handed over with the token, so that a token refused on abort reports none.
@@ -573,16 +442,19 @@ bitsplit_status bitsplit_session_generate_logprobs(bitsplit_session* s, const bi
                          int32_t(top_tokens.size()));
         pending.reset();
       }
-      if (!callback) return true;
-      const std::string text = token == eos ? std::string() : stream.push(m.loaded.tokenizer->token_to_piece(token));
-      return callback(user_data, token, text.data(), text.size()) == 0;
+      if (!callback && s->stops.empty()) return true;
+      std::string text = token == eos ? std::string() : stream.push(m.loaded.tokenizer->token_to_piece(token));
+      if (!s->stops.empty()) text = stop_matcher.push(text);
+      const bool go_on = !callback || callback(user_data, token, text.data(), text.size()) == 0;
+      return go_on && !stop_matcher.stopped();
     };
     Sampler sampler(s->sampling);
     Result<SessionResult> r = s->session.generate(std::span<const int32_t>(prompt, n_prompt), n_predict, eos, sampler, on_token);
     if (!r) return fail(BITSPLIT_ERR_INTERNAL, r.status().message());
     // Aborted in the prompt (between two of its chunks), or after a pass, its first token refused.
     const bool aborted = stopped_by_abort || r->generation.stopped;
-    const std::string tail = stream.flush();
+    std::string tail = stream.flush();
+    if (!s->stops.empty()) tail = stop_matcher.push(tail) + stop_matcher.flush();
     if (callback && !tail.empty() && !aborted) callback(user_data, -1, tail.data(), tail.size());
     bitsplit_generation_stats st{};
     st.size = sizeof(st);
@@ -593,6 +465,7 @@ bitsplit_status bitsplit_session_generate_logprobs(bitsplit_session* s, const bi
     st.generate_seconds = r->generation.generate_seconds;
     st.stopped_at_eos = r->generation.stopped_at_eos ? 1 : 0;
     st.reused_tokens = r->generation.reused_tokens;
+    st.stopped_at_stop = stop_matcher.stopped() ? 1 : 0;
     if (r->speculative) {
       const auto& a = r->speculative->acceptance;
       st.speculative = 1;

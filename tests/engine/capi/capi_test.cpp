@@ -27,71 +27,14 @@
 #include "bitsplit/convert.h"
 #include "bitsplit/delta_format.h"
 #include "bitsplit/version.h"
+#include "capi_testing.h"
 #include "test_paths.h"
 
 namespace bitsplit {
 namespace {
 
-std::string fixture(const std::string& name) { return testing::source_dir() + "/tests/models/" + name; }
+using namespace capi_testing;
 
-#if defined(__SANITIZE_THREAD__)
-// ThreadSanitizer cannot see oneTBB's own synchronisation (libtbb is not instrumented), so under
-// TSan oneTBB runs on the calling thread only: what is checked is the engine's threading (two
-// sessions, one model, its registry and locks), not the kernels' work split.
-const tbb::global_control serial_tbb(tbb::global_control::max_allowed_parallelism, 1);
-#endif
-
-// bible-base converted once per process (the engine's main path: a bit-split model).
-const std::string& converted_base() {
-  static const std::string path = [] {
-    static testing::TempDir dir("capi");
-    auto src = open_weights(fixture("bible-base.gguf"));
-    BITSPLIT_CHECK(src.is_ok(), src.status().message());
-    const std::string out = dir.file("base.bitsplit.gguf");
-    BITSPLIT_CHECK(convert_model(**src, out, {}, nullptr, nullptr).is_ok());
-    return out;
-  }();
-  return path;
-}
-
-struct Loaded {
-  bitsplit_model* model = nullptr;
-  ~Loaded() { bitsplit_model_free(model); }
-};
-
-std::vector<bitsplit_token> tokenize(bitsplit_model* m, const std::string& text) {
-  std::vector<bitsplit_token> t(512);
-  size_t n = 0;
-  EXPECT_EQ(bitsplit_tokenize(m, text.data(), text.size(), 1, 0, t.data(), t.size(), &n), BITSPLIT_OK);
-  t.resize(n);
-  return t;
-}
-
-struct Collected {
-  std::vector<bitsplit_token> tokens;
-  std::string text;
-  int stop_after = -1;
-};
-
-int collect(void* user, bitsplit_token token, const char* text, size_t length) {
-  auto* c = static_cast<Collected*>(user);
-  if (token >= 0) c->tokens.push_back(token);
-  c->text.append(text, length);
-  return c->stop_after >= 0 && int(c->tokens.size()) >= c->stop_after;
-}
-
-Collected generate(bitsplit_model* m, const bitsplit_session_params* params, const std::string& prompt, int n,
-                   bitsplit_status* status = nullptr) {
-  bitsplit_session* s = nullptr;
-  EXPECT_EQ(bitsplit_session_create(m, params, &s), BITSPLIT_OK) << bitsplit_last_error();
-  Collected c;
-  const auto ids = tokenize(m, prompt);
-  const bitsplit_status st = bitsplit_session_generate(s, ids.data(), ids.size(), n, collect, &c, nullptr);
-  if (status) *status = st;
-  else EXPECT_EQ(st, BITSPLIT_OK) << bitsplit_last_error();
-  bitsplit_session_free(s);
-  return c;
-}
 
 TEST(CApi, VersionAndStatusNames) {
   EXPECT_EQ(bitsplit_api_version(), uint32_t(BITSPLIT_API_VERSION));
@@ -681,7 +624,7 @@ TEST(CApi, OlderStatisticsSizeStillWorks) {
   EXPECT_GT(full.n_depths, 0);
   EXPECT_GE(full.verify_seconds, 0.0);
   EXPECT_EQ(full.reserved1, 0);
-  for (size_t size : {old_size + 1, old_size + 4, offsetof(T, accepted_at_depth) + 8, sizeof(T) - 8}) {
+  for (size_t size : {old_size + 1, old_size + 4, offsetof(T, accepted_at_depth) + 8, offsetof(T, stopped_at_stop) + 2}) {
     std::memset(static_cast<void*>(&st), 0x5a, sizeof st);
     st.size = size;
     before = st;

@@ -54,11 +54,17 @@ extern "C" {
 #endif
 
 #define BITSPLIT_API_VERSION_MAJOR 0
-#define BITSPLIT_API_VERSION_MINOR 5  /* 2: bitsplit_model_add_lora; 3: bitsplit_model_params.target_activations;
+#define BITSPLIT_API_VERSION_MINOR 6  /* 2: bitsplit_model_add_lora; 3: bitsplit_model_params.target_activations;
                                          4: chat prompts (bitsplit_chat_render, bitsplit_chat_tokenize);
                                          5: speculative statistics in bitsplit_generation_stats (per depth,
                                             draft / verify time, lookup), bitsplit_session_setting_checks,
-                                            log-probabilities (bitsplit_session_generate_logprobs) */
+                                            log-probabilities (bitsplit_session_generate_logprobs);
+                                         6: bitsplit_model_params.mlock and bitsplit_model_locked_bytes,
+                                            variant names (bitsplit_model_variant_name), every metadata key
+                                            and value (bitsplit_model_meta_count, _meta_key, _meta_json),
+                                            stop strings (bitsplit_session_params.stop,
+                                            bitsplit_session_set_stop, stats.stopped_at_stop),
+                                            bitsplit_session_params.base_draft */
 #define BITSPLIT_API_VERSION ((BITSPLIT_API_VERSION_MAJOR << 16) | BITSPLIT_API_VERSION_MINOR)
 
 typedef enum bitsplit_status {
@@ -102,6 +108,13 @@ typedef struct bitsplit_model_params {
   /* How a bit-split target rounds its activations (`--target-activations`, docs/FORMAT.md steps 1
    * and 1b): BITSPLIT_TARGET_ACTIVATIONS_DRAFT_REMAINDER (default) or one of the others. */
   int32_t target_activations;
+  int32_t reserved0;     /* ignored (it keeps mlock past the 56 bytes of the struct before it) */
+  /* API 0.6: 1: lock a bit-split model's planes in RAM (mlock(2)) so they are never paged out, as
+   * `--mlock`. The load fails with BITSPLIT_ERR_LOAD, naming the locked-memory limit
+   * (RLIMIT_MEMLOCK, `ulimit -l`), when the planes exceed what the process may lock (nothing stays
+   * locked then), and with BITSPLIT_ERR_INVALID_ARGUMENT for a model without planes (not converted
+   * by `bitsplit convert`). 0 (default): not locked. */
+  int32_t mlock;
 } bitsplit_model_params;
 
 enum {
@@ -116,6 +129,8 @@ BITSPLIT_API bitsplit_status bitsplit_model_load(const char* path, const bitspli
                                                  bitsplit_model** out_model);
 /* The model must outlive its sessions. */
 BITSPLIT_API void bitsplit_model_free(bitsplit_model* model);
+/* API 0.6: bytes of the model's planes locked in RAM by bitsplit_model_params.mlock (0 without it). */
+BITSPLIT_API uint64_t bitsplit_model_locked_bytes(const bitsplit_model* model);
 
 /* Registers a fine-tuned variant of this base: a BitDelta file from `bitsplit delta`, made
  * against the file this model was loaded from (or its original, for a converted model), or a
@@ -130,6 +145,10 @@ BITSPLIT_API bitsplit_status bitsplit_model_add_lora(bitsplit_model* model, cons
 /* Forgets a variant; sessions already using it keep it until they are freed. */
 BITSPLIT_API bitsplit_status bitsplit_model_remove_variant(bitsplit_model* model, const char* name);
 BITSPLIT_API int32_t bitsplit_model_variant_count(const bitsplit_model* model);
+/* API 0.6: the name of registered variant `index` (0 .. bitsplit_model_variant_count - 1, in the order
+ * of the names' bytes), or NULL past the last. The string lives as long as the model. Variants added
+ * or removed by another thread between the two calls shift the indices. */
+BITSPLIT_API const char* bitsplit_model_variant_name(const bitsplit_model* model, int32_t index);
 
 BITSPLIT_API int32_t bitsplit_model_n_vocab(const bitsplit_model* model);
 BITSPLIT_API int32_t bitsplit_model_n_ctx_train(const bitsplit_model* model);
@@ -141,6 +160,13 @@ BITSPLIT_API bitsplit_token bitsplit_model_bos(const bitsplit_model* model);
 BITSPLIT_API bitsplit_token bitsplit_model_eos(const bitsplit_model* model);
 /* A string metadata value ("general.name", "general.architecture", ...), or NULL. */
 BITSPLIT_API const char* bitsplit_model_meta_string(const bitsplit_model* model, const char* key);
+/* API 0.6: every metadata entry of the file, in file order: the count, the key of entry `index` (NULL
+ * past the last), and the value of `key` as JSON text (NULL for a key the file lacks): a string as a
+ * JSON string, an integer as a number, a float as a number (widened to double), a bool as true or
+ * false, an array as a JSON array (of any of these). Strings live as long as the model. */
+BITSPLIT_API int32_t bitsplit_model_meta_count(const bitsplit_model* model);
+BITSPLIT_API const char* bitsplit_model_meta_key(const bitsplit_model* model, int32_t index);
+BITSPLIT_API const char* bitsplit_model_meta_json(const bitsplit_model* model, const char* key);
 /* The GGUF chat template (tokenizer.chat_template), or NULL when the file has none. */
 BITSPLIT_API const char* bitsplit_model_chat_template(const bitsplit_model* model);
 
@@ -215,6 +241,14 @@ typedef struct bitsplit_session_params {
   int32_t reuse_prefix;   /* 1 (default): keep the last generation's KV cache, and run only the part of the
                              next prompt after its longest common prefix with the last prompt + output
                              (the same output as without; costs the cache's memory between calls); 0: off */
+  int32_t reserved1;      /* ignored (it keeps base_draft past the 80 bytes of the struct before it) */
+  /* API 0.6: with a variant, draft with the plain base's draft planes instead of the variant's own
+     (the variant's output is unchanged: it still verifies; for comparing acceptance, as `bitsplit
+     bench accept`'s NAME/base-draft rows). BITSPLIT_ERR_INVALID_ARGUMENT without a variant. */
+  int32_t base_draft;
+  /* API 0.6: stop strings, as bitsplit_session_set_stop sets them (copied at creation). */
+  int32_t n_stop;
+  const char* const* stop;
 } bitsplit_session_params;
 
 BITSPLIT_API void bitsplit_session_params_init(bitsplit_session_params* params);
@@ -222,10 +256,18 @@ BITSPLIT_API void bitsplit_session_params_init(bitsplit_session_params* params);
 BITSPLIT_API bitsplit_status bitsplit_session_create(bitsplit_model* model, const bitsplit_session_params* params,
                                                      bitsplit_session** out_session);
 BITSPLIT_API void bitsplit_session_free(bitsplit_session* session);
+/* API 0.6: the stop strings of the session's next generations (replacing those it had; n = 0: none):
+ * a generation ends at the first complete one, which is not handed to the callback, nor is any
+ * text after it; text that could still begin one is held back until it cannot (so a caller never
+ * sees part of a stop string) and handed over with a later token, or with the last call (token -1)
+ * when the generation ends. Matched on the text's bytes. The strings are copied; empty ones are
+ * ignored; a NULL entry is BITSPLIT_ERR_INVALID_ARGUMENT. */
+BITSPLIT_API bitsplit_status bitsplit_session_set_stop(bitsplit_session* session, const char* const* stop, size_t n);
 
 /* Called with each generated token and its text (bytes of complete UTF-8 characters; may be
  * empty while a character is incomplete). Return nonzero to stop the generation there. When a
- * generation ends inside a character, one last call with token -1 carries its leftover bytes. */
+ * generation ends inside a character, or with text held back for a stop string that never completed
+ * (bitsplit_session_set_stop), one last call with token -1 carries the leftover bytes. */
 typedef int (*bitsplit_token_callback)(void* user_data, bitsplit_token token, const char* text, size_t length);
 
 /* The length of bitsplit_generation_stats' per-depth arrays (API 0.5): the deepest a draft goes. */
@@ -259,6 +301,8 @@ typedef struct bitsplit_generation_stats {
      deep (the largest budget: drafts of at most 64 nodes). */
   int64_t accepted_at_depth[BITSPLIT_MAX_DRAFT_DEPTH];
   int64_t drafted_at_depth[BITSPLIT_MAX_DRAFT_DEPTH];
+  int32_t stopped_at_stop;       /* API 0.6: 1 when a stop string ended the generation */
+  int32_t reserved2;             /* ignored */
 } bitsplit_generation_stats;
 
 /* Generates up to n_predict tokens after prompt[0..n_prompt) (a new sequence each call; with
