@@ -24,6 +24,7 @@ struct ServeArgs {
   int port = 8080, parallel = 4, queue = 64, threads = 0, max_connections = 512;
   bool trust_special_tokens = false;
   bool no_webui = false;
+  double drain_timeout = 120;  // seconds
   int prompt_cache = -1;  // -1: --parallel's number, as many as fit in RAM
   int64_t ctx = 0;
   int spec_max_sequences = 2;
@@ -152,18 +153,34 @@ int serve(const ServeArgs& a) {
   if (int code = check_serve_memory(a, &so.prompt_cache); code != 0) return code;
 
   // Listen first, so /health answers (503, loading) while the model loads.
+  std::atomic<bool> drain_requested{false};
+  so.on_drain_request = [&drain_requested] { drain_requested.store(true); };
   serve::Server server(so);
   if (Status st = server.bind(); !st) return report_error(st.message());
   std::fprintf(stderr, "listening on http://%s:%d%s\n", a.host.c_str(), server.port(),
                so.api_keys.empty() ? "" : (" (API key required; " + std::to_string(so.api_keys.size()) + " key(s))").c_str());
   Status served = Status::ok();
   std::thread http([&] { served = server.serve(); });
-  // SIGINT / SIGTERM stop the server (requests in flight end with the connection).
+  // SIGINT stops the server at once (requests in flight end with the connection). SIGTERM and
+  // POST /admin/drain drain it: no new requests, those admitted finish (within --drain-timeout),
+  // then it exits; a second signal exits at once.
   CooperativeInterrupt interrupt;
   std::atomic<bool> done{false};
+  bool drain_timed_out = false;
   std::thread watcher([&] {
-    while (!done.load() && CooperativeInterrupt::signal_received() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    server.stop();
+    while (!done.load() && CooperativeInterrupt::signal_received() == 0 && !drain_requested.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (done.load() || CooperativeInterrupt::signal_received() == SIGINT) return server.stop();
+    std::fprintf(stderr, "draining (%s): admitting no new requests, finishing those admitted (at most %g s)\n",
+                 drain_requested.load() ? "POST /admin/drain" : "SIGTERM", a.drain_timeout);
+    const auto timeout = std::chrono::milliseconds(int64_t(a.drain_timeout * 1000));
+    drain_timed_out = !server.drain(timeout, [&] { return done.load(); });
+    if (drain_timed_out && !done.load()) {
+      std::fprintf(stderr, "drain: --drain-timeout %g s passed with requests still running; they are cut short\n",
+                   a.drain_timeout);
+    }
+    server.stop_gracefully();
   });
   auto stop_all = [&](int code) {
     done.store(true);
@@ -191,11 +208,13 @@ int serve(const ServeArgs& a) {
   watcher.join();
   done.store(true);
   http.join();
-  if (const int sig = CooperativeInterrupt::signal_received(); sig != 0) {
-    std::fprintf(stderr, "stopped by %s\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-    return 0;
-  }
   if (!served) return report_error(served.message());
+  if (drain_timed_out) return 1;
+  if (const int sig = CooperativeInterrupt::signal_received(); sig != 0) {
+    std::fprintf(stderr, "stopped by %s%s\n", sig == SIGTERM ? "SIGTERM" : "SIGINT", sig == SIGTERM ? " (drained)" : "");
+  } else if (drain_requested.load()) {
+    std::fprintf(stderr, "stopped: drained (POST /admin/drain)\n");
+  }
   return 0;
 }
 
@@ -231,6 +250,10 @@ void add_serve_command(CLI::App& app, int* exit_code) {
                   "one's prompt + reply did (a chat's next turn) runs only the rest (default: one per --parallel "
                   "slot, as many as fit in RAM; 0: off)")
       ->check(whole_in(0, 256));
+  cmd->add_option("--drain-timeout", a->drain_timeout,
+                  "On SIGTERM or POST /admin/drain: seconds the requests already admitted may take to finish "
+                  "before the server exits anyway (exit status 1)")
+      ->capture_default_str()->check(CLI::Range(0.0, 86400.0));
   cmd->add_option("--queue", a->queue, "Requests that may wait for a slot; beyond: 503 with Retry-After")
       ->capture_default_str()->check(whole_in(0, 4096));
   cmd->add_option("--max-body", a->max_body, "Largest request body (e.g. 8M); larger: 413")->capture_default_str()->type_name("SIZE");

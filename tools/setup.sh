@@ -17,6 +17,7 @@ BUILD_PKGS=(
   python3-jinja2  # the reference for the chat-template test (tests/engine/chat/chat_template_reference.py)
   python3-pytest  # the Python package's tests (tests/python/, ctest: PythonPackage)
   chromium chromium-driver python3-selenium  # the chat page in a real browser (tests/tools/serve_webui_test.py)
+  haproxy  # the router in front of serve replicas (examples/deploy/loopback.py, tests/tools/deploy_loopback_test.py)
 )
 # Only for tools/fixtures (training the test models) and reference checks; not for the C++ build.
 FIXTURE_PKGS=(

@@ -178,6 +178,8 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   int port = 0;
   std::unique_ptr<WorkerPool> workers;
   std::atomic<bool> stopping{false};
+  bool closing = false;  // stop_gracefully(): no new requests; I/O thread only
+  net::steady_timer closing_deadline{ioc};
   std::unordered_map<Connection*, std::weak_ptr<Connection>> open;  // I/O thread only
 
   std::atomic<uint64_t> connections{0}, connections_refused{0}, requests{0}, bad_requests{0}, timeouts{0}, busy{0};
@@ -185,6 +187,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
 
   void accept();
   void close_all();
+  void close_gracefully(std::chrono::milliseconds grace);
 };
 
 namespace {
@@ -198,6 +201,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Connection(std::shared_ptr<Impl> server, tcp::socket socket) : server_(std::move(server)), stream_(std::move(socket)) {}
 
   void start() { read_head(); }
+  // Waiting for a request's head, none of it read yet (stop_gracefully() closes these at once).
+  bool idle() const { return waiting_for_head_ && buffer_.size() == 0; }
   // Over the connection limit: a 503, then closed.
   void refuse(const std::string& message) { fail(503, message); }
   void close();
@@ -232,6 +237,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const Impl::Route* route_ = nullptr;
   bool keep_alive_ = false;
   bool closed_ = false;
+  bool waiting_for_head_ = false;
 
   // Writing (I/O thread): a queue of byte strings; after the last, the next request or close.
   std::deque<std::string> out_;
@@ -284,6 +290,7 @@ void Connection::close() {
   if (stream_state_) stream_state_->fail();
   server_->open.erase(this);
   server_->open_connections.fetch_sub(1);
+  if (server_->closing && server_->open.empty()) server_->closing_deadline.cancel();
 }
 
 void Connection::read_head() {
@@ -293,12 +300,14 @@ void Connection::read_head() {
   parser_->body_limit(uint64_t(server_->limits.max_body_bytes));
   request_ = Request{};
   route_ = nullptr;
+  waiting_for_head_ = true;
   stream_.expires_after(server_->limits.header_timeout);
   bhttp::async_read_header(stream_, buffer_, *parser_,
                            [self = shared_from_this()](beast::error_code ec, size_t) { self->on_head(ec); });
 }
 
 void Connection::on_head(beast::error_code ec) {
+  waiting_for_head_ = false;
   if (closed_) return;
   if (ec) return error_status(ec, false);
   const auto& msg = parser_->get();
@@ -481,7 +490,7 @@ void Connection::write_next() {
     if (!ending_) return;
     ending_ = false;
     stream_state_.reset();
-    if (keep_alive_after_ && !server_->stopping.load()) return read_head();
+    if (keep_alive_after_ && !server_->stopping.load() && !server_->closing) return read_head();
     return lingering_close();
   }
   writing_ = true;
@@ -558,6 +567,22 @@ void HttpServer::Impl::close_all() {
   for (auto& c : conns) c->close();
 }
 
+void HttpServer::Impl::close_gracefully(std::chrono::milliseconds grace) {
+  closing = true;
+  beast::error_code ec;
+  acceptor.close(ec);
+  accept_retry.cancel();
+  std::vector<std::shared_ptr<Connection>> idle;
+  for (auto& [p, weak] : open)
+    if (auto c = weak.lock(); c && c->idle()) idle.push_back(std::move(c));
+  for (auto& c : idle) c->close();
+  if (open.empty()) return;
+  closing_deadline.expires_after(grace);
+  closing_deadline.async_wait([this](beast::error_code e) {
+    if (!e) close_all();
+  });
+}
+
 HttpServer::HttpServer(Limits limits, std::function<std::string(int, const std::string&)> error_body)
     : impl_(std::make_shared<Impl>(limits, std::move(error_body))) {}
 
@@ -614,6 +639,13 @@ void HttpServer::stop() {
   // (A weak reference: a handler that never runs must not keep the server alive.)
   net::post(impl_->ioc, [weak = std::weak_ptr<Impl>(impl_)] {
     if (auto impl = weak.lock()) impl->close_all();
+  });
+}
+
+void HttpServer::stop_gracefully(std::chrono::milliseconds grace) {
+  if (!impl_) return;
+  net::post(impl_->ioc, [weak = std::weak_ptr<Impl>(impl_), grace] {
+    if (auto impl = weak.lock()) impl->close_gracefully(grace);
   });
 }
 

@@ -80,6 +80,14 @@ void Metrics::request_finished(const std::string& finish_reason, int64_t prompt_
   e2e_.observe(e2e_seconds);
   for (double t : inter_token) itl_.observe(t);
 }
+void Metrics::request_served(const std::string& served_name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++served_[served_name];
+}
+void Metrics::set_draining(bool draining) {
+  std::lock_guard<std::mutex> lock(mu_);
+  draining_ = draining;
+}
 void Metrics::request_rejected(int status) {
   std::lock_guard<std::mutex> lock(mu_);
   ++rejected_[status];
@@ -137,6 +145,12 @@ std::string Metrics::render() const {
   for (const auto& [reason, n] : finished_) {
     out += "vllm:request_success_total{" + model + ",finished_reason=\"" + escape(reason) + "\"} " + std::to_string(n) + "\n";
   }
+  header(out, "bitsplit:requests_by_model_total", "counter",
+         "Finished requests by the model id they asked for (the base's or a variant's).");
+  for (const auto& [name, n] : served_) {
+    out += "bitsplit:requests_by_model_total{" + model + ",requested_model=\"" + escape(name) + "\"} " + std::to_string(n) + "\n";
+  }
+  sample("bitsplit:draining", "gauge", "1 while the server drains (admits no new requests).", draining_ ? "1" : "0");
   header(out, "bitsplit:request_rejected_total", "counter", "Requests answered with an error, by HTTP status.");
   for (const auto& [status, n] : rejected_) {
     out += "bitsplit:request_rejected_total{" + model + ",status=\"" + std::to_string(status) + "\"} " + std::to_string(n) + "\n";

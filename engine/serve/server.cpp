@@ -13,6 +13,7 @@
 #include <optional>
 #include <random>
 #include <string_view>
+#include <thread>
 
 #include "admission.h"
 #include "bitsplit/chat_prompt.h"
@@ -124,6 +125,8 @@ struct Server::Impl {
   std::optional<ChatTemplate> chat_template;
   std::string model_id;
   std::atomic<bool> ready{false};
+  std::atomic<bool> draining{false};
+  std::atomic<int> entering{0};  // generation requests between their start and holding a slot (or refused)
 
   // The admitted requests decode at once, each on its own thread; their forward passes run
   // combined (one pass over the residual for all of their rows).
@@ -183,7 +186,7 @@ struct Server::Impl {
   std::optional<RequestError> decoding_options(PreparedRequest& p);
 
   Outcome run(const PreparedRequest& p, Clock::time_point received, const EmitFn& emit);
-  void finished(const Outcome& o, Clock::time_point received, Admission::Slot& slot);
+  void finished(const PreparedRequest& p, const Outcome& o, Clock::time_point received, Admission::Slot& slot);
   void respond_whole(const PreparedRequest& p, const Responses& responses, Admission::Slot& slot,
                      Clock::time_point received, http::Response& res);
   void stream(const PreparedRequest& p, Responses responses, Admission::Slot& slot, Clock::time_point received,
@@ -390,7 +393,9 @@ Outcome Server::Impl::run(const PreparedRequest& p, Clock::time_point received, 
 }
 
 // A generation's end: /metrics counts it, and its KV reservation is given up.
-void Server::Impl::finished(const Outcome& o, Clock::time_point received, Admission::Slot& slot) {
+void Server::Impl::finished(const PreparedRequest& p, const Outcome& o, Clock::time_point received,
+                            Admission::Slot& slot) {
+  metrics.request_served(p.served_name);
   metrics.request_finished(o.cancelled ? "abort" : o.finish_reason, o.prompt_tokens, o.completion_tokens,
                            o.time_to_first_token, std::chrono::duration<double>(Clock::now() - received).count(),
                            o.inter_token);
@@ -404,7 +409,7 @@ void Server::Impl::finished(const Outcome& o, Clock::time_point received, Admiss
 void Server::Impl::respond_whole(const PreparedRequest& p, const Responses& responses, Admission::Slot& slot,
                                  Clock::time_point received, http::Response& res) {
   const Outcome o = run(p, received, nullptr);
-  finished(o, received, slot);
+  finished(p, o, received, slot);
   if (!o.status) return refuse(res, {500, o.status.message(), "", "server_error"});
   send_json(res, 200, responses.whole(o));
 }
@@ -418,7 +423,7 @@ void Server::Impl::stream(const PreparedRequest& p, Responses responses, Admissi
   const Outcome o = run(p, received, [&](const std::string& piece, std::span<const TokenLogprob> logprobs) {
     return write(sse(responses.piece_chunk(piece, logprobs)));
   });
-  finished(o, received, slot);
+  finished(p, o, received, slot);
   if (o.cancelled) return;  // the client went away
   if (!o.status) {
     write(sse(RequestError{500, o.status.message(), "", "server_error"}.to_json()));
@@ -435,9 +440,20 @@ void Server::Impl::stream(const PreparedRequest& p, Responses responses, Admissi
 // prompt tokenized and checked: it runs, answered whole or streamed.
 void Server::Impl::handle_generate(const http::Request& req, http::Response& res, Endpoint endpoint) {
   const Clock::time_point received = Clock::now();
+  // Counted until it holds a slot (or is refused), so drain() sees it either here or in the slots.
+  entering.fetch_add(1);
+  struct Leave {
+    std::atomic<int>& n;
+    ~Leave() { n.fetch_sub(1); }
+  } leave{entering};
   if (!ready.load()) {
     res.headers.emplace_back("Retry-After", "5");
     return refuse(res, {503, "the model is still loading", "", "unavailable_error"});
+  }
+  if (draining.load()) {
+    res.headers.emplace_back("Retry-After", "1");
+    return refuse(res, {503, "the server is draining (shutting down): retry on another replica", "",
+                        "unavailable_error"});
   }
   Prepared prepared = prepare_request(req.body, endpoint);
   if (!prepared.request) return refuse(res, prepared.error);
@@ -466,6 +482,11 @@ void Server::Impl::handle_generate(const http::Request& req, http::Response& res
 void Server::Impl::setup_routes() {
   // Every route but /health needs a key (when there are keys), checked before the body is read.
   http.set_head_check([this](const http::Request& head, http::Response& res) {
+    if (head.path == "/admin/drain" && options.api_keys.empty()) {
+      refuse(res, {403, "/admin/drain needs the server to run with --api-key (else send it SIGTERM)", "",
+                   "permission_error"});
+      return false;
+    }
     if (head.path == "/health" || (head.path == "/" && options.webui) || tenant(head) >= 0) return true;
     refuse(res, {401, "a valid API key is required (Authorization: Bearer KEY)", "", "authentication_error"});
     return false;
@@ -483,9 +504,16 @@ void Server::Impl::setup_routes() {
     }, http::Dispatch::kInline);
   }
   http.route("GET", "/health", [this](const http::Request&, http::Response& res) {
+    if (draining.load()) return send_json(res, 503, {{"status", "draining"}});
     if (ready.load()) return send_json(res, 200, {{"status", "ok"}});
     res.headers.emplace_back("Retry-After", "5");
     send_json(res, 503, {{"status", "loading"}});
+  }, http::Dispatch::kInline);
+  http.route("POST", "/admin/drain", [this](const http::Request&, http::Response& res) {
+    const bool first = !draining.exchange(true);
+    metrics.set_draining(true);
+    if (first && options.on_drain_request) options.on_drain_request();
+    send_json(res, 202, {{"status", "draining"}, {"running", admission.running()}, {"waiting", admission.waiting()}});
   }, http::Dispatch::kInline);
   http.route("GET", "/metrics", [this](const http::Request&, http::Response& res) {
     const PassBatcher::Stats passes = batcher.stats();
@@ -549,6 +577,26 @@ Status Server::serve() { return impl_->http.serve(); }
 void Server::stop() {
   if (impl_) impl_->http.stop();
 }
+
+bool Server::drain(std::chrono::milliseconds timeout, const std::function<bool()>& give_up) {
+  Impl& m = *impl_;
+  m.draining.store(true);
+  m.metrics.set_draining(true);
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    if (m.entering.load() == 0 && m.admission.running() == 0 && m.admission.waiting() == 0) return true;
+    if (Clock::now() >= deadline || (give_up && give_up())) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+// The last responses' bytes are on their way once drain() returned; a client that reads them
+// slower than this loses the rest.
+void Server::stop_gracefully() {
+  if (impl_) impl_->http.stop_gracefully(std::chrono::seconds(10));
+}
+
+bool Server::draining() const { return impl_->draining.load(); }
 
 const Metrics& Server::metrics() const { return impl_->metrics; }
 

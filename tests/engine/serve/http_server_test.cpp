@@ -352,6 +352,45 @@ TEST(HttpServer, AStreamIsChunkedAndAStalledReaderStopsItsProducer) {
   EXPECT_LT(s.chunks_written_.load(), 10000) << "the producer stopped before its end";
 }
 
+// stop_gracefully(): an idle keep-alive connection is closed at once, new connections are refused,
+// and a response in progress is finished (all of it reaches the client) before serve() returns.
+TEST(HttpServer, AGracefulStopFinishesTheResponseInProgressAndClosesIdleConnections) {
+  HttpServer server(test_limits(), [](int status, const std::string&) { return "{\"status\":" + std::to_string(status) + "}"; });
+  std::atomic<bool> release{false};
+  std::atomic<int> entered{0};
+  server.route("GET", "/health", [](const Request&, Response& res) { res.body = "{}"; }, Dispatch::kInline);
+  server.route("GET", "/slow", [&](const Request&, Response& res) {
+    ++entered;
+    while (!release.load()) std::this_thread::sleep_for(10ms);
+    res.body = std::string(200000, 'y') + "}";
+  });
+  ASSERT_TRUE(server.bind("127.0.0.1", 0));
+  std::atomic<bool> returned{false};
+  std::thread t([&] {
+    (void)server.serve();
+    returned = true;
+  });
+  Client idle(server.port());
+  idle.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(status_of(idle.receive("}")), 200);  // kept alive, now waiting for its next request
+  Client busy(server.port());
+  busy.send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n");
+  while (entered.load() == 0) std::this_thread::sleep_for(10ms);
+  server.stop_gracefully(5000ms);
+  EXPECT_TRUE(idle.closed_by_server()) << "the idle connection is closed";
+  std::this_thread::sleep_for(100ms);
+  EXPECT_FALSE(returned.load()) << "serve() waits for the response in progress";
+  Client late(server.port());
+  EXPECT_FALSE(late.connected() && status_of(late.receive("}")) == 200) << "no new connection is served";
+  release = true;
+  const std::string r = busy.receive();
+  EXPECT_EQ(status_of(r), 200);
+  EXPECT_EQ(Client::count(r, std::string(1000, 'y')), 200) << "the whole body arrived";
+  EXPECT_NE(r.find("}"), std::string::npos);
+  t.join();
+  EXPECT_TRUE(returned.load());
+}
+
 TEST(HttpServer, EveryWorkerBusyIs503NotAHang) {
   Limits l = test_limits();
   l.workers = 1;

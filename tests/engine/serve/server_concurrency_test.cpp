@@ -260,3 +260,92 @@ TEST(ServeConcurrency, ARequestsFixedBudgetDraftsLookupOnlyWhenAsked) {
 
 }  // namespace
 }  // namespace bitsplit
+
+namespace bitsplit {
+namespace {
+
+// Draining: a request running when the drain starts finishes with its whole text; from then on
+// generation requests are 503 (a router retries them elsewhere) and /health says draining; drain()
+// returns true once nothing is in flight. POST /admin/drain needs a key.
+TEST(ServeConcurrency, ADrainFinishesWhatRunsAndRefusesWhatComes) {
+  if (!std::filesystem::exists(kModels + "/bible-base.gguf")) GTEST_SKIP() << "tests/models is missing";
+  BaseAndDevil b("serve-drain");
+  serve::ServerOptions options;
+  options.port = 0;
+  options.parallel = 2;
+  options.api_keys = {"k"};
+  std::atomic<int> drain_requests{0};
+  options.on_drain_request = [&] { ++drain_requests; };
+  RunningServer running(options, b);
+  serve::Server& server = running.server();
+  httplib::Headers auth = {{"Authorization", "Bearer k"}};
+
+  const nlohmann::json body = {{"prompt", "And God said"}, {"max_tokens", 48}, {"temperature", 0}};
+  httplib::Client plain("127.0.0.1", server.port());
+  plain.set_read_timeout(120, 0);
+  auto alone = plain.Post("/v1/completions", auth, body.dump(), "application/json");
+  ASSERT_TRUE(alone && alone->status == 200);
+  const std::string want = nlohmann::json::parse(alone->body)["choices"][0]["text"];
+
+  std::string got;
+  int status = 0;
+  std::atomic<bool> sent{false};
+  std::thread client([&] {
+    httplib::Client c("127.0.0.1", server.port());
+    c.set_read_timeout(120, 0);
+    sent = true;
+    auto res = c.Post("/v1/completions", auth, body.dump(), "application/json");
+    if (res) {
+      status = res->status;
+      got = nlohmann::json::parse(res->body)["choices"][0]["text"];
+    }
+  });
+  while (!sent.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // Until the request holds its slot, a drain could refuse it: wait until /metrics shows it running.
+  for (int i = 0; i < 2000; ++i) {
+    auto m = plain.Get("/metrics", auth);
+    if (m && m->body.find("vllm:num_requests_running{model_name=\"base.bitsplit.gguf\"} 1") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  auto drained = plain.Post("/admin/drain", auth, "{}", "application/json");
+  ASSERT_TRUE(drained);
+  EXPECT_EQ(drained->status, 202);
+  EXPECT_EQ(drain_requests.load(), 1);
+  EXPECT_TRUE(server.draining());
+  auto health = plain.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  EXPECT_NE(health->body.find("draining"), std::string::npos);
+  auto refused = plain.Post("/v1/completions", auth, body.dump(), "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 503);
+  EXPECT_NE(refused->body.find("draining"), std::string::npos);
+  EXPECT_TRUE(server.drain(std::chrono::seconds(120)));
+  client.join();
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(got, want) << "the request running when the drain began finished whole";
+  auto metrics = plain.Get("/metrics", auth);
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("bitsplit:draining{model_name=\"base.bitsplit.gguf\"} 1"), std::string::npos);
+  EXPECT_NE(metrics->body.find("requested_model=\"base.bitsplit.gguf\"} 2"), std::string::npos);
+}
+
+TEST(ServeConcurrency, AdminDrainNeedsAnApiKey) {
+  if (!std::filesystem::exists(kModels + "/bible-base.gguf")) GTEST_SKIP() << "tests/models is missing";
+  BaseAndDevil b("serve-drain-keys");
+  serve::ServerOptions options;
+  options.port = 0;
+  RunningServer running(options, b);
+  httplib::Client c("127.0.0.1", running.server().port());
+  auto res = c.Post("/admin/drain", "{}", "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 403);
+  EXPECT_NE(res->body.find("--api-key"), std::string::npos);
+  EXPECT_FALSE(running.server().draining());
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+}
+
+}  // namespace
+}  // namespace bitsplit

@@ -114,7 +114,12 @@ class HttpServer {
   int port() const;
   // Serves on the calling thread until stop() (from any thread).
   Status serve();
+  // Closes every connection now (a response being written is cut short).
   void stop();
+  // Stops accepting connections, closes those waiting for a request, and lets each response in
+  // progress finish before closing its connection; serve() returns when none is left, or after
+  // `grace`, when the rest are closed as stop() closes them.
+  void stop_gracefully(std::chrono::milliseconds grace);
   Counters counters() const;
 
   struct Impl;  // the implementation's (http_server.cpp)

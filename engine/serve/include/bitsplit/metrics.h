@@ -45,6 +45,10 @@ class Metrics {
   void request_finished(const std::string& finish_reason, int64_t prompt_tokens, int64_t generation_tokens,
                         double time_to_first_token, double e2e_seconds, const std::vector<double>& inter_token);
   void request_rejected(int status);
+  // A finished request's model id as the client named it (the base's or a variant's): routers
+  // and tests see which replica served which variant.
+  void request_served(const std::string& served_name);
+  void set_draining(bool draining);
   void add_speculative(const SpeculativeCounts& s);
   void set_kv_cache_usage(double fraction);
   // A request's prompt looked up in the kept caches (--prompt-cache): its tokens, and how many
@@ -64,6 +68,8 @@ class Metrics {
   int64_t prompt_tokens_ = 0, generation_tokens_ = 0;
   std::map<std::string, int64_t> finished_;  // by finish reason
   std::map<int, int64_t> rejected_;          // by HTTP status
+  std::map<std::string, int64_t> served_;    // by the model id requested
+  bool draining_ = false;
   Histogram ttft_, itl_, e2e_;
   SpeculativeCounts spec_;
   int64_t prefix_queries_ = 0, prefix_hits_ = 0;

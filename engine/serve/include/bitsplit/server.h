@@ -4,9 +4,14 @@
 // Routes: GET / (the chat page, unless ServerOptions::webui is off; it holds no data and asks for
 // the key itself), POST /v1/completions, POST /v1/chat/completions (both streamed as server-sent events
 // with "stream": true; their bodies must be sent as Content-Type: application/json), GET
-// /v1/models, GET /health (503 until ready), GET /metrics (Prometheus). With API keys every route
-// but /health needs "Authorization: Bearer KEY", checked on the request's head before its body is
-// read. The HTTP layer (http_server.h) bounds what a client controls: head and body size however
+// /v1/models, GET /health (200 when ready; 503 while loading and while draining), GET /metrics
+// (Prometheus), POST /admin/drain (only with API keys). With API keys every route but /health needs
+// "Authorization: Bearer KEY", checked on the request's head before its body is read.
+//
+// Draining (drain(), or POST /admin/drain): the server stops admitting generation requests (503
+// with Retry-After, so a router retries them on another replica), /health says 503 "draining" (a
+// router's health check or a readiness probe takes the replica out of rotation), and the requests
+// already admitted run to their end. The HTTP layer (http_server.h) bounds what a client controls: head and body size however
 // framed, header count, connections, and how long a client may take to send or to read.
 //
 // Tenants: each API key is one; kept prompt caches are only reused within the tenant that made
@@ -27,6 +32,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -65,6 +72,9 @@ struct ServerOptions {
   // (usage.prompt_tokens_details.cached_tokens says how many it skipped). -1: one per
   // `parallel` slot; 0: off.
   int prompt_cache = -1;
+  // Called (on the HTTP I/O thread; it must not block) when POST /admin/drain starts a drain: the
+  // owner then waits for drain() and stops the server.
+  std::function<void()> on_drain_request;
 };
 
 class Server {
@@ -84,6 +94,12 @@ class Server {
   // Serves until stop() (from another thread or a signal handler thread).
   Status serve();
   void stop();
+  // Drains: refuses new generation requests from now on and waits until none is in flight (true),
+  // or until `timeout` passes or `give_up` (polled) says so (false). Then stop_gracefully() lets
+  // the last responses' bytes reach their clients before serve() returns.
+  bool drain(std::chrono::milliseconds timeout, const std::function<bool()>& give_up = {});
+  void stop_gracefully();
+  bool draining() const;
   const Metrics& metrics() const;
 
  private:
