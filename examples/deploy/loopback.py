@@ -17,8 +17,9 @@ mechanisms, configured here (docs/DEPLOY.md says why and what it trades):
     (consistent hashing, bounded load: a replica more than 50 % above the average load is skipped),
     so a chat's turns find their prompt cache; without the header, to the least-busy replica;
   * by health: GET /health every 500 ms; a replica answering 503 (loading, draining) or not at all
-    is out of rotation at once; a request refused with 503 or a failed connection is retried on
-    another replica (request bodies up to the 256 KiB buffer).
+    is out of rotation at once; a request refused with 503 (draining) or 404 (a model the
+    replica lacks), or whose connection failed, is retried on another replica (request bodies up
+    to the 256 KiB buffer).
 
 `up` waits until every replica says ready and HAProxy listens, prints the URL, and returns; the
 processes keep running (their logs and pids in --state) until `down`, which drains each replica
@@ -87,7 +88,7 @@ defaults
     timeout http-request 10s
     option http-buffer-request
     retries 3
-    retry-on conn-failure empty-response 503
+    retry-on conn-failure empty-response 503 404
     option redispatch 1
 
 frontend openai
