@@ -12,10 +12,10 @@ from ._capi import (AbortedError, BufferTooSmallError, CancelledError, ContextOv
                     InternalError, InvalidArgumentError, LoadError, NotFoundError, OutOfMemoryError)
 from ._capi import library_path as _library_path
 from ._capi import lib as _lib
-from ._model import Metadata, Model, Session, Stats, TokenLogprob
+from ._model import Metadata, Model, Piece, Session, Stats, TokenLogprob
 from ._bench import OVERALL, AcceptResult, AcceptRow, BenchPrompt, bench_accept, load_prompts
 
-__all__ = ["Model", "Session", "Stats", "TokenLogprob", "Metadata", "Error", "InvalidArgumentError", "LoadError", "NotFoundError",
+__all__ = ["Model", "Session", "Stats", "TokenLogprob", "Piece", "Metadata", "Error", "InvalidArgumentError", "LoadError", "NotFoundError",
            "ContextOverflowError", "BufferTooSmallError", "CancelledError", "AbortedError", "OutOfMemoryError",
            "InternalError", "library_version", "__version__", "bench_accept", "load_prompts", "BenchPrompt", "AcceptRow",
            "AcceptResult", "OVERALL"]

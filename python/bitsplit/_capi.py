@@ -26,7 +26,7 @@ ERR_INTERNAL = 9
 
 # The C API version this module declares (structs are passed with this header's sizes).
 API_VERSION_MAJOR = 0
-API_VERSION_MINOR = 5
+API_VERSION_MINOR = 6
 
 MAX_DRAFT_DEPTH = 64  # BITSPLIT_MAX_DRAFT_DEPTH
 MAX_TOP_LOGPROBS = 20  # BITSPLIT_MAX_TOP_LOGPROBS
@@ -100,7 +100,9 @@ def error(status: int, message: str) -> Error:
 class ModelParams(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t), ("n_threads", ctypes.c_int32), ("vram_budget", ctypes.c_uint64),
                 ("use_gpu", ctypes.c_int32), ("progress", ctypes.c_void_p), ("progress_user_data", ctypes.c_void_p),
-                ("target_activations", ctypes.c_int32)]
+                ("target_activations", ctypes.c_int32),
+                # API 0.6
+                ("reserved0", ctypes.c_int32), ("mlock", ctypes.c_int32)]
 
 
 class SessionParams(ctypes.Structure):
@@ -109,7 +111,10 @@ class SessionParams(ctypes.Structure):
                 ("repeat_penalty", ctypes.c_float), ("repeat_last_n", ctypes.c_int32), ("seed", ctypes.c_uint64),
                 ("speculative", ctypes.c_int32), ("budget", ctypes.c_int32), ("draft_chain", ctypes.c_int32),
                 ("n_ctx", ctypes.c_int32), ("lookup", ctypes.c_int32), ("reserved0", ctypes.c_int32),
-                ("reuse_prefix", ctypes.c_int32)]
+                ("reuse_prefix", ctypes.c_int32),
+                # API 0.6
+                ("reserved1", ctypes.c_int32), ("base_draft", ctypes.c_int32), ("n_stop", ctypes.c_int32),
+                ("stop", ctypes.POINTER(ctypes.c_char_p))]
 
 
 class GenerationStats(ctypes.Structure):
@@ -123,7 +128,9 @@ class GenerationStats(ctypes.Structure):
                 ("lookup_drafted_tokens", ctypes.c_int64), ("lookup_accepted_tokens", ctypes.c_int64),
                 ("n_depths", ctypes.c_int32), ("reserved1", ctypes.c_int32),
                 ("accepted_at_depth", ctypes.c_int64 * MAX_DRAFT_DEPTH),
-                ("drafted_at_depth", ctypes.c_int64 * MAX_DRAFT_DEPTH)]
+                ("drafted_at_depth", ctypes.c_int64 * MAX_DRAFT_DEPTH),
+                # API 0.6
+                ("stopped_at_stop", ctypes.c_int32), ("reserved2", ctypes.c_int32)]
 
 
 class ChatParams(ctypes.Structure):
@@ -146,10 +153,12 @@ _SIGNATURES = {
     "bitsplit_model_params_init": (None, [ctypes.POINTER(ModelParams)]),
     "bitsplit_model_load": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(ModelParams), ctypes.POINTER(ctypes.c_void_p)]),
     "bitsplit_model_free": (None, [ctypes.c_void_p]),
+    "bitsplit_model_locked_bytes": (ctypes.c_uint64, [ctypes.c_void_p]),
     "bitsplit_model_add_variant": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]),
     "bitsplit_model_add_lora": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_float]),
     "bitsplit_model_remove_variant": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p]),
     "bitsplit_model_variant_count": (ctypes.c_int32, [ctypes.c_void_p]),
+    "bitsplit_model_variant_name": (ctypes.c_char_p, [ctypes.c_void_p, ctypes.c_int32]),
     "bitsplit_model_n_vocab": (ctypes.c_int32, [ctypes.c_void_p]),
     "bitsplit_model_n_ctx_train": (ctypes.c_int32, [ctypes.c_void_p]),
     "bitsplit_model_n_layers": (ctypes.c_int32, [ctypes.c_void_p]),
@@ -158,6 +167,9 @@ _SIGNATURES = {
     "bitsplit_model_eos": (c_token, [ctypes.c_void_p]),
     "bitsplit_model_meta_string": (ctypes.c_char_p, [ctypes.c_void_p, ctypes.c_char_p]),
     "bitsplit_model_chat_template": (ctypes.c_char_p, [ctypes.c_void_p]),
+    "bitsplit_model_meta_count": (ctypes.c_int32, [ctypes.c_void_p]),
+    "bitsplit_model_meta_key": (ctypes.c_char_p, [ctypes.c_void_p, ctypes.c_int32]),
+    "bitsplit_model_meta_json": (ctypes.c_char_p, [ctypes.c_void_p, ctypes.c_char_p]),
     "bitsplit_tokenize": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int32,
                                          ctypes.c_int32, c_token_p, ctypes.c_size_t, c_size_p]),
     "bitsplit_detokenize": (ctypes.c_int, [ctypes.c_void_p, c_token_p, ctypes.c_size_t, ctypes.c_char_p,
@@ -171,6 +183,7 @@ _SIGNATURES = {
     "bitsplit_session_create": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(SessionParams),
                                                ctypes.POINTER(ctypes.c_void_p)]),
     "bitsplit_session_free": (None, [ctypes.c_void_p]),
+    "bitsplit_session_set_stop": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t]),
     "bitsplit_session_generate": (ctypes.c_int, [ctypes.c_void_p, c_token_p, ctypes.c_size_t, ctypes.c_int32,
                                                  TOKEN_CALLBACK, ctypes.c_void_p, ctypes.POINTER(GenerationStats)]),
     "bitsplit_session_stats": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(GenerationStats)]),
@@ -260,3 +273,8 @@ def sized_call(fn, *args, item=ctypes.c_char, initial: int = 256):
         return buf, count.value
     check(ERR_BUFFER_TOO_SMALL)
     raise AssertionError("unreachable")
+
+
+def string_array(strings: list[bytes]) -> ctypes.Array:
+    """A C array of NUL-terminated strings (const char* const*) for the C API."""
+    return (ctypes.c_char_p * len(strings))(*strings)

@@ -7,13 +7,14 @@ end in bitsplit_session_abort, which the engine honours within one forward pass.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import queue
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal, NamedTuple, Union
 
 from . import _capi
 from ._capi import InvalidArgumentError, check, lib
@@ -38,6 +39,7 @@ class Stats:
     tokens_per_check: float  # accepted + the target's own token, per check
     reused_tokens: int  # prompt tokens whose K/V came from the session's last generation
     finish_reason: str  # "stop" (end of sequence or a stop string) or "length"
+    stopped_at_stop: bool = False  # a stop string ended it (C API 0.6)
     # Where a speculative generation's time went and how deep its drafts were accepted (C API 0.5;
     # zeros and empty when it did not decode speculatively).
     draft_seconds: float = 0.0  # drafting (the draft model's passes and the context lookup)
@@ -50,6 +52,9 @@ class Stats:
     drafted_per_depth: tuple[int, ...] = ()
     # Checks per draft setting ("plain", "chain-4", "tree-16+lookup", ...), in the order first used.
     checks_per_setting: dict[str, int] = field(default_factory=dict)
+    # With logprobs=True: each generated token's log-probability (the end-of-sequence token's left
+    # out, as the server does), in order; None when not asked for.
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
     @property
     def acceptance_per_depth(self) -> tuple[float, ...]:
@@ -68,6 +73,7 @@ class Stats:
                    stopped_at_eos=bool(s.stopped_at_eos), speculative=bool(s.speculative), checks=s.checks,
                    drafted_tokens=s.drafted_tokens, accepted_tokens=s.accepted_tokens,
                    tokens_per_check=s.tokens_per_check, reused_tokens=s.reused_tokens, finish_reason=finish_reason,
+                   stopped_at_stop=bool(s.stopped_at_stop),
                    draft_seconds=s.draft_seconds, verify_seconds=s.verify_seconds,
                    lookup_drafted_tokens=s.lookup_drafted_tokens, lookup_accepted_tokens=s.lookup_accepted_tokens,
                    accepted_per_depth=tuple(s.accepted_at_depth[:n]), drafted_per_depth=tuple(s.drafted_at_depth[:n]),
@@ -89,6 +95,17 @@ def _invalid(message: str) -> InvalidArgumentError:
     return InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, message)
 
 
+def _top_logprobs(logprobs: bool, top_logprobs: int) -> int | None:
+    """generate's and stream's logprobs / top_logprobs as _run_items takes them (None: off)."""
+    if not isinstance(logprobs, bool):
+        raise _invalid(f"logprobs must be True or False, not {logprobs!r} (top_logprobs gives the alternatives)")
+    if not logprobs:
+        if top_logprobs:
+            raise _invalid("top_logprobs needs logprobs=True")
+        return None
+    return top_logprobs
+
+
 def _token_array(tokens: Sequence[int]) -> ctypes.Array:
     try:
         return (_capi.c_token * len(tokens))(*tokens)
@@ -96,68 +113,62 @@ def _token_array(tokens: Sequence[int]) -> ctypes.Array:
         raise _invalid(f"tokens must be 32-bit integers: {e}") from e
 
 
-class _StopStrings:
-    """Holds back text that could still begin a stop string; reports the text before the first
-    stop string once one is complete."""
+def _stop_strings(stop: str | Sequence[str] | None) -> list[bytes]:
+    """Stop strings as the C API takes them (it matches them: bitsplit_session_set_stop)."""
+    if stop is None or isinstance(stop, str):
+        stops = [stop] if stop else []
+    elif isinstance(stop, (list, tuple)):
+        stops = list(stop)
+    else:
+        raise _invalid(f"stop must be a string or a list of strings, not {type(stop).__name__}")
+    if any(not isinstance(s, str) for s in stops):
+        raise _invalid("stop must be a string or a list of strings")
+    if any("\0" in s for s in stops):
+        raise _invalid("a stop string must not contain NUL characters")
+    return [s.encode() for s in stops]
 
-    def __init__(self, stop: str | Sequence[str] | None) -> None:
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        if any(not isinstance(s, str) for s in stops):
-            raise _invalid("stop must be a string or a list of strings")
-        self.stops = [s for s in stops if s]
-        self.pending = ""
 
-    def push(self, piece: str) -> tuple[str, bool]:
-        if not self.stops:
-            return piece, False
-        text = self.pending + piece
-        hits = [i for i in (text.find(s) for s in self.stops) if i >= 0]
-        if hits:
-            self.pending = ""
-            return text[:min(hits)], True
-        keep = 0  # the longest end of the text that begins a stop string
-        for s in self.stops:
-            for n in range(min(len(s) - 1, len(text)), keep, -1):
-                if s.startswith(text[len(text) - n:]):
-                    keep = n
-                    break
-        self.pending = text[len(text) - keep:] if keep else ""
-        return text[:len(text) - keep], False
+class Piece(NamedTuple):
+    """A piece of streamed text with the log-probabilities of the tokens that came since the last
+    piece (stream(..., logprobs=True)); a last piece may have empty text and carry those of tokens
+    whose text a stop string cut off."""
 
-    def flush(self) -> str:
-        out, self.pending = self.pending, ""
-        return out
+    text: str
+    logprobs: tuple[TokenLogprob, ...]
 
 
 _DONE = object()
 
 
-class Metadata(Mapping[str, str]):
-    """The model file's string metadata by key ("general.name", "general.architecture", ...).
-    The C API looks keys up one at a time, so only the keys asked for are known: iteration covers
-    the common ones the file has."""
-
-    COMMON_KEYS = ("general.name", "general.architecture", "general.type", "general.license",
-                   "general.basename", "general.finetune", "general.size_label", "tokenizer.ggml.model",
-                   "tokenizer.ggml.pre", "tokenizer.chat_template")
+class Metadata(Mapping[str, Any]):
+    """The model file's metadata, every entry in file order (bitsplit_model_meta_key): strings as
+    str, integers as int, floats as float, booleans as bool, arrays as lists (the C API hands each
+    value over as JSON, bitsplit_model_meta_json)."""
 
     def __init__(self, model: Model) -> None:
         self._model = model
 
-    def __getitem__(self, key: str) -> str:
-        value = lib().bitsplit_model_meta_string(self._model._ptr(), key.encode())
-        if value is None:
+    def __getitem__(self, key: str) -> Any:
+        import json
+        if not isinstance(key, str):
             raise KeyError(key)
-        return value.decode("utf-8", "replace")
+        text = lib().bitsplit_model_meta_json(self._model._ptr(), key.encode())
+        if text is None:
+            raise KeyError(key)
+        return json.loads(text.decode("utf-8", "replace"))
 
     def __iter__(self) -> Iterator[str]:
-        return (k for k in self.COMMON_KEYS if k in self)
+        handle = self._model._ptr()
+        for i in range(lib().bitsplit_model_meta_count(handle)):
+            key = lib().bitsplit_model_meta_key(handle, i)
+            if key is not None:
+                yield key.decode("utf-8", "replace")
 
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        return lib().bitsplit_model_meta_count(self._model._ptr())
 
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and lib().bitsplit_model_meta_string(self._model._ptr(), key.encode()) is not None
+        return isinstance(key, str) and lib().bitsplit_model_meta_json(self._model._ptr(), key.encode()) is not None
 
 
 class Model:
@@ -168,10 +179,10 @@ class Model:
     block, or when the last reference (its sessions hold one each) goes."""
 
     def __init__(self, path: str | os.PathLike[str], *, threads: int | None = None, vram_budget: int | None = None,
-                 gpu: bool | None = None, progress: Callable[[int, int], Any] | None = None) -> None:
+                 gpu: bool | None = None, mlock: bool = False,
+                 progress: Callable[[int, int], Any] | None = None) -> None:
         self._handle: int | None = None
         self._sessions: weakref.WeakSet[Session] = weakref.WeakSet()
-        self._variants: list[str] = []
         self.path = os.fspath(path)
         params = _capi.ModelParams()
         lib().bitsplit_model_params_init(ctypes.byref(params))
@@ -183,6 +194,7 @@ class Model:
             params.vram_budget = vram_budget
         if gpu is not None:
             params.use_gpu = 1 if gpu else 0
+        params.mlock = 1 if mlock else 0
         raised: list[BaseException] = []
         callback = None
         if progress is not None:
@@ -247,6 +259,11 @@ class Model:
         return bool(lib().bitsplit_model_is_bitsplit(self._ptr()))
 
     @property
+    def locked_bytes(self) -> int:
+        """Bytes of the planes locked in RAM by mlock=True (0 without it)."""
+        return lib().bitsplit_model_locked_bytes(self._ptr())
+
+    @property
     def bos(self) -> int | None:
         t = lib().bitsplit_model_bos(self._ptr())
         return None if t < 0 else t
@@ -272,23 +289,21 @@ class Model:
     # ---- variants ----------------------------------------------------------------------------
     @property
     def variants(self) -> tuple[str, ...]:
-        """The variants registered through this object, in order."""
-        return tuple(self._variants)
+        """The registered variants' names, in the order of their bytes (bitsplit_model_variant_name)."""
+        handle = self._ptr()
+        names = (lib().bitsplit_model_variant_name(handle, i) for i in range(lib().bitsplit_model_variant_count(handle)))
+        return tuple(n.decode("utf-8", "replace") for n in names if n is not None)
 
     def add_delta(self, name: str, path: str | os.PathLike[str]) -> None:
         """Registers a BitDelta file from `bitsplit delta` (made against this base) as `name`."""
         check(lib().bitsplit_model_add_variant(self._ptr(), name.encode(), os.fspath(path).encode()))
-        self._variants.append(name)
 
     def add_lora(self, name: str, path: str | os.PathLike[str], scale: float = 1.0) -> None:
         """Registers a LoRA adapter (llama.cpp's GGUF format) as `name`; scale multiplies alpha / rank."""
         check(lib().bitsplit_model_add_lora(self._ptr(), name.encode(), os.fspath(path).encode(), float(scale)))
-        self._variants.append(name)
 
     def remove_variant(self, name: str) -> None:
         check(lib().bitsplit_model_remove_variant(self._ptr(), name.encode()))
-        if name in self._variants:
-            self._variants.remove(name)
 
     # ---- tokens ------------------------------------------------------------------------------
     def tokenize(self, text: str | bytes, add_special: bool = True, parse_special: bool = False) -> list[int]:
@@ -342,21 +357,23 @@ class Model:
         return Session(self, **options)
 
     def generate(self, prompt: Prompt, max_tokens: int | None = 256, *, stop: str | Sequence[str] | None = None,
-                 **options: Any) -> tuple[str, Stats]:
+                 logprobs: bool = False, top_logprobs: int = 0, **options: Any) -> tuple[str, Stats]:
         """The text generated after `prompt` (a string, tokenized with BOS, or token ids) and its
         Stats. Options: temperature, top_p, top_k, min_p, repeat_penalty, repeat_last_n, seed,
-        variant, speculative ("auto", False or a budget 1..64), draft ("tree" or "chain"), lookup
-        (None: the engine's default; 0..64). None leaves the C API's default. max_tokens None:
-        up to the end of the context."""
+        variant, base_draft, speculative ("auto", False or a budget 1..64), draft ("tree" or
+        "chain"), lookup (None: the engine's default; 0..64). None leaves the C API's default.
+        max_tokens None: up to the end of the context. logprobs=True: Stats.logprobs holds each
+        token's log-probability and its top_logprobs (0..20) most probable alternatives."""
         with Session(self, **options) as s:
-            return s.generate(prompt, max_tokens, stop=stop)
+            return s.generate(prompt, max_tokens, stop=stop, logprobs=logprobs, top_logprobs=top_logprobs)
 
     def stream(self, prompt: Prompt, max_tokens: int | None = 256, *, stop: str | Sequence[str] | None = None,
-               **options: Any) -> Iterator[str]:
-        """The generated text piece by piece (options as generate's)."""
+               logprobs: bool = False, top_logprobs: int = 0, **options: Any) -> Iterator[Any]:
+        """The generated text piece by piece (options as generate's); with logprobs=True, Piece
+        tuples (text, logprobs) instead of strings."""
         s = Session(self, **options)
         try:
-            yield from s.stream(prompt, max_tokens, stop=stop)
+            yield from s.stream(prompt, max_tokens, stop=stop, logprobs=logprobs, top_logprobs=top_logprobs)
         finally:
             s.close()
 
@@ -387,7 +404,8 @@ class Model:
 def _session_params(model: Model, variant: str | None, temperature: float | None, top_k: int | None,
                     top_p: float | None, min_p: float | None, repeat_penalty: float | None,
                     repeat_last_n: int | None, seed: int | None, speculative: Speculative, draft: str,
-                    lookup: int | None, n_ctx: int | None, reuse_prefix: bool) -> _capi.SessionParams:
+                    lookup: int | None, n_ctx: int | None, reuse_prefix: bool,
+                    base_draft: bool) -> _capi.SessionParams:
     p = _capi.SessionParams()
     lib().bitsplit_session_params_init(ctypes.byref(p))
     p.variant = None if variant is None else variant.encode()
@@ -412,6 +430,7 @@ def _session_params(model: Model, variant: str | None, temperature: float | None
     if lookup is not None:
         p.lookup = lookup
     p.reuse_prefix = 1 if reuse_prefix else 0
+    p.base_draft = 1 if base_draft else 0
     return p
 
 
@@ -424,11 +443,11 @@ class Session:
                  top_k: int | None = None, top_p: float | None = None, min_p: float | None = None,
                  repeat_penalty: float | None = None, repeat_last_n: int | None = None, seed: int | None = None,
                  speculative: Speculative = "auto", draft: str = "tree", lookup: int | None = None,
-                 n_ctx: int | None = None, reuse_prefix: bool = True) -> None:
+                 n_ctx: int | None = None, reuse_prefix: bool = True, base_draft: bool = False) -> None:
         self._handle: int | None = None
         self.model = model  # keeps the model alive as long as the session
         params = _session_params(model, variant, temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n,
-                                 seed, speculative, draft, lookup, n_ctx, reuse_prefix)
+                                 seed, speculative, draft, lookup, n_ctx, reuse_prefix, base_draft)
         handle = ctypes.c_void_p()
         try:
             check(lib().bitsplit_session_create(model._ptr(), ctypes.byref(params), ctypes.byref(handle)))
@@ -496,7 +515,8 @@ class Session:
                    top_logprobs: int | None = None) -> Iterator[tuple[str, list[TokenLogprob]]]:
         """_run's pieces, each with the log-probabilities of the tokens since the last piece (with
         top_logprobs not None; the end-of-sequence token's are left out, as the server does); a
-        last ("", [...]) carries those of tokens whose text was not yielded (a stop string)."""
+        last ("", [...]) carries those of tokens whose text was not yielded (a stop string). The
+        C API matches the stop strings; this only moves text from its worker thread to the caller."""
         tokens = self._prompt_tokens(prompt)
         if max_tokens is None:
             max_tokens = max(self.model.n_ctx - len(tokens), 0)
@@ -505,38 +525,40 @@ class Session:
         if max_tokens > 2**31 - 1:
             raise _capi.ContextOverflowError(_capi.ERR_CONTEXT_OVERFLOW,
                                              f"max_tokens {max_tokens} exceeds the context of {self.model.n_ctx}")
-        stops = _StopStrings(stop)
+        if top_logprobs is not None and (not isinstance(top_logprobs, int) or isinstance(top_logprobs, bool)
+                                         or not 0 <= top_logprobs <= _capi.MAX_TOP_LOGPROBS):
+            raise _invalid(f"logprobs must be 0..{_capi.MAX_TOP_LOGPROBS} alternatives per token, not {top_logprobs!r}")
+        stops = _capi.string_array(_stop_strings(stop))
         arr = _token_array(tokens)
         handle = self._ptr()
         if not self._busy.acquire(blocking=False):
             raise _invalid("the session is already generating (a session is used by one thread at a time)")
-        if top_logprobs is not None and (not isinstance(top_logprobs, int) or isinstance(top_logprobs, bool)
-                                         or not 0 <= top_logprobs <= _capi.MAX_TOP_LOGPROBS):
-            raise _invalid(f"logprobs must be 0..{_capi.MAX_TOP_LOGPROBS} alternatives per token, not {top_logprobs!r}")
+        try:
+            check(lib().bitsplit_session_set_stop(handle, stops, len(stops)))
+        except BaseException:
+            self._busy.release()
+            raise
         eos = self.model.eos
         pieces: queue.SimpleQueue = queue.SimpleQueue()
-        state = {"stopped": False, "token_stop": False, "status": _capi.OK, "error": ""}
+        state = {"closed": False, "token_stop": False, "status": _capi.OK, "error": ""}
         fresh: list[TokenLogprob] = []  # log-probabilities not yet handed out with a piece
 
         def on_logprob(_user, token, logprob, top_tokens, top_values, n_top):
             if token != eos:
                 fresh.append(TokenLogprob(token, logprob, tuple((top_tokens[i], top_values[i]) for i in range(n_top))))
 
-        def on_token(_user, _token, text, length):
-            if state["stopped"] or state["token_stop"]:
+        def on_token(_user, token, text, length):
+            if state["closed"] or (state["token_stop"] and token >= 0):
                 return 1
-            if _token >= 0 and token_ids is not None:
-                token_ids.append(_token)
-            if stop_token is not None and _token == stop_token:
-                state["token_stop"] = True  # text held back for stop strings is still flushed
+            if token >= 0 and token_ids is not None:
+                token_ids.append(token)
+            if stop_token is not None and token == stop_token:
+                state["token_stop"] = True  # the leftover text (token -1) still comes
                 return 1
-            piece, hit = stops.push(ctypes.string_at(text, length).decode("utf-8", "replace") if length else "")
+            piece = ctypes.string_at(text, length).decode("utf-8", "replace") if length else ""
             if piece:
                 pieces.put((piece, fresh[:]))
                 fresh.clear()
-            if hit:
-                state["stopped"] = True
-                return 1
             return 0
 
         callback = _capi.TOKEN_CALLBACK(on_token)
@@ -571,16 +593,15 @@ class Session:
             finished = True
         finally:
             if not finished:  # KeyboardInterrupt, or the consumer closed the stream
-                state["stopped"] = True
+                state["closed"] = True
                 lib().bitsplit_session_abort(handle)
             worker.join()
             self._busy.release()
         if state["status"] != _capi.OK:
             raise _capi.error(state["status"], state["error"])
-        tail = stops.flush() if not state["stopped"] else ""
-        if tail or fresh:
-            yield tail, fresh[:]
-        reason = "stop" if state["stopped"] or state["token_stop"] or stats.stopped_at_eos else "length"
+        if fresh:
+            yield "", fresh[:]
+        reason = "stop" if state["token_stop"] or stats.stopped_at_stop or stats.stopped_at_eos else "length"
         self._last = Stats._from_c(stats, reason, self._checks_per_setting(handle))
 
     @staticmethod
@@ -593,19 +614,39 @@ class Session:
             index += 1
         return out
 
-    def generate(self, prompt: Prompt, max_tokens: int | None = 256, *,
-                 stop: str | Sequence[str] | None = None) -> tuple[str, Stats]:
+    def generate(self, prompt: Prompt, max_tokens: int | None = 256, *, stop: str | Sequence[str] | None = None,
+                 logprobs: bool = False, top_logprobs: int = 0) -> tuple[str, Stats]:
         """Generates after `prompt` (a new sequence; with reuse_prefix the part of the prompt that
-        repeats the last prompt + output is not run again); returns the text and Stats."""
-        text = "".join(self._run(prompt, max_tokens, stop))
+        repeats the last prompt + output is not run again); returns the text and Stats (with
+        logprobs=True, Stats.logprobs: each token's log-probability and top_logprobs alternatives)."""
+        texts: list[str] = []
+        values: list[TokenLogprob] = []
+        for piece, lps in self._run_items(prompt, max_tokens, stop, top_logprobs=_top_logprobs(logprobs, top_logprobs)):
+            texts.append(piece)
+            values += lps
         assert self._last is not None
-        return text, self._last
+        if logprobs:
+            self._last = dataclasses.replace(self._last, logprobs=tuple(values))
+        return "".join(texts), self._last
 
-    def stream(self, prompt: Prompt, max_tokens: int | None = 256, *,
-               stop: str | Sequence[str] | None = None) -> Iterator[str]:
-        """The generated text piece by piece; closing the iterator early stops the generation.
+    def stream(self, prompt: Prompt, max_tokens: int | None = 256, *, stop: str | Sequence[str] | None = None,
+               logprobs: bool = False, top_logprobs: int = 0) -> Iterator[Any]:
+        """The generated text piece by piece (strings; with logprobs=True, Piece tuples of the text
+        and its tokens' log-probabilities); closing the iterator early stops the generation.
         Session.stats holds the statistics once it is exhausted."""
-        return self._run(prompt, max_tokens, stop)
+        top = _top_logprobs(logprobs, top_logprobs)
+        if top is None:
+            return self._run(prompt, max_tokens, stop)
+        return self._pieces(prompt, max_tokens, stop, top)
+
+    def _pieces(self, prompt: Prompt, max_tokens: int | None, stop: str | Sequence[str] | None,
+                top_logprobs: int | None) -> Iterator[Piece]:
+        values: list[TokenLogprob] = []
+        for piece, lps in self._run_items(prompt, max_tokens, stop, top_logprobs=top_logprobs):
+            values += lps
+            yield Piece(piece, tuple(lps))
+        if self._last is not None:
+            self._last = dataclasses.replace(self._last, logprobs=tuple(values))
 
     # ---- step by step -------------------------------------------------------------------------
     def feed(self, tokens: Sequence[int]) -> None:

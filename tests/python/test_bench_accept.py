@@ -89,6 +89,53 @@ def test_counts_equal_bench_accept_cli(bitsplit_module, model, cli, converted_pa
             assert getattr(r, key) == expected[s][key], (s, key)
         for key in ("tokens_per_check", "accepted_per_check"):
             assert getattr(r, key) == pytest.approx(expected[s][key]), (s, key)
+        # Where the drafts were accepted: the same counts per depth and from the lookup.
+        for key in ("accepted_at_depth", "drafted_at_depth", "lookup_drafted", "lookup_accepted"):
+            assert r.as_dict()[key] == expected[s][key], (s, key)
+        assert sum(r.accepted_at_depth) == round(r.accepted_per_check * r.checks)
+        assert r.verify_ms_per_check > 0 and r.verify_seconds > 0
+        if s == "plain":
+            assert r.accepted_at_depth == () and r.draft_seconds == 0 and r.draft_ms_per_check == 0
+        else:
+            assert len(r.accepted_at_depth) >= 1 and r.draft_seconds > 0
+            if s == "chain-2":
+                assert len(r.drafted_at_depth) == 2 and r.drafted_at_depth[0] == r.checks  # a chain of two
+            assert r.draft_ms_per_check == pytest.approx(r.draft_seconds * 1e3 / r.checks)
+            assert all(0 <= a <= 1 for a in r.acceptance_at_depth)
+
+
+def test_variant_rows_with_the_base_draft_equal_the_clis(bitsplit_module, converted_path, cli, tmp_path):
+    """As `bench accept --lora NAME=FILE`: rows for the variant with its own draft and with the plain
+    base's draft (no plain row of its own; speedup over the variant's plain row)."""
+    lora = fixture_model("bible-devil-lora.gguf")
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("".join(line + "\n" for line in
+                               (ROOT / "bench" / "prompts" / "bible.txt").read_text().splitlines()[:2]))
+    settings = ["plain", "chain-2", "tree-4"]
+    out = subprocess.run([cli, "bench", "accept", "-m", str(converted_path), "--prompts", str(prompts),
+                          "--settings", ",".join(settings), "-n", "12", "--lora", f"devil={lora}", "--json"],
+                         check=True, capture_output=True)
+    expected = {(r["model"], r["setting"]): r for r in json.loads(out.stdout)["summary"]["overall"]}
+    with bitsplit_module.Model(converted_path) as m:
+        m.add_lora("devil", lora)
+        rows = bitsplit_module.bench_accept(m, prompts, settings, max_tokens=12, variant="devil")
+        assert [(r.model, r.setting) for r in rows if r.category == "overall"] == [
+            ("devil", "plain"), ("devil", "chain-2"), ("devil/base-draft", "chain-2"), ("devil", "tree-4"),
+            ("devil/base-draft", "tree-4")]
+        assert rows.greedy_mismatches == 0
+        for r in (r for r in rows if r.category == "overall"):
+            e = expected[(r.model, r.setting)]
+            for key in ("prompts", "tokens", "checks", "accepted_at_depth", "drafted_at_depth"):
+                assert r.as_dict()[key] == e[key], (r.model, r.setting, key)
+            if r.model.endswith("/base-draft"):
+                plain = rows.row("plain", model="devil")
+                assert r.speedup == pytest.approx(r.tokens_per_second / plain.tokens_per_second)
+        # The base's draft accepts less of the variant's text than the variant's own draft.
+        assert rows.row("tree-4", model="devil/base-draft").accepted_per_check != \
+            rows.row("tree-4", model="devil").accepted_per_check
+        only = bitsplit_module.bench_accept(m, prompts, ["chain-2"], max_tokens=6, variant="devil",
+                                            base_draft_rows=False, warm_up=False)
+        assert {r.model for r in only} == {"devil"}
 
 
 def test_jsonl_categories_and_no_plain(bitsplit_module, model, tmp_path):

@@ -136,7 +136,11 @@ def test_lora_variant(bitsplit_module, converted_path):
         base, _ = m.generate("The devil", 32, temperature=0)
         m.add_lora("zero", lora, scale=0.0)
         m.add_lora("devil", lora)
-        assert m.variants == ("zero", "devil")
+        assert m.variants == ("devil", "zero")  # the C API's registry, in name order
+        # registered past the package (straight through the C API): listed all the same
+        assert bitsplit_module._lib().bitsplit_model_add_lora(m._ptr(), b"raw", str(lora).encode(), 1.0) == 0
+        assert m.variants == ("devil", "raw", "zero")
+        m.remove_variant("raw")
         assert m.generate("The devil", 32, temperature=0, variant="zero")[0] == base
         devil, _ = m.generate("The devil", 32, temperature=0, variant="devil")
         assert devil != base
