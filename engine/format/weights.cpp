@@ -4,6 +4,7 @@
 #include "bitsplit/weights.h"
 
 #include "bitsplit/fused_tensors.h"
+#include "bitsplit/hf_folder.h"
 #include "bitsplit/split_gguf.h"
 
 namespace bitsplit {
@@ -35,10 +36,11 @@ class GgufWeights final : public WeightSource {
 }  // namespace
 
 Result<std::unique_ptr<WeightSource>> open_weights(const std::string& path) {
+  if (is_hf_folder_path(path)) return open_hf_folder(path);
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
-    return Status::error(path + ": is a directory; safetensors folders are not supported yet, "
-                         "pass a .gguf file");
+    return Status::error(path + ": is a directory without config.json; pass a .gguf file or a Hugging Face "
+                         "folder (config.json and *.safetensors)");
   }
   BITSPLIT_ASSIGN_OR_RETURN(gguf::File file, gguf::File::open(path));
   // A part of a split set (split.count > 1) opens the whole set; a one-part "set" is a file.

@@ -42,7 +42,8 @@ class WeightSource {
   virtual Result<std::string> content_sha256() const { return Status::error("no file content to hash"); }
 };
 
-// Opens a model: today a GGUF file; errors name the path and what is wrong.
+// Opens a model: a GGUF file (or a split set by its first part), or a Hugging Face folder
+// (hf_folder.h); errors name the path and what is wrong.
 Result<std::unique_ptr<WeightSource>> open_weights(const std::string& path);
 // Wraps an already parsed GGUF (a file or bytes in memory; tests build models this way).
 std::unique_ptr<WeightSource> weights_from_gguf(gguf::File file);
