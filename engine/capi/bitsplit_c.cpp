@@ -160,6 +160,36 @@ Result<std::vector<std::string>> read_stops(const char* const* stop, size_t n) {
   return out;
 }
 
+// A generation's statistics as bitsplit_generation_stats reports them. A token refused because of
+// an abort was counted by the session but not delivered.
+bitsplit_generation_stats generation_stats(const SessionResult& r, bool stopped_by_abort, bool stopped_at_stop) {
+  bitsplit_generation_stats st{};
+  st.size = sizeof(st);
+  st.prompt_tokens = r.generation.prompt_tokens;
+  st.prompt_seconds = r.generation.prompt_seconds;
+  st.generated_tokens = r.generation.generated_tokens - (stopped_by_abort ? 1 : 0);
+  st.generate_seconds = r.generation.generate_seconds;
+  st.stopped_at_eos = r.generation.stopped_at_eos ? 1 : 0;
+  st.reused_tokens = r.generation.reused_tokens;
+  st.stopped_at_stop = stopped_at_stop ? 1 : 0;
+  if (!r.speculative) return st;
+  const auto& a = r.speculative->acceptance;
+  st.speculative = 1;
+  st.checks = a.checks;
+  st.drafted_tokens = a.drafted;
+  st.accepted_tokens = a.accepted;
+  st.tokens_per_check = a.tokens_per_check();
+  st.draft_seconds = a.draft_seconds;
+  st.verify_seconds = a.verify_seconds;
+  st.lookup_drafted_tokens = a.lookup_drafted;
+  st.lookup_accepted_tokens = a.lookup_accepted;
+  const size_t depths = std::min({a.accepted_at_depth.size(), a.drafted_at_depth.size(), size_t(BITSPLIT_MAX_DRAFT_DEPTH)});
+  st.n_depths = int32_t(depths);
+  std::copy_n(a.accepted_at_depth.begin(), depths, st.accepted_at_depth);
+  std::copy_n(a.drafted_at_depth.begin(), depths, st.drafted_at_depth);
+  return st;
+}
+
 }  // namespace
 
 extern "C" {
@@ -456,36 +486,9 @@ bitsplit_status bitsplit_session_generate_logprobs(bitsplit_session* s, const bi
     std::string tail = stream.flush();
     if (!s->stops.empty()) tail = stop_matcher.push(tail) + stop_matcher.flush();
     if (callback && !tail.empty() && !aborted) callback(user_data, -1, tail.data(), tail.size());
-    bitsplit_generation_stats st{};
-    st.size = sizeof(st);
-    st.prompt_tokens = r->generation.prompt_tokens;
-    st.prompt_seconds = r->generation.prompt_seconds;
-    // A token refused because of an abort was counted but not delivered.
-    st.generated_tokens = r->generation.generated_tokens - (stopped_by_abort ? 1 : 0);
-    st.generate_seconds = r->generation.generate_seconds;
-    st.stopped_at_eos = r->generation.stopped_at_eos ? 1 : 0;
-    st.reused_tokens = r->generation.reused_tokens;
-    st.stopped_at_stop = stop_matcher.stopped() ? 1 : 0;
-    if (r->speculative) {
-      const auto& a = r->speculative->acceptance;
-      st.speculative = 1;
-      st.checks = a.checks;
-      st.drafted_tokens = a.drafted;
-      st.accepted_tokens = a.accepted;
-      st.tokens_per_check = a.tokens_per_check();
-      st.draft_seconds = a.draft_seconds;
-      st.verify_seconds = a.verify_seconds;
-      st.lookup_drafted_tokens = a.lookup_drafted;
-      st.lookup_accepted_tokens = a.lookup_accepted;
-      const size_t depths = std::min({a.accepted_at_depth.size(), a.drafted_at_depth.size(), size_t(BITSPLIT_MAX_DRAFT_DEPTH)});
-      st.n_depths = int32_t(depths);
-      std::copy_n(a.accepted_at_depth.begin(), depths, st.accepted_at_depth);
-      std::copy_n(a.drafted_at_depth.begin(), depths, st.drafted_at_depth);
-      s->last_settings = r->speculative->checks_per_setting;
-    } else {
-      s->last_settings.clear();
-    }
-    s->last = st;
+    s->last = generation_stats(*r, stopped_by_abort, stop_matcher.stopped());
+    if (r->speculative) s->last_settings = r->speculative->checks_per_setting;
+    else s->last_settings.clear();
     if (stats) (void)bitsplit_session_stats(s, stats);
     if (aborted) return fail(BITSPLIT_ERR_ABORTED, "the generation was aborted");
     return BITSPLIT_OK;
