@@ -252,8 +252,9 @@ void add_convert_command(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<ConvertArgs>();
   CLI::App* cmd = app.add_subcommand("convert", "Split a model into a 2-bit draft plane and a 6/8-bit residual plane "
                                                 "(a bit-split file of an older format: rewrite it in the current one)");
-  cmd->add_option("input", a->in, "Source model (.gguf: F32/F16/BF16 or Q4_0..Q8_0, Q2_K..Q6_K)")
-      ->required()->check(CLI::ExistingFile);
+  cmd->add_option("input", a->in, "Source model (.gguf: F32/F16/BF16 or Q4_0..Q8_0, Q2_K..Q6_K; or a Hugging Face folder: "
+                                  "config.json, BF16/F16/F32 safetensors, tokenizer.json)")
+      ->required()->check(CLI::ExistingPath);
   cmd->add_option("output", a->out, "Output .gguf (written under a temporary name, renamed when complete)")->required();
   cmd->add_option("--group", a->group, "Weights per group along the input dimension")
       ->capture_default_str()->check(CLI::IsMember({32, 64, 128}));

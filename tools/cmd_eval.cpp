@@ -280,7 +280,7 @@ int eval(const EvalArgs& a) {
 void add_eval_command(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<EvalArgs>();
   CLI::App* cmd = app.add_subcommand("eval", "Compare quantisation schemes with the f32 model on a text");
-  cmd->add_option("model", a->model, "Original model (.gguf)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("model", a->model, "Original model (.gguf, or a Hugging Face folder)")->required()->check(CLI::ExistingPath);
   cmd->add_option("--text", a->text, "Text file to evaluate on")->required()->check(CLI::ExistingFile);
   cmd->add_option("--ctx", a->ctx, "Tokens per window (the first is BOS)")->capture_default_str()->check(whole_in(2, 1 << 20));
   cmd->add_option("--group", a->group, "Group size of the bit-split and min/max schemes")

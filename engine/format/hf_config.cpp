@@ -302,7 +302,7 @@ Status read_sizes(const json& j, const Fields& f, const FamilyInfo& info, ModelM
     m.metadata.set(p + "attention.key_length", Value::u32(uint32_t(head_dim)));
     m.metadata.set(p + "attention.value_length", Value::u32(uint32_t(head_dim)));
   }
-  if (n_rot != head_dim) m.metadata.set(p + "rope.dimension_count", Value::u32(uint32_t(n_rot)));
+  m.metadata.set(p + "rope.dimension_count", Value::u32(uint32_t(n_rot)));  // as llama.cpp's converter writes it
   BITSPLIT_RETURN_IF_ERROR(read_rope_scaling(j, f, n_rot, m));
   if (m.family == Family::kGemma2 || m.family == Family::kGemma3) {
     BITSPLIT_RETURN_IF_ERROR(read_gemma(j, f, n_embd, n_layers, head_dim, m));

@@ -183,6 +183,11 @@ Result<std::unique_ptr<WeightSource>> open_hf_folder(const std::string& path) {
   BITSPLIT_ASSIGN_OR_RETURN(std::string config, read_bounded_file(config_path, kMaxConfigBytes));
   BITSPLIT_ASSIGN_OR_RETURN(hf::ModelMap map, hf::map_config(config, config_path));
   BITSPLIT_RETURN_IF_ERROR(hf::add_tokenizer(folder, map.metadata));
+  if (!map.metadata.contains("general.name")) {  // as llama.cpp's converter: the folder's name
+    std::error_code ec;
+    const std::string name = fs::weakly_canonical(fs::absolute(folder, ec), ec).filename().string();
+    if (!name.empty()) map.metadata.set("general.name", gguf::Value::string(name));
+  }
   BITSPLIT_ASSIGN_OR_RETURN(safetensors::Checkpoint checkpoint, safetensors::open_checkpoint(folder));
   auto source = std::make_unique<HfFolderWeights>(folder, std::move(checkpoint), std::move(map));
   BITSPLIT_RETURN_IF_ERROR(source->build());

@@ -8,7 +8,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "bitsplit/gguf.h"
 #include "cli_testing.h"
+#include "hf_folder_testing.h"
 #include "test_paths.h"
 
 namespace {
@@ -419,6 +421,74 @@ TEST(Cli, ChatContinuesFromTheLastTurnsCache) {
   EXPECT_EQ(with[0], 0);
   EXPECT_GT(with[1], 10) << "the first exchange's tokens are kept";
   EXPECT_EQ(without, (std::vector<long>{0, 0}));
+}
+
+// A Hugging Face folder (bible-base written as two F32 safetensors shards, config.json) where a
+// GGUF goes: `info` prints the same model lines as for the GGUF, and converting it gives the same
+// bit-split tensors and architecture keys as converting the GGUF (the files differ in the
+// name, the tokenizer, which the folder lacks (bible-base's is SentencePiece), and the source hash).
+TEST(Cli, HuggingFaceFolderInfoAndConvertMatchTheGguf) {
+  const std::string gguf_path = BITSPLIT_SOURCE_DIR "/tests/models/bible-base.gguf";
+  BITSPLIT_REQUIRE_FILE(gguf_path);
+  bitsplit::testing::TempDir dir("cli-hf-folder");
+  const std::string folder = dir.file("bible-hf");
+  std::filesystem::create_directories(folder);
+  {
+    auto g = bitsplit::open_weights(gguf_path);
+    ASSERT_TRUE(g.is_ok()) << g.status().message();
+    bitsplit::testing::write_hf_folder(**g, folder);
+  }
+  auto model_lines = [](const std::string& out) {
+    std::string kept;
+    for (const char* key : {"architecture:", "layers:", "embedding:", "heads:", "ffn:", "vocabulary:", "context:", "rope:",
+                            "rms epsilon:", "output head:", "ram plan:"}) {
+      const size_t at = out.find(std::string("\n") + key);
+      kept += at == std::string::npos ? std::string("(no ") + key + ")\n" : out.substr(at + 1, out.find('\n', at + 1) - at);
+    }
+    return kept;
+  };
+  const auto from_gguf = run_cli("info " + gguf_path), from_folder = run_cli("info " + folder),
+             from_index = run_cli("info " + folder + "/model.safetensors.index.json");
+  ASSERT_EQ(from_gguf.code, 0) << from_gguf.out;
+  ASSERT_EQ(from_folder.code, 0) << from_folder.out;
+  ASSERT_EQ(from_index.code, 0) << from_index.out;
+  EXPECT_EQ(model_lines(from_folder.out), model_lines(from_gguf.out)) << from_folder.out;
+  EXPECT_EQ(model_lines(from_index.out), model_lines(from_gguf.out));
+  EXPECT_EQ(model_lines(from_gguf.out).find("(no "), std::string::npos) << from_gguf.out;
+  EXPECT_NE(from_folder.out.find("safetensors folder (LlamaForCausalLM), 2 shards, 57 tensors"), std::string::npos) << from_folder.out;
+
+  const std::string out_g = dir.file("from-gguf.gguf"), out_f = dir.file("from-folder.gguf");
+  const auto cg = run_cli("convert --no-calibration " + gguf_path + " " + out_g);
+  const auto cf = run_cli("convert --no-calibration " + folder + " " + out_f);
+  ASSERT_EQ(cg.code, 0) << cg.out;
+  ASSERT_EQ(cf.code, 0) << cf.out;
+  auto a = bitsplit::gguf::File::open(out_g), b = bitsplit::gguf::File::open(out_f);
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  ASSERT_EQ(a->tensors().size(), b->tensors().size());
+  for (const auto& t : a->tensors()) {
+    SCOPED_TRACE(t.name);
+    const bitsplit::gguf::TensorInfo* u = b->find_tensor(t.name);
+    ASSERT_NE(u, nullptr);
+    EXPECT_EQ(u->dims, t.dims);
+    EXPECT_EQ(u->type, t.type);
+    const auto x = a->tensor_bytes(t), y = b->tensor_bytes(*u);
+    EXPECT_TRUE(std::equal(x.begin(), x.end(), y.begin(), y.end()));
+  }
+  int arch_keys = 0;
+  for (const auto& [key, value] : a->metadata().entries()) {
+    if (!key.starts_with("llama.") || key == "llama.vocab_size") continue;  // vocab_size: not in config.json's keys
+    SCOPED_TRACE(key);
+    ++arch_keys;
+    ASSERT_TRUE(b->metadata().contains(key));
+    EXPECT_TRUE(*b->metadata().find(key) == value);
+  }
+  EXPECT_GE(arch_keys, 9);
+
+  // A directory that is not a model folder is an error saying what is missing, not a crash.
+  std::filesystem::create_directories(dir.file("empty"));
+  const auto e = run_cli("convert " + dir.file("empty") + " " + dir.file("x.gguf"));
+  EXPECT_EQ(e.code, 1) << e.out;
+  EXPECT_NE(e.out.find("is a directory without config.json"), std::string::npos) << e.out;
 }
 
 }  // namespace
