@@ -175,7 +175,8 @@ class Model:
     """A loaded GGUF model (original, or converted by `bitsplit convert`), with its variants.
 
     Many sessions and generations may use one model at once, from many threads; generations
-    running together share forward passes. The model is freed by close(), on leaving a `with`
+    running together share forward passes. mlock=True pins a converted model's planes in RAM
+    (LoadError naming the locked-memory limit when the process may not lock that much). The model is freed by close(), on leaving a `with`
     block, or when the last reference (its sessions hold one each) goes."""
 
     def __init__(self, path: str | os.PathLike[str], *, threads: int | None = None, vram_budget: int | None = None,
