@@ -354,6 +354,7 @@ Result<ModelMap> map_config(const std::string& text, const std::string& path) {
     BITSPLIT_RETURN_IF_ERROR(read_sizes(j, f, *info, m));
     BITSPLIT_RETURN_IF_ERROR(check_activation(f, m));
     BITSPLIT_ASSIGN_OR_RETURN(m.tied_embeddings, f.boolean("tie_word_embeddings", info->default_tied));
+    BITSPLIT_ASSIGN_OR_RETURN(m.vocab_size, f.integer("vocab_size", 0));
     return m;
   } catch (const json::exception& e) {  // a value of an unexpected type deep inside
     return Status::error(path + ": unexpected content: " + e.what());

@@ -182,7 +182,7 @@ Result<std::unique_ptr<WeightSource>> open_hf_folder(const std::string& path) {
   const std::string config_path = (fs::path(folder) / "config.json").string();
   BITSPLIT_ASSIGN_OR_RETURN(std::string config, read_bounded_file(config_path, kMaxConfigBytes));
   BITSPLIT_ASSIGN_OR_RETURN(hf::ModelMap map, hf::map_config(config, config_path));
-  BITSPLIT_RETURN_IF_ERROR(hf::add_tokenizer(folder, map.metadata));
+  BITSPLIT_RETURN_IF_ERROR(hf::add_tokenizer(folder, map.vocab_size, map.metadata));
   if (!map.metadata.contains("general.name")) {  // as llama.cpp's converter: the folder's name
     std::error_code ec;
     const std::string name = fs::weakly_canonical(fs::absolute(folder, ec), ec).filename().string();

@@ -24,6 +24,7 @@ struct ModelMap {
   gguf::Metadata metadata;
   int64_t n_heads = 0, n_kv_heads = 0;
   bool tied_embeddings = false;
+  int64_t vocab_size = 0;  // config.json's vocab_size (the embedding's rows), 0 when absent
   // Tensors computed from config.json (RoPE factors), f32, with their GGUF names.
   std::vector<std::pair<std::string, std::vector<float>>> computed_tensors;
 };
@@ -42,6 +43,6 @@ struct MappedTensor {
 Result<std::optional<MappedTensor>> map_tensor(const ModelMap& model, const std::string& hf_name);
 
 // tokenizer.ggml.* and tokenizer.chat_template from the folder's tokenizer files (none: nothing).
-Status add_tokenizer(const std::string& folder, gguf::Metadata& metadata);
+Status add_tokenizer(const std::string& folder, int64_t vocab_size, gguf::Metadata& metadata);
 
 }  // namespace bitsplit::hf

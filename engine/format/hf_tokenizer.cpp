@@ -169,7 +169,8 @@ Result<json> read_json(const std::string& path) {
   return j;
 }
 
-Status add_from(const json& j, const json& config, const std::string& path, const std::string& folder, gguf::Metadata& m) {
+Status add_from(const json& j, const json& config, const std::string& path, const std::string& folder, int64_t vocab_size,
+                gguf::Metadata& m) {
   const json& model = j.contains("model") ? j["model"] : json();
   const std::string model_type = type_of(model).empty() && model.is_object() && model.contains("merges") ? "BPE" : type_of(model);
   if (model_type != "BPE" || !model.contains("vocab") || !model["vocab"].is_object()) {
@@ -181,6 +182,13 @@ Status add_from(const json& j, const json& config, const std::string& path, cons
   }
   BITSPLIT_ASSIGN_OR_RETURN(std::string pre, pre_name(j, path));
   BITSPLIT_ASSIGN_OR_RETURN(Tokens tokens, read_tokens(j, path));
+  // As llama.cpp's converter: the vocabulary padded to config.json's vocab_size (the embedding's
+  // rows), so that every id the model can produce has a token.
+  if (vocab_size > kMaxTokenId) return Status::error(path + ": config.json's vocab_size " + std::to_string(vocab_size) + " is out of range");
+  for (int64_t i = int64_t(tokens.text.size()); i < vocab_size; ++i) {
+    tokens.text.push_back("[PAD" + std::to_string(i) + "]");
+    tokens.type.push_back(5);
+  }
   BITSPLIT_ASSIGN_OR_RETURN(auto merges, read_merges(model, path));
   m.set("tokenizer.ggml.model", Value::string("gpt2"));
   m.set("tokenizer.ggml.pre", Value::string(pre));
@@ -207,7 +215,7 @@ Status add_from(const json& j, const json& config, const std::string& path, cons
 
 }  // namespace
 
-Status add_tokenizer(const std::string& folder, gguf::Metadata& metadata) {
+Status add_tokenizer(const std::string& folder, int64_t vocab_size, gguf::Metadata& metadata) {
   namespace fs = std::filesystem;
   const std::string path = (fs::path(folder) / "tokenizer.json").string();
   std::error_code ec;
@@ -219,7 +227,7 @@ Status add_tokenizer(const std::string& folder, gguf::Metadata& metadata) {
     BITSPLIT_ASSIGN_OR_RETURN(config, read_json(config_path));
   }
   try {
-    return add_from(j, config, path, folder, metadata);
+    return add_from(j, config, path, folder, vocab_size, metadata);
   } catch (const json::exception& e) {
     return Status::error(path + ": unexpected content: " + e.what());
   }

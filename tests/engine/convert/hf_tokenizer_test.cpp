@@ -75,7 +75,8 @@ void write_folder(const gguf::Metadata& m, const std::string& dir) {
   if (auto eos = m.get_int("tokenizer.ggml.eos_token_id")) config["eos_token"] = {{"content", tokens[size_t(*eos)]}, {"special", true}};
   testing::write_text(dir + "/tokenizer_config.json", config.dump());
   testing::write_text(dir + "/config.json", json{{"architectures", {"LlamaForCausalLM"}}, {"hidden_size", 4}, {"num_hidden_layers", 1},
-                                                 {"intermediate_size", 8}, {"num_attention_heads", 2}, {"tie_word_embeddings", true}}.dump());
+                                                 {"intermediate_size", 8}, {"num_attention_heads", 2}, {"tie_word_embeddings", true},
+                                                 {"vocab_size", tokens.size() + 2}}.dump());  // an embedding wider than the vocabulary
   testing::write_bytes(dir + "/model.safetensors",
                        testing::safetensors_bytes({{"model.embed_tokens.weight", "F32", {2, 4}, testing::f32_bytes({1, 2, 3, 4, 5, 6, 7, 8})}}));
 }
@@ -113,9 +114,12 @@ void expect_same_tokenizer(const std::string& gguf_path) {
   }
   const auto gt = *g.get_string_array("tokenizer.ggml.tokens"), ft = *f.get_string_array("tokenizer.ggml.tokens");
   const auto gty = *g.get_int_array("tokenizer.ggml.token_type"), fty = *f.get_int_array("tokenizer.ggml.token_type");
-  ASSERT_LE(ft.size(), gt.size());
+  // Padded to config.json's vocab_size as llama.cpp's converter pads: unused [PADn] tokens.
+  ASSERT_EQ(ft.size(), gt.size() + 2);
+  EXPECT_EQ(ft.back(), "[PAD" + std::to_string(gt.size() + 1) + "]");
+  EXPECT_EQ(fty.back(), 5);
   size_t differ = 0;
-  for (size_t i = 0; i < ft.size(); ++i) differ += gty[i] != 5 && (ft[i] != gt[i] || fty[i] != gty[i]);
+  for (size_t i = 0; i < gt.size(); ++i) differ += gty[i] != 5 && (ft[i] != gt[i] || fty[i] != gty[i]);
   EXPECT_EQ(differ, 0u) << "tokens or token types that differ from the GGUF's";
 
   auto from_gguf = Tokenizer::from_metadata(g), from_folder = Tokenizer::from_metadata(f);
