@@ -17,7 +17,9 @@ class SessionParams(ctypes.Structure):
                 ("repeat_penalty", ctypes.c_float), ("repeat_last_n", ctypes.c_int32), ("seed", ctypes.c_uint64),
                 ("speculative", ctypes.c_int32), ("budget", ctypes.c_int32), ("draft_chain", ctypes.c_int32),
                 ("n_ctx", ctypes.c_int32), ("lookup", ctypes.c_int32), ("reserved0", ctypes.c_int32),
-                ("reuse_prefix", ctypes.c_int32)]  # every field: bitsplit_session_params_init writes the whole struct
+                ("reuse_prefix", ctypes.c_int32), ("reserved1", ctypes.c_int32), ("base_draft", ctypes.c_int32),
+                ("n_stop", ctypes.c_int32), ("stop", ctypes.c_void_p)]
+    # every field of the library's header (API 0.6): bitsplit_session_params_init writes the whole struct
 
 
 lib.bitsplit_last_error.restype = ctypes.c_char_p
