@@ -126,7 +126,8 @@ def test_metadata_is_every_entry_of_the_file(model):
     md = model.metadata
     keys = list(md)
     assert len(keys) == len(md) > 10 and len(set(keys)) == len(keys)
-    assert keys[0] == "general.architecture" or "general.architecture" in keys
+    assert {"general.architecture", "tokenizer.ggml.model", "llama.block_count"} <= set(keys)
+    assert md["llama.block_count"] == model.n_layers
     assert md["general.architecture"] == "llama"
     assert md["llama.context_length"] == model.n_ctx  # an integer, typed
     assert isinstance(md["llama.attention.layer_norm_rms_epsilon"], float)
