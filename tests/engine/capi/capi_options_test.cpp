@@ -187,6 +187,14 @@ TEST(CApiOptions, EveryMetadataEntryAsJson) {
   EXPECT_EQ(bitsplit_model_meta_count(nullptr), 0);
 }
 
+// AddressSanitizer intercepts mlock(2) and does nothing (its shadow memory would be locked too),
+// so under it the kernel's count of locked memory cannot show the planes.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kKernelSeesMlock = false;
+#else
+constexpr bool kKernelSeesMlock = true;
+#endif
+
 // The kernel's count of this process's locked memory (VmLck, kB), or -1.
 long locked_kib() {
   std::ifstream status("/proc/self/status");
@@ -212,7 +220,7 @@ TEST(CApiOptions, MlockLocksThePlanesOrNamesTheLimit) {
   if (st == BITSPLIT_OK) {
     const uint64_t locked = bitsplit_model_locked_bytes(l.model);
     EXPECT_GT(locked, 0u);
-    if (before >= 0) {
+    if (before >= 0 && kKernelSeesMlock) {
       EXPECT_GE(locked_kib() - before, long(locked / 1024) - 4) << "VmLck grows by the planes";
     }
   } else {

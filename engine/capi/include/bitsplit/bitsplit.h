@@ -13,7 +13,10 @@
  *   ignores the fields it does not know. A size below the struct's first version (whose last
  *   field is marked "the end of the first version"), or one that ends inside a field or its
  *   padding, is refused with BITSPLIT_ERR_INVALID_ARGUMENT, a message naming the struct and the
- *   size, and nothing read or written (size 0 too).
+ *   size, and nothing read or written (size 0 too). The *_init functions write the whole
+ *   struct as the library's header declares it: a caller built against an older header, whose
+ *   struct is smaller, sets size and its fields itself instead of calling a newer library's
+ *   *_init on it (bindings that declare the structs, such as ctypes, declare every field).
  * - Strings are UTF-8 and NUL-terminated unless a length is given.
  *
  * Threads
