@@ -31,6 +31,7 @@ struct ConvertArgs {
   std::string calibration;  // a text file; empty: the built-in text
   bool no_calibration = false;
   int64_t calibration_tokens = CalibrationOptions{}.max_tokens;
+  bool dry_run = false;
 };
 
 // --split-max-size / --split-max-tensors as limits on the output's parts (none: one file).
@@ -109,8 +110,34 @@ void calibrate(const ConvertArgs& a, ConvertOptions& options) {
   };
 }
 
+// --dry-run: what the conversion would need and write, from the plan alone.
+int print_dry_run(const ConvertArgs& a, const ConvertReport& r) {
+  auto gib = [](uint64_t b) { return double(b) / double(uint64_t{1} << 30); };
+  std::string types;
+  for (const auto& [type, n] : r.source_types) types += (types.empty() ? "" : ", ") + type;
+  std::fprintf(stderr, "dry run of %s: nothing read or written\n", a.in.c_str());
+  std::fprintf(stderr, "  source: %.2f GiB of tensors; %.2f B weights in split projections (%s)\n",
+               gib(r.source_bytes), double(r.split_weights) / 1e9, types.c_str());
+  std::fprintf(stderr, "  output: ~%.2f GiB = draft planes %.2f GiB (the GPU's share) + residual planes %.2f GiB (RAM) "
+               "+ %.2f GiB of other tensors\n", gib(r.output_bytes), gib(r.draft_bytes), gib(r.residual_bytes),
+               gib(r.output_bytes - r.draft_bytes - r.residual_bytes));
+  std::fprintf(stderr, "  largest tensor in f32: %.2f GiB (each fit in flight holds ~7 bytes per weight)\n",
+               gib(r.largest_tensor_f32_bytes));
+  if (!r.calibration_skipped.empty()) std::fprintf(stderr, "  not calibrated: %s\n", r.calibration_skipped.c_str());
+  if (r.calibration) {
+    const uint64_t need = r.calibration_plan.total(), have = r.calibration_memory_available;
+    std::fprintf(stderr, "  calibration: peak ~%.2f GiB of %.2f GiB available: %s\n", gib(need), gib(have),
+                 have == 0 || need <= have ? "fits"
+                                           : "would be refused (fewer --calibration-tokens, more memory, or "
+                                             "--no-calibration)");
+  }
+  return 0;
+}
+
 int convert(const ConvertArgs& a) {
-  if (Status st = check_output_path(a.out, {a.in, a.imatrix, a.calibration}, "output"); !st) {
+  if (a.out.empty() && !a.dry_run) return report_error("convert needs an output file (or --dry-run)");
+  if (Status st = check_output_path(a.out.empty() ? "-" : a.out, {a.in, a.imatrix, a.calibration}, "output");
+      !a.out.empty() && !st) {
     return report_error(st.message());
   }
   const auto threads = limit_threads(a.threads);
@@ -153,6 +180,7 @@ int convert(const ConvertArgs& a) {
     }
   }
   if (!a.no_calibration) calibrate(a, options);
+  options.dry_run = a.dry_run;
   ProgressBar measure_bar("measure draft errors"), bar("convert");
   ConvertReport report;
   int64_t calibrated = 0, blocks = 0;
@@ -167,6 +195,7 @@ int convert(const ConvertArgs& a) {
     (p.measuring ? measure_bar : bar).update(double(p.tensors_done), double(p.tensors_total), double(p.bytes_done), label);
   }, &report);
   if (!st) return report_error(st.message());
+  if (a.dry_run) return print_dry_run(a, report);
   if (!report.calibration_skipped.empty()) std::fprintf(stderr, "note: not calibrated: %s\n", report.calibration_skipped.c_str());
   print_draft_output_error(report);
   std::string types;
@@ -255,7 +284,10 @@ void add_convert_command(CLI::App& app, int* exit_code) {
   cmd->add_option("input", a->in, "Source model (.gguf: F32/F16/BF16 or Q4_0..Q8_0, Q2_K..Q6_K; or a Hugging Face folder: "
                                   "config.json, BF16/F16/F32 safetensors, tokenizer.json)")
       ->required()->check(CLI::ExistingPath);
-  cmd->add_option("output", a->out, "Output .gguf (written under a temporary name, renamed when complete)")->required();
+  cmd->add_option("output", a->out, "Output .gguf (written under a temporary name, renamed when complete)");
+  cmd->add_flag("--dry-run", a->dry_run,
+                "Print the plan (the calibration's memory, the output's size: draft and residual planes) and stop: "
+                "no weight is read, nothing is written");
   cmd->add_option("--group", a->group, "Weights per group along the input dimension")
       ->capture_default_str()->check(CLI::IsMember({32, 64, 128}));
   cmd->add_option("--residual", a->residual, "Residual plane bits")->capture_default_str()->check(CLI::IsMember({6, 8}));

@@ -39,6 +39,7 @@ const std::map<std::string, Shape>& shapes() {
       {"1b", {16, 2048, 32, 8, 8192, 32000, 4096}},
       {"3b", {28, 3072, 24, 8, 8192, 32000, 4096}},
       {"8b", {32, 4096, 32, 8, 14336, 32000, 8192}},
+      {"70b", {80, 8192, 64, 8, 28672, 32000, 4096}},  // Llama-2-70B's shape
   };
   return s;
 }
@@ -48,6 +49,7 @@ struct SynthArgs {
   uint64_t seed = 1;
   int group = 64, residual = 8, draft_bits = 2, threads = 0;
   bool split_options_given = false;  // --group, --residual or --draft-bits on the command line
+  bool sparse = false;               // the tensors' bytes a hole of zeros (for convert --dry-run)
 };
 
 // Fast deterministic uniform noise with the standard deviation of typical trained weights.
@@ -360,7 +362,7 @@ int synth(const SynthArgs& a) {
   if (bitsplit) set_split_metadata(w.metadata(), split_format, a.seed);
   uint64_t total_bytes = 0;
   for (const auto& info : w.tensor_infos()) total_bytes += info.nbytes;
-  if (Status st = write_tensors(w, out, a); !st) return report_error(st.message());
+  if (Status st = a.sparse ? w.write_file_sparse(a.out) : write_tensors(w, out, a); !st) return report_error(st.message());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::string format = "F16";
   if (bitsplit) {
@@ -368,8 +370,10 @@ int synth(const SynthArgs& a) {
              std::to_string(a.residual) + "-bit residual; random codes)";
   }
   std::fprintf(stderr, "wrote %s: synthetic '%s' llama, %.2f B parameters, %s, %s in %.1f s, RANDOM WEIGHTS (for "
-               "timing only)\n", a.out.c_str(), a.shape.c_str(), double(*params) / 1e9, format.c_str(),
-               format_bytes(total_bytes).c_str(), seconds);
+               "timing only)%s\n", a.out.c_str(), a.shape.c_str(), double(*params) / 1e9, format.c_str(),
+               format_bytes(total_bytes).c_str(), seconds,
+               a.sparse ? "; --sparse: every weight reads as zero, the file takes almost no disk (for `convert "
+                          "--dry-run`, not to run)" : "");
   return 0;
 }
 
@@ -393,6 +397,9 @@ void add_synth_command(CLI::App& app, int* exit_code) {
                        ->capture_default_str()->check(CLI::IsMember({6, 8}));
   auto* draft = cmd->add_option("--draft-bits", a->draft_bits, "With --format bitsplit: draft plane bits")
                     ->capture_default_str()->check(CLI::IsMember({2, 3, 4}));
+  cmd->add_flag("--sparse", a->sparse,
+                "Write the header only and leave the weights a hole of zeros (a file of full size on almost no disk): "
+                "a shape for `bitsplit convert --dry-run` at sizes this machine cannot hold, not a model to run");
   cmd->add_option("-t,--threads", a->threads, "Worker threads (default: all cores)")->check(whole_in(1, 4096));
   cmd->callback([a, exit_code, group, residual, draft] {
     a->split_options_given = group->count() + residual->count() + draft->count() > 0;

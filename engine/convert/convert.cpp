@@ -376,6 +376,13 @@ class Conversion {
       : source_(source), config_(config), options_(options), format_(format), on_progress_(on_progress), rep_(rep),
         calibration_(calibration) {}
 
+  // The output's tensors only (ConvertOptions::dry_run): their sizes in the report.
+  Status plan_only() {
+    BITSPLIT_RETURN_IF_ERROR(plan_tensors());
+    for (const auto& info : writer_.tensor_infos()) rep_.output_bytes += info.nbytes;
+    return Status::ok();
+  }
+
   Status write(const std::string& out_path) {
     BITSPLIT_RETURN_IF_ERROR(plan_tensors());
     SplitAhead ahead(source_, plan_, options_, format_, calibration_);
@@ -449,6 +456,10 @@ class Conversion {
     const int64_t in = t.dims[0], out = t.dims[1];
     for (const SplitPlaneTensor& st : split_plane_tensors(base, in, out, format_)) {
       BITSPLIT_RETURN_IF_ERROR(writer_.add_tensor_info(st.name, st.type, {st.row, st.rows}));
+      BITSPLIT_ASSIGN_OR_RETURN(const uint64_t bytes, gguf::tensor_nbytes(uint32_t(st.type), std::vector<int64_t>{st.row, st.rows}));
+      const bool draft = st.plane == SplitPlane::kDraftCodes || st.plane == SplitPlane::kDraftScales ||
+                         st.plane == SplitPlane::kDraftOffsets;
+      (draft ? rep_.draft_bytes : rep_.residual_bytes) += bytes;
       plan_.push_back({out_kind(st.plane), &t, base, in, out, format_.draft_bits_for(base)});
     }
     rep_.split_weights += in * out;
@@ -564,24 +575,25 @@ std::string gib(uint64_t bytes) {
   return buf;
 }
 
-// The layer-by-layer calibration the options ask for, started (tokens read, plan checked), or
-// null: none asked for, or one that does not apply (the reason goes in the report).
-Result<std::unique_ptr<LayerCalibration>> start_calibration(const WeightSource& source, const ModelConfig& config,
-                                                            const ConvertOptions& options, ConvertReport& rep) {
-  if (!options.calibration) return std::unique_ptr<LayerCalibration>();
+// The calibration the options ask for, planned: its tokens, with the plan and the memory it is
+// checked against in the report; none when none was asked for or it does not apply (the reason
+// goes in the report).
+Result<std::optional<CalibrationTokens>> planned_calibration(const WeightSource& source, const ModelConfig& config,
+                                                             const ConvertOptions& options, ConvertReport& rep) {
+  if (!options.calibration) return std::optional<CalibrationTokens>();
   if (!quant::uses_error_feedback(options.split)) {
     rep.calibration_skipped = "a " + std::to_string(options.split.residual_bits) +
                               "-bit residual keeps the ordinary draft fit (a fed-back draft leaves a residual wider "
                               "than 6 bits cover; docs/QUALITY.md)";
-    return std::unique_ptr<LayerCalibration>();
+    return std::optional<CalibrationTokens>();
   }
   if (options.covariances && !options.covariances->empty()) {
     rep.calibration_skipped = "the importance file's covariances are used instead";
-    return std::unique_ptr<LayerCalibration>();
+    return std::optional<CalibrationTokens>();
   }
   if (config.is_moe()) {
     rep.calibration_skipped = "a mixture of experts is not calibrated layer by layer yet";
-    return std::unique_ptr<LayerCalibration>();
+    return std::optional<CalibrationTokens>();
   }
   const CalibrationOptions& co = *options.calibration;
   if (co.covariance_block > 0 && co.covariance_block % options.split.group != 0) {
@@ -590,15 +602,46 @@ Result<std::unique_ptr<LayerCalibration>> start_calibration(const WeightSource& 
   }
   BITSPLIT_ASSIGN_OR_RETURN(CalibrationTokens tokens, calibration_tokens(source, co));
   rep.calibration_plan = plan_calibration(config, tokens.tokens, co.ctx, co.covariance_block, int(SplitAhead::kDepth) + 1);
-  const uint64_t limit = options.memory_limit ? options.memory_limit : available_memory();
+  rep.calibration_memory_available = options.memory_limit ? options.memory_limit : available_memory();
+  return std::optional<CalibrationTokens>(std::move(tokens));
+}
+
+// The layer-by-layer calibration the options ask for, started (tokens read, plan checked), or
+// null: none asked for, or one that does not apply.
+Result<std::unique_ptr<LayerCalibration>> start_calibration(const WeightSource& source, const ModelConfig& config,
+                                                            const ConvertOptions& options, ConvertReport& rep) {
+  BITSPLIT_ASSIGN_OR_RETURN(std::optional<CalibrationTokens> tokens, planned_calibration(source, config, options, rep));
+  if (!tokens) return std::unique_ptr<LayerCalibration>();
+  const uint64_t limit = rep.calibration_memory_available;
   if (limit && rep.calibration_plan.total() > limit) {
     return Status::error("the calibration needs about " + gib(rep.calibration_plan.total()) + " (" +
-                         std::to_string(tokens.tokens) + " tokens; docs/FORMAT.md, \"Calibration layer by layer\") and " +
+                         std::to_string(tokens->tokens) + " tokens; docs/FORMAT.md, \"Calibration layer by layer\") and " +
                          gib(limit) + " is available: use fewer --calibration-tokens, or --no-calibration");
   }
-  if (options.on_calibration_plan) BITSPLIT_RETURN_IF_ERROR(options.on_calibration_plan(tokens, rep.calibration_plan));
-  rep.calibration = tokens;
-  return LayerCalibration::start(source, config, std::move(tokens), co);
+  if (options.on_calibration_plan) BITSPLIT_RETURN_IF_ERROR(options.on_calibration_plan(*tokens, rep.calibration_plan));
+  rep.calibration = *tokens;
+  return LayerCalibration::start(source, config, std::move(*tokens), *options.calibration);
+}
+
+// ConvertOptions::dry_run: the calibration's plan and the output's tensors, nothing read or written.
+Status plan_conversion(const WeightSource& source, const ModelConfig& config, const ConvertOptions& options,
+                       ConvertReport& rep) {
+  BITSPLIT_ASSIGN_OR_RETURN(std::optional<CalibrationTokens> tokens, planned_calibration(source, config, options, rep));
+  if (tokens && options.on_calibration_plan) {
+    BITSPLIT_RETURN_IF_ERROR(options.on_calibration_plan(*tokens, rep.calibration_plan));
+  }
+  if (tokens) rep.calibration = std::move(*tokens);
+  const quant::SplitParams& p = options.split;
+  const bool budget = options.draft_bpw > 0.0;
+  SplitFormat format{p.group, budget ? quant::kMinDraftBits : p.draft_bits, p.residual_bits, {}, options.format_version};
+  BITSPLIT_RETURN_IF_ERROR(Conversion(source, config, options, format, nullptr, rep, nullptr).plan_only());
+  if (budget) {
+    // The budget is the draft's VRAM bits per weight, scales and offsets included.
+    const uint64_t at_budget = uint64_t(double(rep.split_weights) * options.draft_bpw / 8.0);
+    rep.output_bytes = rep.output_bytes - rep.draft_bytes + at_budget;
+    rep.draft_bytes = at_budget;
+  }
+  return Status::ok();
 }
 
 }  // namespace
@@ -614,6 +657,7 @@ Status convert_model(const WeightSource& source, const std::string& out_path, co
   ConvertReport local;
   ConvertReport& rep = report ? *report : local;
   rep = {};
+  if (options.dry_run) return plan_conversion(source, config, options, rep);
   BITSPLIT_ASSIGN_OR_RETURN(auto calibration, start_calibration(source, config, options, rep));
   BITSPLIT_ASSIGN_OR_RETURN(const SplitFormat format, output_format(source, config, options, on_progress, rep, t0));
   if (calibration) {

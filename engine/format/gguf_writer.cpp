@@ -7,6 +7,9 @@
 #include <filesystem>
 #include <optional>
 
+#include <sys/types.h>
+#include <unistd.h>
+
 #include "bitsplit/gguf.h"
 #include "bitsplit/interrupt.h"
 
@@ -166,6 +169,14 @@ class TempFile {
     return Status::ok();
   }
   uint64_t written() const { return written_; }
+  // Grows the file to `size` bytes without writing them (a hole of zeros).
+  Status extend_to(uint64_t size) {
+    if (std::fflush(f_) != 0 || ::ftruncate(::fileno(f_), off_t(size)) != 0 || ::fseeko(f_, 0, SEEK_END) != 0) {
+      return failed();
+    }
+    written_ = size;
+    return Status::ok();
+  }
   Status commit() {
     const bool flushed = std::fflush(f_) == 0;
     const int flush_errno = errno;
@@ -219,6 +230,20 @@ Status Writer::write_file_streaming(const std::string& path, const TensorProduce
       left -= n;
     }
   }
+  return out.commit();
+}
+
+Status Writer::write_file_sparse(const std::string& path) const {
+  TempFile out(path);
+  BITSPLIT_RETURN_IF_ERROR(out.open());
+  const std::vector<uint8_t> header = header_bytes();
+  BITSPLIT_RETURN_IF_ERROR(out.write(header.data(), header.size()));
+  uint64_t size = out.written();
+  for (const Pending& t : tensors_) {
+    size += t.info.nbytes;
+    size += (alignment_ - size % alignment_) % alignment_;
+  }
+  BITSPLIT_RETURN_IF_ERROR(out.extend_to(size));
   return out.commit();
 }
 

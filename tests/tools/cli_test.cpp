@@ -491,4 +491,28 @@ TEST(Cli, HuggingFaceFolderInfoAndConvertMatchTheGguf) {
   EXPECT_NE(e.out.find("is a directory without config.json"), std::string::npos) << e.out;
 }
 
+// `synth --sparse` and `convert --dry-run`: the plan of a shape this machine could not hold,
+// printed, with nothing written; a dry run without an output file is fine, a real one is not.
+TEST(Cli, ADryRunPlansAShapeTooBigToConvertHere) {
+  bitsplit::testing::TempDir dir("cli-dry-run");
+  const std::string src = dir.file("s8b.gguf");
+  const auto synth = run_cli("synth --shape 8b --sparse -o " + src);
+  ASSERT_EQ(synth.code, 0) << synth.out;
+  EXPECT_NE(synth.out.find("--sparse"), std::string::npos) << synth.out;
+  EXPECT_GT(std::filesystem::file_size(src), uint64_t(13) << 30) << "the full F16 size (7.2 B weights)";
+  const auto dry = run_cli("convert --dry-run " + src + " " + dir.file("out.gguf"));
+  ASSERT_EQ(dry.code, 0) << dry.out;
+  EXPECT_NE(dry.out.find("calibration plan: peak"), std::string::npos) << dry.out;
+  EXPECT_NE(dry.out.find("nothing read or written"), std::string::npos) << dry.out;
+  EXPECT_NE(dry.out.find("draft planes"), std::string::npos) << dry.out;
+  EXPECT_NE(dry.out.find("calibration: peak"), std::string::npos) << dry.out;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out.gguf")));
+  const auto no_output = run_cli("convert --dry-run --no-calibration " + src);
+  EXPECT_EQ(no_output.code, 0) << no_output.out;
+  EXPECT_EQ(no_output.out.find("calibration: peak"), std::string::npos) << no_output.out;
+  const auto needs_output = run_cli("convert " + src);
+  EXPECT_EQ(needs_output.code, 1) << needs_output.out;
+  EXPECT_NE(needs_output.out.find("needs an output file"), std::string::npos) << needs_output.out;
+}
+
 }  // namespace

@@ -163,6 +163,54 @@ TEST_F(ConvertTest, CalibrationRefusedUpFrontWhenItsPlanDoesNotFit) {
   EXPECT_TRUE(convert_model(**source, path("fits.gguf"), o, nullptr, nullptr).is_ok());
 }
 
+// A dry run plans without reading a weight or writing a file: the output's size is the real
+// conversion's to the byte (uniform draft), its planes split into draft and residual; the
+// calibration's plan is the real one's, and a plan over the memory limit is reported, not refused.
+TEST_F(ConvertTest, ADryRunPlansTheConversionAndWritesNothing) {
+  const testing::TinyModelSpec spec{.layers = 4, .embd = 64, .ff = 256};
+  auto source = open_weights(write_tiny(spec));
+  ASSERT_TRUE(source.is_ok());
+  ConvertOptions o;
+  o.split.group = 32;
+  ConvertReport real, dry;
+  ASSERT_TRUE(convert_model(**source, path("real.gguf"), o, nullptr, &real).is_ok());
+  o.dry_run = true;
+  ASSERT_TRUE(convert_model(**source, path("dry.gguf"), o, nullptr, &dry).is_ok());
+  EXPECT_FALSE(std::filesystem::exists(path("dry.gguf")));
+  EXPECT_FALSE(std::filesystem::exists(path("dry.gguf.tmp")));
+  EXPECT_EQ(dry.output_bytes, real.output_bytes);
+  EXPECT_EQ(dry.split_weights, real.split_weights);
+  EXPECT_GT(dry.draft_bytes, 0u);
+  EXPECT_GT(dry.residual_bytes, dry.draft_bytes) << "8-bit residual planes outweigh 2-bit draft planes";
+  EXPECT_LT(dry.draft_bytes + dry.residual_bytes, dry.output_bytes) << "norms and the embedding are the rest";
+  EXPECT_TRUE(dry.source_sha256.empty()) << "nothing was read";
+
+  // Under a draft budget the draft planes are the budget's bits per weight.
+  o.draft_bpw = 3.5;
+  ASSERT_TRUE(convert_model(**source, path("dry.gguf"), o, nullptr, &dry).is_ok());
+  EXPECT_EQ(dry.draft_bytes, uint64_t(double(dry.split_weights) * 3.5 / 8.0));
+
+  // The calibration: the same plan as the conversion that runs it, never refused in a dry run.
+  o.draft_bpw = 0.0;
+  o.calibration = CalibrationOptions{.max_tokens = 512, .ctx = 128};
+  o.dry_run = false;
+  ASSERT_TRUE(convert_model(**source, path("cal.gguf"), o, nullptr, &real).is_ok());
+  o.dry_run = true;
+  o.memory_limit = 1000;
+  int told = 0;
+  o.on_calibration_plan = [&](const CalibrationTokens&, const CalibrationPlan&) {
+    ++told;
+    return Status::ok();
+  };
+  ASSERT_TRUE(convert_model(**source, path("dry.gguf"), o, nullptr, &dry).is_ok());
+  EXPECT_EQ(told, 1);
+  ASSERT_TRUE(dry.calibration.has_value());
+  EXPECT_EQ(dry.calibration_plan.total(), real.calibration_plan.total());
+  EXPECT_EQ(dry.calibration_memory_available, 1000u);
+  EXPECT_GT(dry.calibration_plan.total(), dry.calibration_memory_available) << "reported as over the limit";
+  EXPECT_FALSE(std::filesystem::exists(path("dry.gguf")));
+}
+
 // Where error feedback does not apply (a 6-bit residual) the calibration is skipped with the
 // reason, and the bytes are those of a conversion without one.
 TEST_F(ConvertTest, CalibrationSkippedWithASixBitResidualChangesNoByte) {

@@ -1,6 +1,7 @@
 // GGUF writer -> reader round trips, tensor decoding, and the real stories260K file.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -133,6 +134,34 @@ TEST(GgufRoundTrip, WriterRejectsWrongSizes) {
   EXPECT_FALSE(w.add_tensor("q", TensorType::Q8_0, {31}, std::vector<uint8_t>(34)).is_ok());
   ASSERT_TRUE(w.add_tensor("b", TensorType::F32, {2}, std::vector<uint8_t>(8)).is_ok());
   EXPECT_FALSE(w.add_tensor("b", TensorType::F32, {2}, std::vector<uint8_t>(8)).is_ok());
+}
+
+// A sparse file (synth --sparse, convert --dry-run): the same size and header as the whole file,
+// every tensor's bytes zero, and it parses as the same model.
+TEST(GgufRoundTrip, ASparseFileHasTheWholeFilesLayoutAndZeroTensors) {
+  const auto dir = std::filesystem::temp_directory_path() / ("bitsplit_gguf_sparse_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "sparse.gguf").string();
+  const auto writer = testing::make_tiny_model({});
+  ASSERT_TRUE(writer.write_file_sparse(path).is_ok());
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  const std::string whole = (dir / "whole.gguf").string();
+  ASSERT_TRUE(writer.write_file(whole).is_ok());
+  auto f = File::open(path);
+  ASSERT_TRUE(f.is_ok()) << f.status().message();
+  auto g = File::open(whole);
+  ASSERT_TRUE(g.is_ok());
+  EXPECT_EQ(f->file_size(), g->file_size());
+  EXPECT_EQ(f->data_offset(), g->data_offset());
+  ASSERT_EQ(f->tensors().size(), g->tensors().size());
+  for (size_t i = 0; i < f->tensors().size(); ++i) {
+    const TensorInfo& t = f->tensors()[i];
+    EXPECT_EQ(t.name, g->tensors()[i].name);
+    EXPECT_EQ(t.offset, g->tensors()[i].offset);
+    const auto bytes = f->tensor_bytes(t);
+    EXPECT_TRUE(std::all_of(bytes.begin(), bytes.end(), [](uint8_t b) { return b == 0; })) << t.name;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(GgufRoundTrip, FileWriteIsAtomicAndReportsUnwritablePaths) {

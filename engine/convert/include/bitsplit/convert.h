@@ -48,6 +48,11 @@ struct ConvertOptions {
   // The most memory the calibration may plan for (0: the machine's available memory); a plan
   // over it is refused before anything is read.
   uint64_t memory_limit = 0;
+  // Plan only: the model's shape, the calibration's tokens and memory plan (told as above, never
+  // refused: ConvertReport::calibration_memory_available says what it would be checked against)
+  // and the output's tensors and size, without reading a weight or writing a file. The size
+  // counts each projection's draft at the budget (draft_bpw) when there is one.
+  bool dry_run = false;
 };
 
 struct ConvertProgress {
@@ -77,6 +82,11 @@ struct ConvertReport {
   CalibrationPlan calibration_plan;
   std::string calibration_skipped;  // why a requested calibration did not run (empty: it ran, or none was asked)
   std::map<std::string, std::pair<double, double>> draft_output_error;
+  // The memory a calibration plan is checked against (ConvertOptions::memory_limit, or what the
+  // machine has available); 0: unknown.
+  uint64_t calibration_memory_available = 0;
+  // Of output_bytes: the draft planes (the GPU's share) and the residual planes (the host's).
+  uint64_t draft_bytes = 0, residual_bytes = 0;
 };
 
 // Converts `source` into a bit-split GGUF at out_path (written under a temporary name and

@@ -195,6 +195,10 @@ class Writer {
   // removes the temporary file and returns the error.
   using TensorProducer = std::function<Result<std::vector<uint8_t>>(size_t index, const TensorInfo& info)>;
   Status write_file_streaming(const std::string& path, const TensorProducer& produce) const;
+  // The header, and every tensor's bytes left a hole that reads as zeros: a file of the full size
+  // that takes (almost) no disk where the file system keeps sparse files. A model's shape for
+  // planning (`bitsplit synth --sparse`, `convert --dry-run`), not a model to run.
+  Status write_file_sparse(const std::string& path) const;
   const std::vector<TensorInfo> tensor_infos() const;
 
  private:
