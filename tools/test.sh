@@ -10,7 +10,9 @@ jobs=$(nproc)
 echo "== release build =="
 cmake -S . -B build -G Ninja
 cmake --build build -j "$jobs"
-(cd build && ctest --output-on-failure -j "$jobs")
+# BITSPLIT_TEST_WHEEL: the Python package built as a wheel and installed into a fresh venv
+# (ctest PythonWheel; its compiles are this build's, from ccache).
+(cd build && BITSPLIT_TEST_WHEEL=1 ctest --output-on-failure -j "$jobs")
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer build (the tests that parse untrusted input) =="
 cmake -S . -B build-asan -G Ninja -DBITSPLIT_SANITIZE=ON -DBITSPLIT_CUDA=OFF -DBITSPLIT_BUILD_BENCH=OFF \

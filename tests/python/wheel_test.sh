@@ -4,7 +4,7 @@
 # package index, and examples/python/variants.py runs there on the bundled fixtures with the
 # wheel's own libbitsplit.so, its greedy text equal to `bitsplit run`'s.
 # Exit 77 (skipped) unless BITSPLIT_TEST_WHEEL=1, and without venv support or without the package
-# index (scikit-build-core comes from it). The CMake tree is kept in WORK/build between runs, and compiles go through ccache as
+# index (scikit-build-core comes from it). The CMake tree is kept in WORK between runs, and compiles go through ccache as
 # the main build's do (CC=cc, CXX=c++: the compilers the main build names, so its cache entries
 # are hits here).
 # Usage: wheel_test.sh SOURCE_DIR WORK_DIR [BITSPLIT_CLI]
@@ -27,10 +27,11 @@ if ! "$tmp/build-env/bin/pip" install -q --disable-pip-version-check --timeout 2
 fi
 
 # The wheel: the build backend from the venv above (no second download), the system's CMake and
-# C++ dependencies, the tree kept in WORK/build.
+# C++ dependencies, the tree kept in WORK (a sibling of the main build folder: same relative paths, so
+# ccache hits).
 start=$(date +%s)
 CC=cc CXX=c++ "$tmp/build-env/bin/pip" wheel "$src" --no-build-isolation --no-deps -q --disable-pip-version-check \
-  -w "$tmp/dist" --config-settings=build-dir="$work/build" >"$tmp/wheel.log" 2>&1 || { tail -30 "$tmp/wheel.log"; echo "FAIL: pip wheel"; exit 1; }
+  -w "$tmp/dist" --config-settings=build-dir="$work" >"$tmp/wheel.log" 2>&1 || { tail -30 "$tmp/wheel.log"; echo "FAIL: pip wheel"; exit 1; }
 echo "pip wheel: $(( $(date +%s) - start )) s"
 fail=0
 check() {  # WHAT CONDITION...
