@@ -17,12 +17,14 @@ import concurrent.futures
 import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from load_client import percentile, streamed_completion  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOOPBACK = os.path.join(HERE, "..", "examples", "deploy", "loopback.py")
@@ -41,29 +43,10 @@ args = ap.parse_args()
 prompts = [l.strip() for l in open(args.prompts) if l.strip()]
 
 
-def percentile(values, p):
-    s = sorted(v for v in values if v == v)
-    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))] if s else float("nan")
-
-
 def one_request(url, model, prompt):
     """Streams one completion; returns (ttft, e2e, completion_tokens)."""
-    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": args.max_tokens, "temperature": 0,
-                       "stream": True, "stream_options": {"include_usage": True}}).encode()
-    req = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
-    t0 = time.perf_counter()
-    ttft, tokens = None, 0
-    with urllib.request.urlopen(req, timeout=600) as r:
-        for raw in r:
-            line = raw.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if chunk.get("choices") and chunk["choices"][0].get("text") and ttft is None:
-                ttft = time.perf_counter() - t0
-            if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
-    return ttft if ttft is not None else float("nan"), time.perf_counter() - t0, tokens
+    return streamed_completion(url, {"model": model, "prompt": prompt, "max_tokens": args.max_tokens,
+                                     "temperature": 0})
 
 
 def free_port():

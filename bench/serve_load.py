@@ -13,11 +13,13 @@ import concurrent.futures
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 import time
 import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from load_client import percentile, streamed_completion  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("binary")
@@ -35,33 +37,10 @@ args = ap.parse_args()
 prompts = [l.strip() for l in open(args.prompts) if l.strip()]
 
 
-def percentile(values, p):
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
-
-
 def one_request(url, prompt):
     """Streams one completion; returns (ttft, e2e, completion_tokens)."""
-    body = json.dumps({"prompt": prompt, "max_tokens": args.max_tokens, "temperature": 0, "stream": True,
-                       "stream_options": {"include_usage": True},
-                       "bitsplit": {"speculative": not args.plain}}).encode()
-    req = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json",
-                                                                               "Accept-Encoding": "identity"})
-    t0 = time.perf_counter()
-    ttft, tokens = None, 0
-    with urllib.request.urlopen(req, timeout=600) as r:
-        for raw in r:
-            line = raw.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if chunk.get("choices") and chunk["choices"][0].get("text") and ttft is None:
-                ttft = time.perf_counter() - t0
-            if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
-    return ttft if ttft is not None else float("nan"), time.perf_counter() - t0, tokens
+    return streamed_completion(url, {"prompt": prompt, "max_tokens": args.max_tokens, "temperature": 0,
+                                     "bitsplit": {"speculative": not args.plain}})
 
 
 rows = []
