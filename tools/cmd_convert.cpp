@@ -135,7 +135,9 @@ int print_dry_run(const ConvertArgs& a, const ConvertReport& r) {
 }
 
 int convert(const ConvertArgs& a) {
-  if (a.out.empty() && !a.dry_run) return report_error("convert needs an output file (or --dry-run)");
+  if (a.out.empty() && !a.dry_run) {
+    return report_error("convert: the output is required (convert SOURCE OUTPUT.gguf; or --dry-run to plan only)");
+  }
   if (Status st = check_output_path(a.out.empty() ? "-" : a.out, {a.in, a.imatrix, a.calibration}, "output");
       !a.out.empty() && !st) {
     return report_error(st.message());

@@ -512,7 +512,7 @@ TEST(Cli, ADryRunPlansAShapeTooBigToConvertHere) {
   EXPECT_EQ(no_output.out.find("calibration: peak"), std::string::npos) << no_output.out;
   const auto needs_output = run_cli("convert " + src);
   EXPECT_EQ(needs_output.code, 1) << needs_output.out;
-  EXPECT_NE(needs_output.out.find("needs an output file"), std::string::npos) << needs_output.out;
+  EXPECT_NE(needs_output.out.find("output is required"), std::string::npos) << needs_output.out;
 }
 
 }  // namespace
