@@ -295,7 +295,7 @@ Status decode_f32(TensorType type, std::span<const uint8_t> bytes, std::span<flo
                              " bytes for " + std::to_string(out.size()) + " values");
       }
       if (type == TensorType::F32) {
-        std::memcpy(out.data(), bytes.data(), bytes.size());
+        if (!bytes.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());  // an empty span's data may be null
         return Status::ok();
       }
       for (size_t i = 0; i < out.size(); ++i) {
