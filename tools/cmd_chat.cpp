@@ -144,7 +144,7 @@ int chat(const ChatArgs& a) {
 void add_chat_command(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<ChatArgs>();
   CLI::App* cmd = app.add_subcommand("chat", "Chat with a model in the terminal (its chat template, history, streaming)");
-  cmd->add_option("-m,--model", a->model, "Model file (.gguf)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("-m,--model", a->model, "Model file (.gguf) or a Hugging Face folder")->required()->check(CLI::ExistingPath);
   cmd->add_option("--chat-template", a->chat_template, "Chat template (Jinja) to use instead of the model's")
       ->check(CLI::ExistingFile);
   cmd->add_option("--system", a->system, "A system message that starts every conversation");

@@ -89,9 +89,10 @@ int delta(const DeltaArgs& a) {
 void add_delta_command(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<DeltaArgs>();
   CLI::App* cmd = app.add_subcommand("delta", "Store a fine-tuned model as 1-bit sign planes + scales relative to its base (BitDelta)");
-  cmd->add_option("--base", a->base, "Base model (.gguf)")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--finetuned", a->finetuned, "Fine-tuned model (.gguf, same architecture as the base)")
-      ->required()->check(CLI::ExistingFile);
+  cmd->add_option("--base", a->base, "Base model (.gguf, or a Hugging Face folder)")->required()->check(CLI::ExistingPath);
+  cmd->add_option("--finetuned", a->finetuned,
+                  "Fine-tuned model (.gguf or a Hugging Face folder, same architecture as the base)")
+      ->required()->check(CLI::ExistingPath);
   cmd->add_option("-o,--output", a->out, "Output delta file (.delta.gguf; written under a temporary name)")->required();
   cmd->add_option("--alpha", a->alpha, "Scale granularity: one per output row, or one per matrix")
       ->capture_default_str()->check(CLI::IsMember({"row", "matrix"}));

@@ -164,7 +164,7 @@ int serve(const ServeArgs& a) {
   // SIGINT stops the server at once (requests in flight end with the connection). SIGTERM and
   // POST /admin/drain drain it: no new requests, those admitted finish (within --drain-timeout),
   // then it exits; a second signal exits at once.
-  CooperativeInterrupt interrupt;
+  CooperativeInterrupt interrupt("\nsignal received: SIGINT stops now, SIGTERM drains (again to quit at once)\n");
   std::atomic<bool> done{false};
   bool drain_timed_out = false;
   std::thread watcher([&] {
@@ -223,8 +223,9 @@ int serve(const ServeArgs& a) {
 void add_serve_command(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<ServeArgs>();
   CLI::App* cmd = app.add_subcommand("serve", "An OpenAI-compatible HTTP server (completions, chat, models, metrics)");
-  cmd->add_option("-m,--model", a->model, "Model file (.gguf; a bit-split model decodes speculatively)")
-      ->required()->check(CLI::ExistingFile);
+  cmd->add_option("-m,--model", a->model,
+                  "Model file (.gguf; a bit-split model decodes speculatively) or a Hugging Face folder")
+      ->required()->check(CLI::ExistingPath);
   cli::add_variant_options(cmd, &a->variant_specs, "served as model NAME");
   cmd->add_option("--host", a->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", a->port, "Port to listen on (0: any free port)")->capture_default_str()->check(whole_in(0, 65535));

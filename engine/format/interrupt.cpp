@@ -21,6 +21,7 @@ struct Slot {
 
 Slot g_slots[TempFileRegistration::kMaxTempFiles];
 std::atomic<int> g_cooperative{0};
+std::atomic<const char*> g_cooperative_message{nullptr};
 std::atomic<int> g_signal{0};
 
 static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
@@ -35,7 +36,8 @@ void say(const char* text) {
 void on_interrupt_signal(int signal) {
   const int first = g_signal.exchange(signal);
   if (first == 0 && g_cooperative.load() > 0) {
-    say("\ninterrupted: stopping after the current token (again to quit at once)\n");
+    const char* message = g_cooperative_message.load();
+    say(message ? message : "\ninterrupted: stopping after the current token (again to quit at once)\n");
     return;
   }
   bool removed = false;
@@ -76,8 +78,13 @@ TempFileRegistration::~TempFileRegistration() {
   g_slots[slot_].used.store(false, std::memory_order_release);
 }
 
-CooperativeInterrupt::CooperativeInterrupt() { g_cooperative.fetch_add(1); }
-CooperativeInterrupt::~CooperativeInterrupt() { g_cooperative.fetch_sub(1); }
+CooperativeInterrupt::CooperativeInterrupt(const char* first_signal_message) {
+  if (first_signal_message) g_cooperative_message.store(first_signal_message);
+  g_cooperative.fetch_add(1);
+}
+CooperativeInterrupt::~CooperativeInterrupt() {
+  if (g_cooperative.fetch_sub(1) == 1) g_cooperative_message.store(nullptr);
+}
 int CooperativeInterrupt::signal_received() { return g_signal.load(); }
 void CooperativeInterrupt::clear() { g_signal.store(0); }
 

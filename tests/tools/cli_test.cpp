@@ -515,4 +515,36 @@ TEST(Cli, ADryRunPlansAShapeTooBigToConvertHere) {
   EXPECT_NE(needs_output.out.find("output is required"), std::string::npos) << needs_output.out;
 }
 
+// A fine-tune published as a Hugging Face folder stores as a BitDelta of a base that is a folder
+// too: the delta's tensors are those made from the same models as GGUFs.
+TEST(Cli, DeltaTakesHuggingFaceFolders) {
+  const std::string base = BITSPLIT_SOURCE_DIR "/tests/models/bible-base.gguf";
+  const std::string ft = BITSPLIT_SOURCE_DIR "/tests/models/bible-devil.gguf";
+  BITSPLIT_REQUIRE_FILE(base);
+  BITSPLIT_REQUIRE_FILE(ft);
+  bitsplit::testing::TempDir dir("cli-hf-delta");
+  for (const auto& [gguf, name] : {std::pair{base, "base-hf"}, std::pair{ft, "devil-hf"}}) {
+    std::filesystem::create_directories(dir.file(name));
+    auto g = bitsplit::open_weights(gguf);
+    ASSERT_TRUE(g.is_ok()) << g.status().message();
+    bitsplit::testing::write_hf_folder(**g, dir.file(name));
+  }
+  const auto from_folders = run_cli("delta --base " + dir.file("base-hf") + " --finetuned " + dir.file("devil-hf") +
+                                    " -o " + dir.file("f.delta.gguf"));
+  ASSERT_EQ(from_folders.code, 0) << from_folders.out;
+  const auto from_ggufs = run_cli("delta --base " + base + " --finetuned " + ft + " -o " + dir.file("g.delta.gguf"));
+  ASSERT_EQ(from_ggufs.code, 0) << from_ggufs.out;
+  auto a = bitsplit::gguf::File::open(dir.file("f.delta.gguf")), b = bitsplit::gguf::File::open(dir.file("g.delta.gguf"));
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  ASSERT_EQ(a->tensors().size(), b->tensors().size());
+  ASSERT_GT(a->tensors().size(), 10u);
+  for (const auto& t : a->tensors()) {
+    SCOPED_TRACE(t.name);
+    const bitsplit::gguf::TensorInfo* u = b->find_tensor(t.name);
+    ASSERT_NE(u, nullptr);
+    const auto x = a->tensor_bytes(t), y = b->tensor_bytes(*u);
+    EXPECT_TRUE(std::equal(x.begin(), x.end(), y.begin(), y.end()));
+  }
+}
+
 }  // namespace

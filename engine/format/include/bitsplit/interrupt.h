@@ -35,7 +35,9 @@ class TempFileRegistration {
 // its current token and reports what it did).
 class CooperativeInterrupt {
  public:
-  CooperativeInterrupt();
+  // `first_signal_message`: what the handler writes on the first signal (a string that outlives
+  // this object; default: "interrupted: stopping after the current token ...").
+  explicit CooperativeInterrupt(const char* first_signal_message = nullptr);
   ~CooperativeInterrupt();
   CooperativeInterrupt(const CooperativeInterrupt&) = delete;
   CooperativeInterrupt& operator=(const CooperativeInterrupt&) = delete;
