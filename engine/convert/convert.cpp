@@ -376,15 +376,15 @@ class Conversion {
       : source_(source), config_(config), options_(options), format_(format), on_progress_(on_progress), rep_(rep),
         calibration_(calibration) {}
 
-  // The output's tensors only (ConvertOptions::dry_run): their sizes in the report.
-  Status plan_only() {
+  // The output's tensors, their sizes in the report (all a dry run does).
+  Status plan() {
     BITSPLIT_RETURN_IF_ERROR(plan_tensors());
     for (const auto& info : writer_.tensor_infos()) rep_.output_bytes += info.nbytes;
     return Status::ok();
   }
 
   Status write(const std::string& out_path) {
-    BITSPLIT_RETURN_IF_ERROR(plan_tensors());
+    BITSPLIT_RETURN_IF_ERROR(plan());
     SplitAhead ahead(source_, plan_, options_, format_, calibration_);
     ahead.start();
     BITSPLIT_RETURN_IF_ERROR(set_metadata());
@@ -395,7 +395,6 @@ class Conversion {
     finish_source_tensor();
     progress_.current.clear();
     if (on_progress_) on_progress_(progress_);
-    for (const auto& info : writer_.tensor_infos()) rep_.output_bytes += info.nbytes;
     return Status::ok();
   }
 
@@ -634,7 +633,7 @@ Status plan_conversion(const WeightSource& source, const ModelConfig& config, co
   const quant::SplitParams& p = options.split;
   const bool budget = options.draft_bpw > 0.0;
   SplitFormat format{p.group, budget ? quant::kMinDraftBits : p.draft_bits, p.residual_bits, {}, options.format_version};
-  BITSPLIT_RETURN_IF_ERROR(Conversion(source, config, options, format, nullptr, rep, nullptr).plan_only());
+  BITSPLIT_RETURN_IF_ERROR(Conversion(source, config, options, format, nullptr, rep, nullptr).plan());
   if (budget) {
     // The budget is the draft's VRAM bits per weight, scales and offsets included.
     const uint64_t at_budget = uint64_t(double(rep.split_weights) * options.draft_bpw / 8.0);

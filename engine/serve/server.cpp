@@ -511,7 +511,6 @@ void Server::Impl::setup_routes() {
   }, http::Dispatch::kInline);
   http.route("POST", "/admin/drain", [this](const http::Request&, http::Response& res) {
     const bool first = !draining.exchange(true);
-    metrics.set_draining(true);
     if (first && options.on_drain_request) options.on_drain_request();
     send_json(res, 202, {{"status", "draining"}, {"running", admission.running()}, {"waiting", admission.waiting()}});
   }, http::Dispatch::kInline);
@@ -519,6 +518,7 @@ void Server::Impl::setup_routes() {
     const PassBatcher::Stats passes = batcher.stats();
     metrics.set_forward_passes(passes.passes, passes.sequences, passes.rows, passes.shared);
     metrics.set_http(http.counters());
+    metrics.set_draining(draining.load());
     if (ready.load()) {
       std::vector<std::string> names = variants->names(), resident;
       for (const auto& n : names)
@@ -581,7 +581,6 @@ void Server::stop() {
 bool Server::drain(std::chrono::milliseconds timeout, const std::function<bool()>& give_up) {
   Impl& m = *impl_;
   m.draining.store(true);
-  m.metrics.set_draining(true);
   const auto deadline = Clock::now() + timeout;
   for (;;) {
     if (m.entering.load() == 0 && m.admission.running() == 0 && m.admission.waiting() == 0) return true;

@@ -213,12 +213,19 @@ def alive(pid):
         return True
 
 
-def down(args):
+def running(args):
+    """The deployment under --state (its pids.json), or None, saying so, when there is none."""
     path = os.path.join(args.state, "pids.json")
     if not os.path.exists(path):
         print(f"nothing running under {args.state}")
+        return None
+    return json.load(open(path))
+
+
+def down(args):
+    pids = running(args)
+    if pids is None:
         return 0
-    pids = json.load(open(path))
     # Replicas first (each drains: finishes its requests, then exits), then the router.
     for r in pids["replicas"]:
         if alive(r["pid"]):
@@ -233,7 +240,7 @@ def down(args):
     if pids.get("haproxy") and alive(pids["haproxy"]):
         os.kill(pids["haproxy"], signal.SIGTERM)
         reap(pids["haproxy"])
-    os.remove(path)
+    os.remove(os.path.join(args.state, "pids.json"))
     print(f"stopped {len(pids['replicas'])} replicas and haproxy")
     return 0
 
@@ -246,11 +253,9 @@ def reap(pid):
 
 
 def status(args):
-    path = os.path.join(args.state, "pids.json")
-    if not os.path.exists(path):
-        print(f"nothing running under {args.state}")
+    pids = running(args)
+    if pids is None:
         return 1
-    pids = json.load(open(path))
     for r in pids["replicas"]:
         code, body = http_get(f"http://127.0.0.1:{r['port']}/health")
         print(f"{r['name']} :{r['port']} pid {r['pid']} {'alive' if alive(r['pid']) else 'gone'} "

@@ -57,9 +57,7 @@ TEST(CApiOptions, StopStringsEndTheTextBeforeThem) {
   BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
   Loaded l;
   ASSERT_EQ(bitsplit_model_load(converted_base().c_str(), nullptr, &l.model), BITSPLIT_OK) << bitsplit_last_error();
-  bitsplit_session_params p;
-  bitsplit_session_params_init(&p);
-  p.temperature = 0;
+  bitsplit_session_params p = greedy_params();
   bitsplit_session* s = nullptr;
   ASSERT_EQ(bitsplit_session_create(l.model, &p, &s), BITSPLIT_OK);
   const Generated full = run(s, l.model, 40);
@@ -294,9 +292,7 @@ TEST(CApiOptions, CallersOfTheLastVersionKeepWorking) {
   Loaded converted;
   ASSERT_EQ(bitsplit_model_load(converted_base().c_str(), nullptr, &converted.model), BITSPLIT_OK);
   // The session: base_draft (refused without a variant) and a stop string are not read.
-  bitsplit_session_params p;
-  bitsplit_session_params_init(&p);
-  p.temperature = 0;
+  bitsplit_session_params p = greedy_params();
   p.base_draft = 1;
   const char* stops[] = {" "};
   p.stop = stops;

@@ -140,9 +140,7 @@ TEST(CApi, SpeculativeAndPlainAndStepByStepAgree) {
   BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
   Loaded l;
   ASSERT_EQ(bitsplit_model_load(converted_base().c_str(), nullptr, &l.model), BITSPLIT_OK) << bitsplit_last_error();
-  bitsplit_session_params p;
-  bitsplit_session_params_init(&p);
-  p.temperature = 0;
+  bitsplit_session_params p = greedy_params();
   const std::string prompt = "And it came to pass";
   const Collected spec = generate(l.model, &p, prompt, 40);
   ASSERT_EQ(spec.tokens.size(), 40u);
@@ -249,9 +247,7 @@ TEST(CApi, CallbackStopsAndAbortStopsWithinACheck) {
   BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
   Loaded l;
   ASSERT_EQ(bitsplit_model_load(converted_base().c_str(), nullptr, &l.model), BITSPLIT_OK);
-  bitsplit_session_params p;
-  bitsplit_session_params_init(&p);
-  p.temperature = 0;
+  bitsplit_session_params p = greedy_params();
   p.budget = 8;
   bitsplit_session* s = nullptr;
   ASSERT_EQ(bitsplit_session_create(l.model, &p, &s), BITSPLIT_OK);
@@ -496,9 +492,7 @@ TEST(CApi, SpeculativeStatisticsPerDepthAndTime) {
   BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
   Loaded l;
   ASSERT_EQ(bitsplit_model_load(converted_base().c_str(), nullptr, &l.model), BITSPLIT_OK) << bitsplit_last_error();
-  bitsplit_session_params p;
-  bitsplit_session_params_init(&p);
-  p.temperature = 0;
+  bitsplit_session_params p = greedy_params();
   for (int32_t budget : {0, 4}) {  // online (with lookup), and a fixed tree budget
     p.budget = budget;
     bitsplit_session* s = nullptr;
@@ -580,9 +574,7 @@ TEST(CApi, OlderStatisticsSizeStillWorks) {
   BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
   Loaded l;
   ASSERT_EQ(bitsplit_model_load(converted_base().c_str(), nullptr, &l.model), BITSPLIT_OK);
-  bitsplit_session_params p;
-  bitsplit_session_params_init(&p);
-  p.temperature = 0;
+  bitsplit_session_params p = greedy_params();
   bitsplit_session* s = nullptr;
   ASSERT_EQ(bitsplit_session_create(l.model, &p, &s), BITSPLIT_OK);
   const auto ids = tokenize(l.model, "And it came to pass");
@@ -664,9 +656,7 @@ TEST(CApi, LogprobsOfGeneratedTokens) {
   BITSPLIT_REQUIRE_FILE(fixture("bible-base.gguf"));
   Loaded l;
   ASSERT_EQ(bitsplit_model_load(converted_base().c_str(), nullptr, &l.model), BITSPLIT_OK);
-  bitsplit_session_params p;
-  bitsplit_session_params_init(&p);
-  p.temperature = 0;
+  bitsplit_session_params p = greedy_params();
   const auto ids = tokenize(l.model, "And it came to pass");
   auto run = [&](int32_t speculative, int32_t top) {
     p.speculative = speculative;
@@ -788,9 +778,7 @@ TEST(CApi, LoraAdaptersAsVariants) {
   ASSERT_EQ(bitsplit_model_add_lora(l.model, "zero", lora.c_str(), 0.0f), BITSPLIT_OK) << bitsplit_last_error();
   ASSERT_EQ(bitsplit_model_add_lora(l.model, "devil", lora.c_str(), 1.0f), BITSPLIT_OK) << bitsplit_last_error();
   EXPECT_EQ(bitsplit_model_variant_count(l.model), 2);
-  bitsplit_session_params p;
-  bitsplit_session_params_init(&p);
-  p.temperature = 0;
+  bitsplit_session_params p = greedy_params();
   const Collected base = generate(l.model, &p, "The devil", 32);
   p.variant = "zero";
   EXPECT_EQ(generate(l.model, &p, "The devil", 32).tokens, base.tokens);

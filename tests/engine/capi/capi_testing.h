@@ -50,6 +50,14 @@ inline std::vector<bitsplit_token> tokenize(bitsplit_model* m, const std::string
   return t;
 }
 
+// Session parameters with the library's defaults but greedy decoding (temperature 0).
+inline bitsplit_session_params greedy_params() {
+  bitsplit_session_params p;
+  bitsplit_session_params_init(&p);
+  p.temperature = 0;
+  return p;
+}
+
 struct Collected {
   std::vector<bitsplit_token> tokens;
   std::string text;
